@@ -1,0 +1,32 @@
+# Everything a fresh machine needs: `make demo` and `make test` create .venv and install first.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha1sum | cut -c1-12)
+PYTEST_ARGS ?=
+
+.PHONY: demo test test-long system-deps venv clean dev
+
+$(STAMP): pyproject.toml
+	@bash scripts/system-deps.sh
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[test]'
+	@rm -f $(VENV)/.installed-*; touch $@
+
+venv: $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/incsync demo --workdir demo
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
+
+test-long: $(STAMP)
+	INCSYNC_HYPOTHESIS_PROFILE=long $(BIN)/python -m pytest -q -m slow $(PYTEST_ARGS)
+
+dev: $(STAMP)
+	mkdir -p .dagster && DAGSTER_HOME=$(CURDIR)/.dagster $(BIN)/dagster dev -w workspace.yaml
+
+clean:
+	rm -rf $(VENV) demo .dagster .pytest_cache .hypothesis

@@ -1,0 +1,24 @@
+"""Destinations by kind, behind one protocol."""
+
+from __future__ import annotations
+
+from incsync.config import DeltaDestinationConfig, DestinationConfig
+from incsync.destinations.base import (
+    FULL_REFRESH,
+    INCREMENTAL,
+    Destination,
+    DestinationState,
+    TransferRecord,
+)
+from incsync.errors import ConfigError
+
+
+def build_destination(config: DestinationConfig) -> Destination:
+    if isinstance(config, DeltaDestinationConfig):
+        from incsync.destinations.delta import DeltaDestination
+
+        return DeltaDestination(config)
+    raise ConfigError("destinations", [f"{config.name}.kind: {config.kind} destinations are not available yet"])
+
+
+__all__ = ["FULL_REFRESH", "INCREMENTAL", "Destination", "DestinationState", "TransferRecord", "build_destination"]

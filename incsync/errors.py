@@ -1,0 +1,37 @@
+"""Typed errors: every message names the model/recipient/setting at fault and the fix."""
+
+from __future__ import annotations
+
+
+class IncsyncError(Exception):
+    """Base class for every error incsync raises on purpose."""
+
+
+class ConfigError(IncsyncError):
+    """The configuration file is invalid; ``problems`` holds one line per problem."""
+
+    def __init__(self, path: str, problems: list[str]):
+        self.path = path
+        self.problems = problems
+        lines = "\n".join(f"  {path}: {p}" for p in problems)
+        super().__init__(f"invalid incsync configuration ({len(problems)} problem(s)):\n{lines}")
+
+
+class SourceError(IncsyncError):
+    """A source could not be read (connection, permissions, missing table or column)."""
+
+
+class SchemaError(IncsyncError):
+    """A source or destination schema does not fit the model."""
+
+
+class ValidationError(IncsyncError):
+    """A staged batch breaks the model's contract (NULL or duplicate key, NULL last-modified)."""
+
+
+class PublishError(IncsyncError):
+    """A destination refused a publish; nothing was made visible."""
+
+
+class LeaseError(PublishError):
+    """Another writer published to the same (model, recipient) since this transfer read its state."""

@@ -1,0 +1,58 @@
+"""Materialization metadata keys (DESIGN step 9), defined once."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+import dagster as dg
+
+from incsync.transfer import TransferOutcome, high_watermark_epoch
+
+ROWS_TRANSFERRED = "rows_transferred"
+DELTA_ROWS_TRANSFERRED = "delta_rows_transferred"
+HIGH_WATERMARK = "high_watermark"
+HIGH_WATERMARK_EPOCH = "high_watermark_epoch_seconds"
+WINDOW_START = "window_start"
+WINDOW_END = "window_end"
+LOWER_BOUND = "lower_bound"
+UPPER_BOUND = "upper_bound"
+LOOKBACK_SECONDS = "lookback_seconds"
+TRANSFER_ID = "transfer_id"
+TRANSFER_TYPE = "transfer_type"
+FULL_REFRESH_REASON = "full_refresh_reason"
+DESTINATION = "destination"
+STAGED_BYTES = "staged_bytes"
+DURATION_SECONDS = "duration_seconds"
+RECIPIENT = "recipient"
+
+
+def _ts(iso: str) -> dg.MetadataValue:
+    return dg.MetadataValue.timestamp(datetime.fromisoformat(iso))
+
+
+def transfer_metadata(outcome: TransferOutcome, *, destination: str) -> dict[str, dg.MetadataValue]:
+    record = outcome.record
+    hw = record.high_watermark
+    hw_epoch = high_watermark_epoch(record)
+    metadata: dict[str, dg.MetadataValue] = {
+        ROWS_TRANSFERRED: dg.MetadataValue.int(record.rows_transferred),
+        DELTA_ROWS_TRANSFERRED: dg.MetadataValue.int(record.delta_rows_transferred),
+        HIGH_WATERMARK: dg.MetadataValue.timestamp(hw) if hw is not None else dg.MetadataValue.null(),
+        HIGH_WATERMARK_EPOCH: dg.MetadataValue.int(hw_epoch) if hw_epoch is not None else dg.MetadataValue.null(),
+        WINDOW_START: _ts(record.window_start),
+        WINDOW_END: _ts(record.window_end),
+        LOWER_BOUND: _ts(record.lower_bound),
+        UPPER_BOUND: _ts(record.upper_bound),
+        LOOKBACK_SECONDS: dg.MetadataValue.int(record.lookback_seconds),
+        TRANSFER_ID: dg.MetadataValue.text(record.transfer_id),
+        TRANSFER_TYPE: dg.MetadataValue.text(record.transfer_type),
+        DESTINATION: dg.MetadataValue.text(destination),
+        RECIPIENT: dg.MetadataValue.text(record.recipient_id),
+        STAGED_BYTES: dg.MetadataValue.int(outcome.staged_bytes),
+        DURATION_SECONDS: dg.MetadataValue.float(round(outcome.duration_seconds, 3)),
+    }
+    if outcome.full_refresh_reason:
+        metadata[FULL_REFRESH_REASON] = dg.MetadataValue.text(outcome.full_refresh_reason)
+    for key, value in outcome.destination_metadata.items():
+        metadata[key] = dg.MetadataValue.int(value) if isinstance(value, int) else dg.MetadataValue.text(str(value))
+    return metadata

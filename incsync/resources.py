@@ -1,0 +1,115 @@
+"""Dagster resources: a lazy Spark session, one resource per source, one per destination kind,
+and the recipient registry. None of them starts a JVM or opens a connection until used."""
+
+from __future__ import annotations
+
+import os
+from functools import lru_cache
+from pathlib import Path
+
+import dagster as dg
+from pydantic import Field
+from dagster_pyspark import LazyPySparkResource
+
+from incsync.config import IncsyncConfig, ModelConfig, RecipientConfig, load_config
+from incsync.destinations import Destination, build_destination
+from incsync.errors import ConfigError
+from incsync.sources import Source, build_source
+
+JDBC_DRIVER_JARS = ("/usr/share/java/postgresql.jar", "/usr/share/java/mariadb-java-client.jar")
+
+SPARK_DEFAULTS: dict[str, str] = {
+    "spark.master": "local[*]",
+    "spark.app.name": "incsync",
+    "spark.ui.enabled": "false",
+    "spark.sql.session.timeZone": "UTC",
+    "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
+    "spark.sql.shuffle.partitions": "4",
+    "spark.driver.host": "127.0.0.1",
+    "spark.driver.bindAddress": "127.0.0.1",
+    "spark.sql.sources.partitionOverwriteMode": "dynamic",
+}
+
+
+def spark_config(overrides: dict[str, str] | None = None) -> dict[str, str]:
+    """Defaults plus the OS's JDBC driver jars (no Maven download needed) plus the file's settings."""
+    conf = dict(SPARK_DEFAULTS)
+    jars = [j for j in JDBC_DRIVER_JARS if Path(j).exists()]
+    if jars:
+        conf["spark.jars"] = ",".join(jars)
+    conf.update(overrides or {})
+    if "spark.remote" in conf:  # Spark Connect: the server owns master, jars and driver settings
+        conf = {k: v for k, v in conf.items() if k in ("spark.remote", "spark.app.name") or k.startswith("spark.sql.")}
+    return conf
+
+
+def spark_resource(overrides: dict[str, str] | None = None) -> LazyPySparkResource:
+    return LazyPySparkResource(spark_config=spark_config(overrides))
+
+
+@lru_cache(maxsize=8)
+def _load(path: str, mtime: float) -> IncsyncConfig:
+    del mtime  # part of the cache key: an edited file is read again
+    return load_config(path)
+
+
+def cached_config(path: str) -> IncsyncConfig:
+    file = Path(path)
+    return _load(str(file.resolve()), file.stat().st_mtime if file.exists() else 0.0)
+
+
+class IncsyncConfigResource(dg.ConfigurableResource):
+    """The configuration file and the recipient registry it holds."""
+
+    config_path: str = Field(description="Path of the incsync YAML file.")
+
+    @property
+    def config(self) -> IncsyncConfig:
+        return cached_config(self.config_path)
+
+    def recipients(self, *, enabled_only: bool = False) -> list[RecipientConfig]:
+        return [r for r in self.config.recipients if r.enabled or not enabled_only]
+
+    def recipient(self, recipient_id: str) -> RecipientConfig:
+        try:
+            return self.config.recipient(recipient_id)
+        except KeyError as exc:
+            raise ConfigError(self.config_path, [f"recipients: {exc.args[0]}; add it to the file or remove the partition"]) from None
+
+    def model(self, name: str) -> ModelConfig:
+        return self.config.model(name)
+
+
+class SourceResource(dg.ConfigurableResource):
+    """One configured source."""
+
+    config_path: str
+    source_name: str
+
+    def client(self) -> Source:
+        return build_source(cached_config(self.config_path).source(self.source_name))
+
+
+class DestinationKindResource(dg.ConfigurableResource):
+    """All destinations of one kind (delta, postgres, object_storage)."""
+
+    config_path: str
+    kind: str
+
+    def client(self, name: str) -> Destination:
+        config = cached_config(self.config_path).destination(name)
+        if config.kind != self.kind:
+            raise ConfigError(self.config_path, [f'destinations: "{name}" is of kind {config.kind}, not {self.kind}'])
+        return build_destination(config)
+
+
+def source_resource_key(source_name: str) -> str:
+    return f"source_{source_name}"
+
+
+def destination_resource_key(kind: str) -> str:
+    return f"{kind}_destination"
+
+
+def default_staging_dir(config: IncsyncConfig) -> str:
+    return config.staging_dir or os.environ.get("INCSYNC_STAGING_DIR") or str(Path(os.environ.get("TMPDIR", "/tmp")) / "incsync-staging")

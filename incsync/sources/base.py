@@ -1,0 +1,98 @@
+"""What every source does: read one recipient's rows of one model within bounds, pushed down."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from datetime import timedelta
+from typing import TYPE_CHECKING
+
+from incsync.changes import Bounds
+from incsync.config import ModelConfig, RecipientConfig
+from incsync.errors import SchemaError
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+
+class Source(ABC):
+    """A source of one vendor; ``read`` returns a lazy DataFrame whose predicate the source runs."""
+
+    vendor: str
+
+    @abstractmethod
+    def read(
+        self, spark: SparkSession, *, model: ModelConfig, recipient: RecipientConfig, bounds: Bounds
+    ) -> DataFrame:
+        """Rows of ``recipient`` with ``bounds.lower <= last_modified < bounds.upper``."""
+
+    def check(self, spark: SparkSession, *, model: ModelConfig, recipient: RecipientConfig) -> None:
+        """Raise SourceError/SchemaError when the model cannot be read (default: read zero rows)."""
+        self.read(spark, model=model, recipient=recipient, bounds=_nothing()).limit(0).collect()
+
+
+def _nothing() -> Bounds:
+    from incsync.changes import EPOCH
+
+    return Bounds(lower=EPOCH, upper=EPOCH, lookback_seconds=0, reason="check")
+
+
+def wrapped_query_sql(model: ModelConfig, *, relation: str, tenant_filter: str | None, lm_expr: str) -> str:
+    """``WITH q AS (<source_query>) SELECT ... FROM q WHERE ...``: the query is wrapped, never edited.
+
+    Bounds and tenant are named parameters (``:tenant``, ``:lower``, ``:upper``).
+    """
+    columns = ", ".join(model.columns) if model.columns else "*"
+    where = [f"{lm_expr} >= :lower", f"{lm_expr} < :upper"]
+    if tenant_filter:
+        where.insert(0, tenant_filter)
+    return f"WITH q AS ({relation}) SELECT {columns} FROM q WHERE {' AND '.join(where)}"
+
+
+def normalize_last_modified(df: DataFrame, *, model: ModelConfig, recipient: RecipientConfig, bounds: Bounds) -> DataFrame:
+    """Make the last-modified column a UTC timestamp and apply the bounds to it.
+
+    A zone-less column is rejected unless the model names its zone; then the pushed-down prefilter is
+    widened by a day on each side (offsets and DST) and the exact bounds are applied after conversion.
+    """
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import TimestampNTZType, TimestampType
+
+    lm = model.last_modified_column
+    fields = {f.name: f.dataType for f in df.schema.fields}
+    if lm not in fields:
+        raise SchemaError(
+            f'model {model.model_name}: last_modified_column "{lm}" is not in the source '
+            f"(columns: {', '.join(fields)}); fix `last_modified_column` or `columns`"
+        )
+    kind = fields[lm]
+    if isinstance(kind, TimestampType):
+        return df.where((F.col(lm) >= F.lit(bounds.lower)) & (F.col(lm) < F.lit(bounds.upper)))
+    if isinstance(kind, TimestampNTZType):
+        if not model.last_modified_timezone:
+            raise SchemaError(
+                f'model {model.model_name}: last_modified_column "{lm}" is a timestamp without time zone; '
+                "declare the zone it is written in with `last_modified_timezone` (e.g. UTC, Europe/Berlin)"
+            )
+        day = timedelta(days=1)
+        naive_lower = (bounds.lower - day).replace(tzinfo=None)
+        naive_upper = (bounds.upper + day).replace(tzinfo=None)
+        pre = df.where((F.col(lm) >= F.lit(naive_lower).cast("timestamp_ntz")) & (F.col(lm) < F.lit(naive_upper).cast("timestamp_ntz")))
+        converted = pre.withColumn(lm, F.to_utc_timestamp(F.col(lm).cast("timestamp"), model.last_modified_timezone))
+        return converted.where((F.col(lm) >= F.lit(bounds.lower)) & (F.col(lm) < F.lit(bounds.upper)))
+    raise SchemaError(
+        f'model {model.model_name}: last_modified_column "{lm}" has type {kind.simpleString()}; it must be a '
+        "timestamp (for CSV/JSON sources set the reader option timestampFormat, or cast it in a source_query)"
+    )
+
+
+def select_columns(df: DataFrame, model: ModelConfig) -> DataFrame:
+    if not model.columns:
+        return df
+    present = set(df.columns)
+    missing = [c for c in model.columns if c not in present]
+    if missing:
+        raise SchemaError(
+            f"model {model.model_name}: columns {missing} are not in the source "
+            f"(it has: {', '.join(df.columns)}); fix `columns`"
+        )
+    return df.select(*model.columns)

@@ -1,0 +1,115 @@
+"""Stage a batch once as Parquet, then validate and count it from the staged files."""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.dataset as ds
+
+from incsync.config import ModelConfig
+from incsync.errors import ValidationError
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+MAX_REPORTED_KEYS = 10
+
+
+@dataclass(frozen=True)
+class StagedBatch:
+    """Parquet files private to one transfer; every later step reads these, never the source."""
+
+    path: Path
+    files: tuple[Path, ...]
+    schema: pa.Schema
+    rows: int
+    bytes: int
+
+    def dataset(self) -> ds.Dataset:
+        return ds.dataset([str(f) for f in self.files], format="parquet", schema=self.schema)
+
+    def reader(self) -> pa.RecordBatchReader:
+        return self.dataset().scanner().to_reader()
+
+    def table(self, columns: list[str] | None = None) -> pa.Table:
+        return self.dataset().to_table(columns=columns)
+
+
+def stage(df: DataFrame, path: Path) -> StagedBatch:
+    """Write ``df`` once (UTC microsecond timestamps) and describe the files."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    df.write.mode("overwrite").option("outputTimestampType", "TIMESTAMP_MICROS").parquet(str(path))
+    files = tuple(sorted(p for p in path.glob("*.parquet")))
+    schema = _utc_schema(df, ds.dataset([str(f) for f in files], format="parquet").schema if files else None)
+    rows = ds.dataset([str(f) for f in files], format="parquet", schema=schema).count_rows() if files else 0
+    return StagedBatch(path=path, files=files, schema=schema, rows=rows, bytes=sum(f.stat().st_size for f in files))
+
+
+def _utc_schema(df: DataFrame, file_schema: pa.Schema | None) -> pa.Schema:
+    if file_schema is not None:
+        return file_schema.remove_metadata()
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    return to_arrow_schema(df.schema).remove_metadata()
+
+
+def remove(path: Path) -> None:
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@dataclass(frozen=True)
+class BatchFacts:
+    """What validation learns on the way: counts and the batch's greatest last-modified."""
+
+    rows: int
+    delta_rows: int
+    max_last_modified: datetime | None
+
+
+def _keys_text(table: pa.Table, pk: list[str]) -> str:
+    rows = table.select(pk).slice(0, MAX_REPORTED_KEYS).to_pylist()
+    return ", ".join("(" + ", ".join(repr(r[c]) for c in pk) + ")" for r in rows)
+
+
+def validate_and_count(
+    batch: StagedBatch, *, model: ModelConfig, recipient_id: str, delta_threshold: datetime | None
+) -> BatchFacts:
+    """Primary key non-null and unique, last-modified non-null; then the counts (DESIGN step 5-6)."""
+    pk, lm = list(model.primary_key), model.last_modified_column
+    where = f"model {model.model_name}, recipient {recipient_id}"
+    missing = [c for c in [*pk, lm] if c not in batch.schema.names]
+    if missing:
+        raise ValidationError(f"{where}: staged batch lacks columns {missing}; fix the model's primary_key/last_modified_column")
+    if batch.rows == 0:
+        return BatchFacts(rows=0, delta_rows=0, max_last_modified=None)
+    keys = batch.table(columns=list(dict.fromkeys([*pk, lm])))
+
+    null_pk = keys.filter(pc.or_kleene(*[pc.is_null(keys[c]) for c in pk]) if len(pk) > 1 else pc.is_null(keys[pk[0]]))
+    if null_pk.num_rows:
+        raise ValidationError(
+            f"{where}: {null_pk.num_rows} row(s) have a NULL primary key {pk} (e.g. {_keys_text(null_pk, pk)}); "
+            "nothing was published. Fix the source rows or the model's primary_key."
+        )
+    null_lm = keys.filter(pc.is_null(keys[lm]))
+    if null_lm.num_rows:
+        raise ValidationError(
+            f"{where}: {null_lm.num_rows} row(s) have a NULL last-modified column {lm} "
+            f"(keys {_keys_text(null_lm, pk)}); nothing was published. Fix the source rows or the model."
+        )
+    counts = keys.group_by(pk).aggregate([([], "count_all")])
+    dupes = counts.filter(pc.greater(counts["count_all"], 1))
+    if dupes.num_rows:
+        raise ValidationError(
+            f"{where}: {dupes.num_rows} primary key value(s) {pk} occur more than once in the batch: "
+            f"{_keys_text(dupes.sort_by([(c, 'ascending') for c in pk]), pk)}; nothing was published. "
+            "Fix the source or choose a primary_key that is unique."
+        )
+    lm_values = keys[lm]
+    delta = keys.num_rows if delta_threshold is None else pc.sum(pc.greater(lm_values, pa.scalar(delta_threshold, lm_values.type))).as_py() or 0
+    return BatchFacts(rows=keys.num_rows, delta_rows=int(delta), max_last_modified=pc.max(lm_values).as_py())

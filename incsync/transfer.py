@@ -1,0 +1,148 @@
+"""One transfer of (model, recipient, window): DESIGN "One transfer", steps 1-8."""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from incsync.changes import (
+    Bounds,
+    compute_bounds,
+    delta_threshold,
+    epoch_seconds_floor,
+    from_epoch,
+    new_high_watermark,
+    to_micros,
+)
+from incsync.config import ModelConfig, RecipientConfig
+from incsync.destinations.base import FULL_REFRESH, INCREMENTAL, Destination, TransferRecord
+from incsync.partitions import WindowPartition
+from incsync.sources.base import Source
+from incsync.staging import remove, stage, validate_and_count
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+log = logging.getLogger(__name__)
+
+
+def recipient_start(model: ModelConfig, recipient: RecipientConfig) -> datetime:
+    """Where a recipient's data starts: its own override, else the model's."""
+    epoch = recipient.default_full_refresh_min_start_time_epoch
+    return from_epoch(model.min_start_time_epoch if epoch is None else epoch)
+
+
+def new_transfer_id() -> str:
+    return f"{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}-{uuid.uuid4().hex[:12]}"
+
+
+@dataclass
+class TransferRequest:
+    """Everything one transfer needs; the asset builds it, the IO manager runs it."""
+
+    model: ModelConfig
+    recipient: RecipientConfig
+    partition: WindowPartition
+    grid_start: datetime
+    lookback_seconds: int
+    fingerprint: str
+    source: Source
+    destination: Destination
+    spark: Callable[[], SparkSession]
+    scheduled: bool = False
+    full_refresh: bool = False
+
+
+@dataclass(frozen=True)
+class TransferOutcome:
+    """A committed transfer and what it cost."""
+
+    record: TransferRecord
+    bounds: Bounds
+    staged_bytes: int
+    duration_seconds: float
+    full_refresh_reason: str | None
+    destination_metadata: dict[str, object] = field(default_factory=dict)
+
+
+def run_transfer(request: TransferRequest, *, staging_root: Path) -> TransferOutcome:
+    """Read state, bound, extract, stage once, validate, count, publish; staging removed always."""
+    started = time.monotonic()
+    model, recipient, window = request.model, request.recipient, request.partition
+    state = request.destination.read_state(model=model, recipient=recipient)
+    start_r = recipient_start(model, recipient)
+
+    reason = None
+    if request.full_refresh:
+        reason = "requested"
+    elif state.last_transfer is not None and state.last_transfer.fingerprint != request.fingerprint:
+        reason = f"model_changed ({state.last_transfer.fingerprint} -> {request.fingerprint})"
+
+    if reason:
+        previous_hw = None
+        bounds = Bounds(lower=start_r, upper=window.end, lookback_seconds=request.lookback_seconds, reason="full_refresh")
+    else:
+        previous_hw = state.high_watermark
+        bounds = compute_bounds(
+            window_start=window.start,
+            window_end=window.end,
+            grid_start=request.grid_start,
+            recipient_start=start_r,
+            high_watermark=previous_hw,
+            lookback_seconds=request.lookback_seconds,
+            scheduled=request.scheduled,
+        )
+
+    transfer_id = new_transfer_id()
+    staging = staging_root / f"{model.model_name}-{recipient.id}-{transfer_id}"
+    log.info(
+        "transfer %s: model %s recipient %s window [%s, %s) bounds [%s, %s) (%s)",
+        transfer_id, model.model_name, recipient.id, window.start, window.end, bounds.lower, bounds.upper, bounds.reason,
+    )
+    try:
+        df = request.source.read(request.spark(), model=model, recipient=recipient, bounds=bounds)
+        batch = stage(df, staging)
+        facts = validate_and_count(batch, model=model, recipient_id=recipient.id, delta_threshold=delta_threshold(previous_hw))
+        hw = new_high_watermark(previous_hw, facts.max_last_modified)
+        record = TransferRecord(
+            transfer_id=transfer_id,
+            model_name=model.model_name,
+            recipient_id=recipient.id,
+            window_start=window.start.isoformat(),
+            window_end=window.end.isoformat(),
+            lower_bound=bounds.lower.isoformat(),
+            upper_bound=bounds.upper.isoformat(),
+            rows_transferred=facts.rows,
+            delta_rows_transferred=facts.delta_rows,
+            high_watermark_micros=None if hw is None else to_micros(hw),
+            transfer_type=FULL_REFRESH if reason else INCREMENTAL,
+            fingerprint=request.fingerprint,
+            lookback_seconds=request.lookback_seconds,
+            committed_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            extra={"full_refresh_reason": reason} if reason else {},
+        )
+        destination_metadata = request.destination.publish(
+            model=model, recipient=recipient, batch=batch, record=record, expected=state
+        )
+        staged_bytes = batch.bytes
+    finally:
+        remove(staging)
+    return TransferOutcome(
+        record=record,
+        bounds=bounds,
+        staged_bytes=staged_bytes,
+        duration_seconds=time.monotonic() - started,
+        full_refresh_reason=reason,
+        destination_metadata=destination_metadata,
+    )
+
+
+def high_watermark_epoch(record: TransferRecord) -> int | None:
+    hw = record.high_watermark
+    return None if hw is None else epoch_seconds_floor(hw)

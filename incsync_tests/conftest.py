@@ -1,0 +1,57 @@
+"""Shared fixtures: one Spark session for the whole suite, lake tables, configs, Dagster instances."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from incsync_tests.support import SPARK_TEST_CONFIG
+
+
+@pytest.fixture(scope="session")
+def spark():
+    """A warm local Spark session shared by every test (a cold start costs 10-30 s here)."""
+    from pyspark.sql import SparkSession
+
+    builder = SparkSession.builder
+    for key, value in SPARK_TEST_CONFIG.items():
+        builder = builder.config(key, value)
+    session = builder.getOrCreate()
+    session.sparkContext.setLogLevel("ERROR")
+    yield session
+    session.stop()
+
+
+@pytest.fixture
+def workdir(tmp_path: Path) -> Path:
+    return tmp_path
+
+
+@pytest.fixture
+def dagster_instance(tmp_path: Path) -> Iterator[object]:
+    import dagster as dg
+
+    with dg.instance_for_test(temp_dir=str(tmp_path / "dagster_home")) as instance:
+        yield instance
+
+
+def in_ci() -> bool:
+    return os.environ.get("CI", "").lower() in ("1", "true", "yes")
+
+
+@pytest.fixture
+def unique_name() -> str:
+    return f"incsync_t_{uuid.uuid4().hex[:10]}"
+
+
+@pytest.fixture(autouse=True)
+def _isolated_staging(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    staging = tmp_path / "staging"
+    monkeypatch.setenv("INCSYNC_STAGING_DIR", str(staging))
+    yield
+    shutil.rmtree(staging, ignore_errors=True)
