@@ -66,6 +66,9 @@ class JdbcSourceConfig(_Strict):
     user: str | None = None
     password_env: str | None = Field(default=None, description="Name of the variable holding the password.")
     driver_jar: str | None = Field(default=None, description="Path of the JDBC driver jar; default from the OS packages.")
+    driver_package: str | None = Field(
+        default=None, description="Maven coordinates of the JDBC driver (spark.jars.packages), where Maven is reachable."
+    )
     lookback_seconds: int | None = Field(default=None, ge=0)
     max_concurrent_transfers: int = Field(default=10, ge=1)
     max_concurrent_queries_per_transfer: int = Field(default=1, ge=1)

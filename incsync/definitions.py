@@ -21,13 +21,16 @@ from incsync.resources import (
     source_resource_key,
     spark_resource,
 )
+from incsync.sources.jdbc import driver_jars, driver_packages
 
 
 def build_definitions(path: str | os.PathLike[str] | None = None) -> dg.Definitions:
     file = str(config_path(path).resolve())
     config = load_config(file)
     resources: dict[str, object] = {
-        "spark": spark_resource(config.spark),
+        "spark": spark_resource(
+            config.spark, extra_jars=driver_jars(config.sources), packages=driver_packages(config.sources)
+        ),
         "incsync": IncsyncConfigResource(config_path=file),
         IO_MANAGER_KEY: TransferIOManager(staging_dir=default_staging_dir(config)),
     }

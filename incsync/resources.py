@@ -4,6 +4,7 @@ and the recipient registry. None of them starts a JVM or opens a connection unti
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from functools import lru_cache
 from pathlib import Path
 
@@ -31,20 +32,27 @@ SPARK_DEFAULTS: dict[str, str] = {
 }
 
 
-def spark_config(overrides: dict[str, str] | None = None) -> dict[str, str]:
-    """Defaults plus the OS's JDBC driver jars (no Maven download needed) plus the file's settings."""
+def spark_config(
+    overrides: dict[str, str] | None = None, *, extra_jars: Sequence[str] = (), packages: Sequence[str] = ()
+) -> dict[str, str]:
+    """Defaults plus the OS's JDBC driver jars (no Maven download needed), the sources' own driver
+    jars and Maven packages, plus the file's settings."""
     conf = dict(SPARK_DEFAULTS)
-    jars = [j for j in JDBC_DRIVER_JARS if Path(j).exists()]
+    jars = [j for j in JDBC_DRIVER_JARS if Path(j).exists()] + [j for j in extra_jars if j not in JDBC_DRIVER_JARS]
     if jars:
         conf["spark.jars"] = ",".join(jars)
+    if packages:
+        conf["spark.jars.packages"] = ",".join(packages)
     conf.update(overrides or {})
     if "spark.remote" in conf:  # Spark Connect: the server owns master, jars and driver settings
         conf = {k: v for k, v in conf.items() if k in ("spark.remote", "spark.app.name") or k.startswith("spark.sql.")}
     return conf
 
 
-def spark_resource(overrides: dict[str, str] | None = None) -> LazyPySparkResource:
-    return LazyPySparkResource(spark_config=spark_config(overrides))
+def spark_resource(
+    overrides: dict[str, str] | None = None, *, extra_jars: Sequence[str] = (), packages: Sequence[str] = ()
+) -> LazyPySparkResource:
+    return LazyPySparkResource(spark_config=spark_config(overrides, extra_jars=extra_jars, packages=packages))
 
 
 @lru_cache(maxsize=8)

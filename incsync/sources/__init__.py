@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
-from incsync.config import LakeSourceConfig, SourceConfig
-from incsync.errors import ConfigError
+from typing import TYPE_CHECKING
+
+from incsync.config import IncsyncConfig, LakeSourceConfig, SourceConfig
+from incsync.errors import ConfigError, IncsyncError
 from incsync.sources.base import Source
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 
 def build_source(config: SourceConfig) -> Source:
@@ -19,4 +24,22 @@ def build_source(config: SourceConfig) -> Source:
     return JdbcSource(config)
 
 
-__all__ = ["Source", "build_source"]
+def check_sources(config: IncsyncConfig, spark: SparkSession) -> list[str]:
+    """Authorize every model's source ("can we read it?"); one line per problem, empty when all is well.
+
+    A column-tenanted model is checked once (its table is shared by every recipient); a
+    schema-tenanted model once per enabled recipient (each has its own schema).
+    """
+    problems: list[str] = []
+    recipients = [r for r in config.recipients if r.enabled]
+    for model in config.models:
+        source = build_source(config.source(model.source))
+        for recipient in recipients if model.tenancy == "schema" else recipients[:1]:
+            try:
+                source.check(spark, model=model, recipient=recipient)
+            except IncsyncError as exc:
+                problems.append(f"models.{model.model_name} (recipient {recipient.id}): {exc}")
+    return problems
+
+
+__all__ = ["Source", "build_source", "check_sources"]

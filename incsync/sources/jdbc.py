@@ -1,0 +1,355 @@
+"""Database sources over Spark JDBC: PostgreSQL and MySQL/MariaDB, the whole predicate in the database.
+
+Spark JDBC has no bind parameters, so the tenant value is written as a literal that no session
+setting can reinterpret (PostgreSQL ``E'...'`` with quotes and backslashes doubled; MySQL a hex
+literal converted to text). Bounds are formatted by us from UTC datetimes. Spark's own filters are
+not pushed down (``pushDownPredicate=false``): its timestamp literals follow the JVM's zone.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from incsync.changes import UTC, Bounds
+from incsync.config import JdbcSourceConfig, ModelConfig, RecipientConfig
+from incsync.errors import ConfigError, SchemaError, SourceError
+from incsync.sources.base import Source, normalize_last_modified, select_columns
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.types import DataType
+
+log = logging.getLogger(__name__)
+
+_IDENTIFIER_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_NUMERIC_KEYS = ("IntegerType", "LongType", "ShortType", "ByteType", "DecimalType")
+
+
+@dataclass(frozen=True)
+class Driver:
+    """Where a vendor's JDBC driver comes from."""
+
+    class_name: str
+    os_jar: str | None
+    package: str
+
+
+DRIVERS: dict[str, Driver] = {
+    "postgres": Driver("org.postgresql.Driver", "/usr/share/java/postgresql.jar", "libpostgresql-jdbc-java"),
+    "mysql": Driver("org.mariadb.jdbc.Driver", "/usr/share/java/mariadb-java-client.jar", "libmariadb-java"),
+    "mariadb": Driver("org.mariadb.jdbc.Driver", "/usr/share/java/mariadb-java-client.jar", "libmariadb-java"),
+    "athena": Driver("com.simba.athena.jdbc.Driver", None, "the Amazon Athena JDBC driver jar (set `driver_jar`)"),
+}
+
+
+def driver_jars(sources: Sequence[object]) -> list[str]:
+    """Jars named by JDBC sources' ``driver_jar``: they must be on Spark's classpath when the JVM starts."""
+    return [s.driver_jar for s in sources if isinstance(s, JdbcSourceConfig) and s.driver_jar]
+
+
+def driver_packages(sources: Sequence[object]) -> list[str]:
+    """Maven coordinates of JDBC drivers (``spark.jars.packages``), for networks that reach Maven."""
+    return [s.driver_package for s in sources if isinstance(s, JdbcSourceConfig) and s.driver_package]
+
+
+def postgres_literal(value: str) -> str:
+    """An escape-string literal: means the same whatever ``standard_conforming_strings`` says."""
+    _reject_nul(value)
+    return "E'" + value.replace("\\", "\\\\").replace("'", "''") + "'"
+
+
+def mysql_literal(value: str) -> str:
+    """A hex literal read as utf8mb4 text: immune to ``NO_BACKSLASH_ESCAPES`` and ``ANSI_QUOTES``."""
+    _reject_nul(value)
+    return f"CONVERT(X'{value.encode('utf-8').hex()}' USING utf8mb4)"
+
+
+def _reject_nul(value: str) -> None:
+    if "\x00" in value:
+        raise ConfigError("recipients", ["id_in_provider_system: a NUL character cannot be a tenant value; remove it"])
+
+
+class _Dialect:
+    """SQL text that differs by vendor."""
+
+    quote = '"'
+
+    def ident(self, name: str) -> str:
+        return f"{self.quote}{name}{self.quote}"
+
+    def literal(self, value: str) -> str:
+        return postgres_literal(value)
+
+    def timestamp(self, ts: datetime, *, zoned: bool) -> str:
+        text = ts.strftime("%Y-%m-%d %H:%M:%S.%f")
+        return f"TIMESTAMPTZ '{text}+00:00'" if zoned else f"TIMESTAMP '{text}'"
+
+    def wrap(self, source_query: str, select: str, where: str) -> str:
+        return f"WITH q AS ({source_query}) SELECT {select} FROM q WHERE {where}"
+
+    def url(self, url: str, schema: str | None) -> str:
+        return url
+
+    def properties(self, schema: str | None) -> dict[str, str]:
+        # currentSchema makes unqualified names in a source_query resolve in the recipient's schema.
+        props = {"readOnly": "true", "ApplicationName": "incsync", "connectTimeout": "10", "loginTimeout": "10"}
+        if schema:
+            props["currentSchema"] = schema
+        return props
+
+
+class _MySqlDialect(_Dialect):
+    quote = "`"
+
+    def literal(self, value: str) -> str:
+        return mysql_literal(value)
+
+    def timestamp(self, ts: datetime, *, zoned: bool) -> str:
+        # The session runs in UTC (time_zone='+00:00'), so TIMESTAMP columns compare in UTC.
+        return f"'{ts.strftime('%Y-%m-%d %H:%M:%S.%f')}'"
+
+    def wrap(self, source_query: str, select: str, where: str) -> str:
+        # A derived table, not a CTE: MySQL 5.7 has no WITH.
+        return f"SELECT {select} FROM ({source_query}) q WHERE {where}"
+
+    def url(self, url: str, schema: str | None) -> str:
+        """``jdbc:mysql:`` so Spark picks its MySQL dialect (backquotes, DATETIME as timestamp_ntz);
+        the MariaDB driver accepts it (3.x with ``permitMysqlScheme``). Schema tenancy: the
+        recipient's schema is the URL's database."""
+        url = re.sub(r"^jdbc:mariadb:", "jdbc:mysql:", url)
+        if schema:
+            url = re.sub(r"^(jdbc:mysql://[^/?]*)(/[^?]*)?", lambda m: f"{m.group(1)}/{schema}", url)
+        if "permitMysqlScheme" not in url:
+            url += ("&" if "?" in url else "?") + "permitMysqlScheme"
+        return url
+
+    def properties(self, schema: str | None) -> dict[str, str]:
+        # Session in UTC and the driver told so: TIMESTAMP values arrive as the right instant and
+        # DATETIME wall clocks arrive unchanged, whatever the JVM's default zone.
+        return {
+            "sessionVariables": "time_zone='+00:00'",
+            "serverTimezone": "UTC",
+            "useLegacyDatetimeCode": "false",
+            "connectTimeout": "10000",
+        }
+
+
+def dialect_for(vendor: str) -> _Dialect:
+    return _MySqlDialect() if vendor in ("mysql", "mariadb") else _Dialect()
+
+
+class JdbcSource(Source):
+    """One database; every read is one query (or ``numPartitions`` range queries on the key)."""
+
+    def __init__(self, config: JdbcSourceConfig):
+        self.config = config
+        self.vendor = config.vendor
+        self.dialect = dialect_for(config.vendor)
+        self.driver = DRIVERS[config.vendor]
+
+    def schema_of(self, model: ModelConfig, recipient: RecipientConfig) -> str | None:
+        if model.tenancy != "schema":
+            return None
+        schema = recipient.id_in_provider_system
+        if not _IDENTIFIER_RE.match(schema):
+            raise ConfigError(
+                "recipients",
+                [
+                    f'{recipient.id}.id_in_provider_system: "{schema}" names the schema of schema-tenanted model '
+                    f"{model.model_name}, so it must be a plain identifier (letters, digits, _)"
+                ],
+            )
+        return schema
+
+    def relation_sql(self, model: ModelConfig, recipient: RecipientConfig, *, bounds_where: str | None) -> str:
+        """The query the database runs: columns, tenant and (optionally) bounds, nothing left to Spark."""
+        d = self.dialect
+        select = ", ".join(d.ident(c) for c in model.columns) if model.columns else "*"
+        where = []
+        if model.organization_column:
+            where.append(f"{d.ident(model.organization_column)} = {d.literal(recipient.id_in_provider_system)}")
+        if bounds_where:
+            where.append(bounds_where)
+        condition = " AND ".join(where) or "1=1"
+        if model.source_query is not None:
+            return d.wrap(_strip_query(model.source_query), select, condition)
+        assert model.source_table is not None
+        schema = self.schema_of(model, recipient)
+        table = f"{schema}.{model.source_table}" if schema else model.source_table
+        return f"SELECT {select} FROM {table} WHERE {condition}"
+
+    def _options(self, model: ModelConfig, recipient: RecipientConfig) -> dict[str, str]:
+        cfg = self.config
+        if cfg.driver_jar and not Path(cfg.driver_jar).exists():
+            raise SourceError(
+                f"source {cfg.name}: driver_jar {cfg.driver_jar} does not exist; install {self.driver.package} "
+                "or point `driver_jar` at the vendor's JDBC driver jar"
+            )
+        schema = self.schema_of(model, recipient)
+        options = {
+            "url": self.dialect.url(cfg.jdbc_url, schema),
+            "driver": self.driver.class_name,
+            "fetchsize": str(cfg.fetch_size),
+            "preferTimestampNTZ": "true",
+            "pushDownPredicate": "false",
+            **self.dialect.properties(schema),
+        }
+        if cfg.user:
+            options["user"] = cfg.user
+        return options
+
+    def _secrets(self) -> list[str]:
+        password = self.config.password()
+        return [password.get_secret_value()] if password and password.get_secret_value() else []
+
+    def _load(self, spark: SparkSession, sql: str, options: dict[str, str], *, what: str, extra: dict[str, str] | None = None) -> DataFrame:
+        reader = spark.read.format("jdbc").options(**options, **(extra or {}))
+        password = self.config.password()
+        if password is not None:
+            # A reader option (a connection property), never the URL or the Spark conf.
+            reader = reader.option("password", password.get_secret_value())
+        try:
+            return reader.option("dbtable", f"({sql}) incsync_src").load()
+        except Exception as exc:  # noqa: BLE001 - every driver failure becomes one clear SourceError
+            raise self._error(exc, what=what) from None
+
+    def _probe(self, spark: SparkSession, model: ModelConfig, recipient: RecipientConfig) -> dict[str, DataType]:
+        """Connect and learn the relation's columns (Spark runs it with ``WHERE 1=0``)."""
+        options = self._options(model, recipient)
+        sql = self.relation_sql(model, recipient, bounds_where=None)
+        df = self._load(spark, sql, options, what=f"model {model.model_name}, recipient {recipient.id}")
+        fields = {f.name: f.dataType for f in df.schema.fields}
+        for column in [*model.primary_key, model.last_modified_column, *filter(None, [model.organization_column])]:
+            if column not in fields:
+                raise SchemaError(
+                    f'model {model.model_name}: column "{column}" is not in the source of recipient {recipient.id} '
+                    f"(it has: {', '.join(fields)}); fix the model's columns"
+                )
+        return fields
+
+    def check(self, spark: SparkSession, *, model: ModelConfig, recipient: RecipientConfig) -> None:
+        """Authorize the source: connect, and find the table and the model's columns."""
+        fields = self._probe(spark, model, recipient)
+        kind = type(fields[model.last_modified_column]).__name__
+        if kind == "TimestampNTZType" and not model.last_modified_timezone:
+            raise SchemaError(
+                f'model {model.model_name}: last_modified_column "{model.last_modified_column}" is a timestamp '
+                "without time zone; declare the zone it is written in with `last_modified_timezone`"
+            )
+        if kind not in ("TimestampType", "TimestampNTZType"):
+            raise SchemaError(
+                f'model {model.model_name}: last_modified_column "{model.last_modified_column}" has type '
+                f"{fields[model.last_modified_column].simpleString()}; it must be a timestamp"
+            )
+
+    def read(
+        self, spark: SparkSession, *, model: ModelConfig, recipient: RecipientConfig, bounds: Bounds
+    ) -> DataFrame:
+        from pyspark.sql import functions as F
+        from pyspark.sql.types import StringType, TimestampType
+
+        fields = self._probe(spark, model, recipient)
+        zoned = isinstance(fields[model.last_modified_column], TimestampType)
+        lower, upper = bounds.lower.astimezone(UTC), bounds.upper.astimezone(UTC)
+        if not zoned:
+            # Zone-less column: a day wider in the database, exact after conversion (normalize_last_modified).
+            lower, upper = (lower - timedelta(days=1)).replace(tzinfo=None), (upper + timedelta(days=1)).replace(tzinfo=None)
+        lm = self.dialect.ident(model.last_modified_column)
+        bounds_where = (
+            f"{lm} >= {self.dialect.timestamp(lower, zoned=zoned)} AND {lm} < {self.dialect.timestamp(upper, zoned=zoned)}"
+        )
+        sql = self.relation_sql(model, recipient, bounds_where=bounds_where)
+        options = self._options(model, recipient)
+        what = f"model {model.model_name}, recipient {recipient.id}"
+        df = self._load(spark, sql, options, what=what, extra=self._partitioning(spark, model, fields, sql, options, what))
+        if model.organization_column and isinstance(fields[model.organization_column], StringType):
+            # Case-insensitive or PAD SPACE collations match more than the exact value; Spark compares exactly.
+            df = df.where(F.col(model.organization_column) == F.lit(recipient.id_in_provider_system))
+        df = normalize_last_modified(df, model=model, recipient=recipient, bounds=bounds)
+        return select_columns(df, model)
+
+    def _partitioning(
+        self, spark: SparkSession, model: ModelConfig, fields: dict[str, DataType], sql: str, options: dict[str, str], what: str
+    ) -> dict[str, str]:
+        """``numPartitions`` range reads on a single numeric key, bounded by its min/max inside the bounds."""
+        n = self.config.max_concurrent_queries_per_transfer
+        if n <= 1:
+            return {}
+        key = model.primary_key[0]
+        if len(model.primary_key) != 1 or type(fields[key]).__name__ not in _NUMERIC_KEYS:
+            log.info("model %s: key %s is not one numeric column; reading with one query", model.model_name, model.primary_key)
+            return {}
+        k = self.dialect.ident(key)
+        stats = self._load(spark, f"SELECT MIN({k}) AS lo, MAX({k}) AS hi FROM ({sql}) b", options, what=what).collect()[0]
+        if stats["lo"] is None or stats["lo"] == stats["hi"]:
+            return {}
+        return {
+            "partitionColumn": key,
+            "lowerBound": str(int(stats["lo"])),
+            "upperBound": str(int(stats["hi"]) + 1),
+            "numPartitions": str(n),
+        }
+
+    def _error(self, exc: BaseException, *, what: str) -> SourceError:
+        """One line naming the source, the model/recipient, the cause and the fix; secrets removed."""
+        cfg = self.config
+        detail = sanitize(_root_cause(exc), self._secrets())
+        lowered = detail.lower()
+        if "classnotfoundexception" in lowered or "no suitable driver" in lowered:
+            fix = (
+                f"JDBC driver {self.driver.class_name} is not on Spark's classpath; install {self.driver.package} "
+                "(scripts/system-deps.sh) or set `driver_jar`, then restart so Spark starts with it"
+            )
+            return SourceError(f"source {cfg.name}: {what}: {fix}")
+        if any(s in lowered for s in ("password authentication failed", "access denied", "role \"", "authentication")):
+            fix = f"check `user` ({cfg.user}) and the password in the variable named by `password_env` ({cfg.password_env})"
+        elif any(s in lowered for s in ("unknownhost", "connection refused", "connection attempt failed", "could not connect", "socket fail", "timed out", "connect timed")):
+            fix = f"check the host and port in `jdbc_url` ({sanitize(_url_without_query(cfg.jdbc_url), [])}) and that the server is up"
+        elif any(s in lowered for s in ("does not exist", "doesn't exist", "unknown database", "unknown column", "unknown table")):
+            fix = "check the model's source_table/source_query, columns and (schema tenancy) the recipient's schema"
+        elif "permission denied" in lowered or "command denied" in lowered:
+            fix = f"grant SELECT on the model's table to `user` ({cfg.user})"
+        else:
+            fix = "see the cause above"
+        return SourceError(f"source {cfg.name}: {what}: {detail}; {fix}")
+
+
+def _strip_query(query: str) -> str:
+    return query.strip().removesuffix(";").rstrip()
+
+
+def _url_without_query(url: str) -> str:
+    return url.split("?", 1)[0]
+
+
+def _root_cause(exc: BaseException) -> str:
+    """The deepest Java cause's class and message, else the Python message's first line."""
+    java = getattr(exc, "java_exception", None)
+    if java is not None:
+        try:
+            causes = []
+            while java is not None and len(causes) < 20:
+                causes.append(f"{java.getClass().getSimpleName()}: {java.getMessage()}")
+                java = java.getCause()
+            return " <- ".join(reversed(causes[-2:])) if len(causes) > 1 else causes[0]
+        except Exception:  # noqa: BLE001 - the gateway may be gone; fall back to the text
+            pass
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def sanitize(text: str, secrets: list[str]) -> str:
+    """Remove secrets and anything that looks like one; keep the message to one readable line."""
+    for secret in secrets:
+        if secret:
+            text = text.replace(secret, "***")
+    text = re.sub(r"(?i)(password\s*[=:]\s*)[^\s&;,)]+", r"\1***", text)
+    text = re.sub(r"//[^/@\s]*:[^/@\s]*@", "//***@", text)
+    text = " ".join(text.split())
+    return text[:500]
