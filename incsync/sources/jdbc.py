@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -211,10 +212,12 @@ class JdbcSource(Source):
     def _load(self, spark: SparkSession, sql: str, options: dict[str, str], *, what: str, extra: dict[str, str] | None = None) -> DataFrame:
         reader = spark.read.format("jdbc").options(**options, **(extra or {}))
         password = self.config.password()
-        if password is not None:
-            # A reader option (a connection property), never the URL or the Spark conf.
-            reader = reader.option("password", password.get_secret_value())
         try:
+            if password is not None:
+                # A reader option (a connection property), never the URL or the Spark conf; py4j's
+                # DEBUG log prints every command's arguments, so it is kept quiet meanwhile.
+                with _quiet_py4j():
+                    reader = reader.option("password", password.get_secret_value())
             return reader.option("dbtable", f"({sql}) incsync_src").load()
         except Exception as exc:  # noqa: BLE001 - every driver failure becomes one clear SourceError
             raise self._error(exc, what=what) from None
@@ -320,6 +323,17 @@ class JdbcSource(Source):
         return SourceError(f"source {cfg.name}: {what}: {detail}; {fix}")
 
 
+@contextmanager
+def _quiet_py4j() -> Iterator[None]:
+    logger = logging.getLogger("py4j")
+    level = logger.level
+    logger.setLevel(max(logging.INFO, logger.getEffectiveLevel()))
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+
+
 def _strip_query(query: str) -> str:
     return query.strip().removesuffix(";").rstrip()
 
@@ -330,7 +344,7 @@ def _url_without_query(url: str) -> str:
 
 def _root_cause(exc: BaseException) -> str:
     """The deepest Java cause's class and message, else the Python message's first line."""
-    java = getattr(exc, "java_exception", None)
+    java = getattr(exc, "java_exception", None) or getattr(exc, "_origin", None)
     if java is not None:
         try:
             causes = []
