@@ -360,3 +360,21 @@ def test_missing_driver_names_the_package(spark, tmp_path):
             "JDBC driver com.simba.athena.jdbc.Driver is not on Spark's classpath; install the Amazon Athena JDBC "
             "driver jar (set `driver_jar`) (scripts/system-deps.sh) or set `driver_jar`, then restart so Spark starts with it"
         )
+
+
+def test_check_warns_when_the_source_user_can_write(spark, tmp_path, caplog):
+    with pg_database() as db:
+        db.execute(PG_ORDERS.format(table="orders"))
+        reader = f"incsync_ro_{uuid.uuid4().hex[:8]}"
+        db.execute(f"CREATE ROLE {reader} LOGIN; GRANT SELECT ON orders TO {reader}")
+        try:
+            with caplog.at_level(logging.WARNING, logger="incsync.sources.jdbc"):
+                assert check_sources(load_config(jdbc_config(tmp_path, db)), spark) == []
+                assert [r.getMessage() for r in caplog.records] == [
+                    f"source db: user {db.user} can write to orders; incsync only reads, so grant it SELECT only"
+                ]
+                caplog.clear()
+                assert check_sources(load_config(jdbc_config(tmp_path, db, source={"user": reader})), spark) == []
+                assert caplog.records == []
+        finally:
+            db.execute(f"REVOKE ALL ON orders FROM {reader}; DROP ROLE {reader}")

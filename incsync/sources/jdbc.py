@@ -250,6 +250,20 @@ class JdbcSource(Source):
                 f'model {model.model_name}: last_modified_column "{model.last_modified_column}" has type '
                 f"{fields[model.last_modified_column].simpleString()}; it must be a timestamp"
             )
+        if self.vendor == "postgres" and model.source_table is not None:
+            self._warn_if_writable(spark, model, recipient)
+
+    def _warn_if_writable(self, spark: SparkSession, model: ModelConfig, recipient: RecipientConfig) -> None:
+        """Sources should be read with read-only credentials; say so when this user could write."""
+        schema = self.schema_of(model, recipient)
+        table = postgres_literal(f"{schema}.{model.source_table}" if schema else str(model.source_table))
+        probe = f"SELECT has_table_privilege({table}, 'INSERT,UPDATE,DELETE,TRUNCATE') AS writable"
+        what = f"model {model.model_name}, recipient {recipient.id}"
+        if self._load(spark, probe, self._options(model, recipient), what=what).collect()[0]["writable"]:
+            log.warning(
+                "source %s: user %s can write to %s; incsync only reads, so grant it SELECT only",
+                self.config.name, self.config.user, model.source_table,
+            )
 
     def read(
         self, spark: SparkSession, *, model: ModelConfig, recipient: RecipientConfig, bounds: Bounds
