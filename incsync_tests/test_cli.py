@@ -10,6 +10,7 @@ import dagster as dg
 import pytest
 
 from incsync.cli import main
+from incsync.partitions import partition_key
 from incsync_tests.support import delta_rows, ts
 
 HAND_WRITTEN = """
@@ -121,3 +122,37 @@ def test_failed_transfer_exits_non_zero_with_the_reason(hand_config: Path, tmp_p
         "error: ValidationError: model invoices, recipient acme: 1 primary key value(s) ['invoice_no'] occur more than "
         "once in the batch: ('A-1'); nothing was published. Fix the source or choose a primary_key that is unique."
     )
+
+
+def test_backfill_runs_every_window_in_one_run_with_exact_metadata(tmp_path: Path, monkeypatch, spark, capsys) -> None:
+    """A backfill is one range run (one Spark session); each window still gets its own counts."""
+    from datetime import datetime, timedelta, timezone
+
+    today = datetime.now(timezone.utc).replace(hour=0, minute=0, second=0, microsecond=0)
+    start = today - timedelta(days=2)
+    (tmp_path / "exports" / "invoices").mkdir(parents=True)
+    rows = [("A-1", start + timedelta(hours=1)), ("A-2", start + timedelta(hours=2)), ("A-3", start + timedelta(days=1, hours=3))]
+    (tmp_path / "exports" / "invoices" / "part.csv").write_text(
+        "invoice_no,tenant,total,modified\n" + "".join(f"{no},t-1,1.0,{at.isoformat()}\n" for no, at in rows)
+    )
+    file = tmp_path / "incsync.yaml"
+    file.write_text(
+        HAND_WRITTEN.replace("max_transfer_time_window_seconds: 21600", "max_transfer_time_window_seconds: 86400")
+        .replace("min_start_time_epoch: 1704067200", f"min_start_time_epoch: {int(start.timestamp())}")
+    )
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "dagster_home"))
+    assert main(["transfer", "invoices", "--recipient", "acme", "--backfill", "-c", str(file)]) == 0
+    days = [(start + timedelta(days=d)).strftime("%Y-%m-%d") for d in range(3)]
+    instance = dg.DagsterInstance.get()
+    assert len(instance.get_runs()) == 1
+    counts = {}
+    for day in days:
+        records = instance.fetch_materializations(
+            dg.AssetRecordsFilter(asset_key=dg.AssetKey(["shop", "invoices"]), asset_partitions=[str(partition_key(day, "acme"))]),
+            limit=1,
+        ).records
+        md = records[0].asset_materialization.metadata
+        counts[day] = (md["rows_transferred"].value, md["delta_rows_transferred"].value)
+    assert counts == {days[0]: (2, 2), days[1]: (1, 1), days[2]: (0, 0)}
+    out = [line for line in capsys.readouterr().out.splitlines() if line.startswith("invoices")]
+    assert len(out) == 3
