@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import os
 import uuid
 from datetime import datetime
 from decimal import Decimal
@@ -15,6 +14,7 @@ from incsync.changes import Bounds
 from incsync.config import load_config
 from incsync.destinations import build_destination
 from incsync.errors import SourceError
+from incsync.project import build_definitions
 from incsync.sources import build_source, check_sources
 from incsync.sources.jdbc import mysql_literal, postgres_literal
 from incsync_tests.jdbc_support import MariaDatabase, PgDatabase, jdbc_config, maria_database, mariadb_cli, pg_database
@@ -55,32 +55,14 @@ def maria_insert(db: MariaDatabase, table: str, rows: list[tuple], database: str
     )
 
 
-@pytest.fixture
-def instance(tmp_path: Path):
-    import dagster as dg
-
-    home = tmp_path / "dagster_home"
-    home.mkdir()
-    with dg.instance_for_test(temp_dir=str(home)) as inst:
-        yield inst
-
-
-def build_definitions(config: Path):
-    """``incsync.definitions`` builds ``defs`` from $INCSYNC_CONFIG when first imported: point it at a real file."""
-    os.environ.setdefault("INCSYNC_CONFIG", str(config))
-    from incsync.definitions import build_definitions as build
-
-    return build(config)
-
-
 def transfer_hw(config_path: Path, recipient: str = "acme") -> datetime | None:
     config = load_config(config_path)
     r = config.recipient(recipient)
     return build_destination(config.destination(r.destination)).read_state(model=config.model("orders"), recipient=r).high_watermark
 
 
-def run(defs, instance, window: str, *, tags: dict[str, str] | None = None, recipient: str = "acme"):
-    return materialize_partition(defs, instance, window=window, recipient=recipient, model_key=MODEL_KEY, tags=tags)
+def run(defs, dagster_instance, window: str, *, tags: dict[str, str] | None = None, recipient: str = "acme"):
+    return materialize_partition(defs, dagster_instance, window=window, recipient=recipient, model_key=MODEL_KEY, tags=tags)
 
 
 def test_literals_cannot_break_out():
@@ -88,7 +70,7 @@ def test_literals_cannot_break_out():
     assert mysql_literal("a'b") == "CONVERT(X'612762' USING utf8mb4)"
 
 
-def test_postgres_column_tenancy_backfill_then_incremental(spark, instance, tmp_path):
+def test_postgres_column_tenancy_backfill_then_incremental(spark, dagster_instance, tmp_path):
     with pg_database() as db:
         db.execute(PG_ORDERS.format(table="orders"))
         ref = str(uuid.UUID(int=7))
@@ -101,7 +83,7 @@ def test_postgres_column_tenancy_backfill_then_incremental(spark, instance, tmp_
         config = jdbc_config(tmp_path, db)
         defs = build_definitions(config)
 
-        run(defs, instance, "2024-01-01")
+        run(defs, dagster_instance, "2024-01-01")
         rows = delta_rows(tmp_path / "out/acme/orders")
         assert rows == [
             {"id": 1, "organization_id": "org_1", "status": "new", "amount": Decimal("12.34"), "payload": '{"a": [1, 2]}',
@@ -110,15 +92,15 @@ def test_postgres_column_tenancy_backfill_then_incremental(spark, instance, tmp_
              "flag": False, "ref": None, "updated_at": ts(1, 23, 59, 59, 999_999)},
         ]
         assert transfer_hw(config) == ts(1, 23, 59, 59, 999_999)
-        assert latest_metadata(instance, MODEL_KEY)["rows_transferred"] == 2
+        assert latest_metadata(dagster_instance, MODEL_KEY)["rows_transferred"] == 2
 
-        run(defs, instance, "2024-01-02")
+        run(defs, dagster_instance, "2024-01-02")
         assert [r["id"] for r in delta_rows(tmp_path / "out/acme/orders")] == [1, 2, 3]
         assert transfer_hw(config) == ts(2)
 
         pg_insert(db, "orders", [(1, "org_1", "paid", Decimal("12.34"), "{}", True, ref, ts(2, 8, 0, 0, 500_000))])
-        run(defs, instance, "2024-01-02", tags=INCREMENTAL)
-        meta = latest_metadata(instance, MODEL_KEY)
+        run(defs, dagster_instance, "2024-01-02", tags=INCREMENTAL)
+        meta = latest_metadata(dagster_instance, MODEL_KEY)
         # L = floor(HW) - 30 s = 2024-01-01 23:59:30: rows 2 (overlap), 3 (at the HW, not newer) and 1 (changed).
         assert (meta["rows_transferred"], meta["delta_rows_transferred"]) == (3, 1)
         rows = delta_rows(tmp_path / "out/acme/orders")
@@ -128,7 +110,7 @@ def test_postgres_column_tenancy_backfill_then_incremental(spark, instance, tmp_
         assert transfer_hw(config) == ts(2, 8, 0, 0, 500_000)
 
 
-def test_mariadb_column_tenancy_exact_tenant_and_microseconds(spark, instance, tmp_path):
+def test_mariadb_column_tenancy_exact_tenant_and_microseconds(spark, dagster_instance, tmp_path):
     with maria_database() as db:
         db.execute(MARIA_ORDERS.format(table="orders", lm="TIMESTAMP(6)"))
         maria_insert(db, "orders", [
@@ -142,7 +124,7 @@ def test_mariadb_column_tenancy_exact_tenant_and_microseconds(spark, instance, t
         config = jdbc_config(tmp_path, db)
         defs = build_definitions(config)
 
-        run(defs, instance, "2024-01-01")
+        run(defs, dagster_instance, "2024-01-01")
         rows = delta_rows(tmp_path / "out/acme/orders")
         assert rows == [
             {"id": 1, "organization_id": "org_1", "status": "new", "amount": Decimal("12.34"), "payload": '{"a":[1,2]}',
@@ -152,10 +134,10 @@ def test_mariadb_column_tenancy_exact_tenant_and_microseconds(spark, instance, t
         ]
         assert transfer_hw(config) == ts(1, 23, 59, 59, 999_999)
 
-        run(defs, instance, "2024-01-02")
+        run(defs, dagster_instance, "2024-01-02")
         maria_insert(db, "orders", [(2, "org_1", "paid", "-0.01", "{}", False, ts(2, 0, 0, 3, 1))])
-        run(defs, instance, "2024-01-02", tags=INCREMENTAL)
-        meta = latest_metadata(instance, MODEL_KEY)
+        run(defs, dagster_instance, "2024-01-02", tags=INCREMENTAL)
+        meta = latest_metadata(dagster_instance, MODEL_KEY)
         # HW 2024-01-02 00:00:00, lookback 5 s: rows 3 (at the HW) and 2 (changed).
         assert (meta["rows_transferred"], meta["delta_rows_transferred"], meta["lookback_seconds"]) == (2, 1, 5)
         assert [(r["id"], r["status"], r["updated_at"]) for r in delta_rows(tmp_path / "out/acme/orders")] == [
@@ -163,7 +145,7 @@ def test_mariadb_column_tenancy_exact_tenant_and_microseconds(spark, instance, t
         ]
 
 
-def test_postgres_schema_tenancy_with_source_query(spark, instance, tmp_path):
+def test_postgres_schema_tenancy_with_source_query(spark, dagster_instance, tmp_path):
     with pg_database() as db:
         for schema, offset in (("tenant_a", 0), ("tenant_b", 100)):
             db.execute(f"CREATE SCHEMA {schema}")
@@ -182,19 +164,19 @@ def test_postgres_schema_tenancy_with_source_query(spark, instance, tmp_path):
         }
         config = jdbc_config(tmp_path, db, model=model, recipients=recipients)
         defs = build_definitions(config)
-        run(defs, instance, "2024-01-01")
-        run(defs, instance, "2024-01-01", recipient="globex")
+        run(defs, dagster_instance, "2024-01-01")
+        run(defs, dagster_instance, "2024-01-01", recipient="globex")
         assert delta_rows(tmp_path / "out/acme/orders") == [{"id": 1, "status": "new", "updated_at": ts(1, 1)}]
         assert delta_rows(tmp_path / "out/globex/orders") == [{"id": 101, "status": "new", "updated_at": ts(1, 1)}]
 
         pg_insert(db, "tenant_a.orders", [(3, None, "new", Decimal("2.00"), "{}", False, None, ts(1, 3))])
-        run(defs, instance, "2024-01-01", tags=INCREMENTAL)
+        run(defs, dagster_instance, "2024-01-01", tags=INCREMENTAL)
         assert [r["id"] for r in delta_rows(tmp_path / "out/acme/orders")] == [1, 3]
-        assert latest_metadata(instance, MODEL_KEY)["delta_rows_transferred"] == 1
+        assert latest_metadata(dagster_instance, MODEL_KEY)["delta_rows_transferred"] == 1
         assert [r["id"] for r in delta_rows(tmp_path / "out/globex/orders")] == [101]
 
 
-def test_mariadb_schema_tenancy_datetime_in_declared_zone(spark, instance, tmp_path):
+def test_mariadb_schema_tenancy_datetime_in_declared_zone(spark, dagster_instance, tmp_path):
     with maria_database() as db:
         tenant = f"{db.name}_tenant"
         mariadb_cli(f"CREATE DATABASE `{tenant}`")
@@ -214,12 +196,12 @@ def test_mariadb_schema_tenancy_datetime_in_declared_zone(spark, instance, tmp_p
             }
             config = jdbc_config(tmp_path, db, model=model, recipients=recipients)
             defs = build_definitions(config)
-            run(defs, instance, "2024-01-01")
+            run(defs, dagster_instance, "2024-01-01")
             assert delta_rows(tmp_path / "out/acme/orders") == [
                 {"id": 2, "status": "new", "updated_at": ts(1, 12)},
                 {"id": 3, "status": "new", "updated_at": ts(1, 23, 59, 59, 999_999)},
             ]
-            run(defs, instance, "2024-01-02", tags=INCREMENTAL)
+            run(defs, dagster_instance, "2024-01-02", tags=INCREMENTAL)
             assert [r["id"] for r in delta_rows(tmp_path / "out/acme/orders")] == [2, 3, 4]
             assert transfer_hw(config) == ts(2)
         finally:
@@ -292,7 +274,7 @@ def _failure_text(result) -> str:
     return "\n".join(texts)
 
 
-def test_wrong_password_is_one_clear_error_without_the_secret(spark, instance, tmp_path, monkeypatch, caplog, capfd):
+def test_wrong_password_is_one_clear_error_without_the_secret(spark, dagster_instance, tmp_path, monkeypatch, caplog, capfd):
     caplog.set_level(logging.DEBUG)
     secret = "wr0ng-" + uuid.uuid4().hex
     user = f"incsync_u_{uuid.uuid4().hex[:8]}"
@@ -304,14 +286,14 @@ def test_wrong_password_is_one_clear_error_without_the_secret(spark, instance, t
             config = jdbc_config(tmp_path, db, source={"user": user, "password_env": "DB_PASSWORD"})
             defs = build_definitions(config)
             result = materialize_partition(
-                defs, instance, window="2024-01-01", recipient="acme", model_key=MODEL_KEY, raise_on_error=False
+                defs, dagster_instance, window="2024-01-01", recipient="acme", model_key=MODEL_KEY, raise_on_error=False
             )
             assert not result.success
             text = _failure_text(result)
             assert f"SourceError: source db: model orders, recipient acme: " in text
             assert f"check `user` ({user}) and the password in the variable named by `password_env` (DB_PASSWORD)" in text
             assert "Access denied" in text
-            logged = [repr(e) for e in instance.all_logs(result.run_id)]
+            logged = [repr(e) for e in dagster_instance.all_logs(result.run_id)]
             captured = capfd.readouterr()
             for line in [*logged, *caplog.messages, captured.out, captured.err, text]:
                 assert secret not in line
@@ -378,3 +360,20 @@ def test_check_warns_when_the_source_user_can_write(spark, tmp_path, caplog):
                 assert caplog.records == []
         finally:
             db.execute(f"REVOKE ALL ON orders FROM {reader}; DROP ROLE {reader}")
+
+
+def test_validate_connect_reaches_the_database(spark, tmp_path, capsys):
+    from incsync.cli import main
+
+    with maria_database() as db:
+        db.execute(MARIA_ORDERS.format(table="orders", lm="TIMESTAMP(6)"))
+        good = jdbc_config(tmp_path, db)
+        (tmp_path / "out").mkdir()
+        assert main(["validate", "--connect", "-c", str(good)]) == 0
+        assert capsys.readouterr().out.splitlines()[-1] == "every source and destination answered"
+
+        bad = jdbc_config(tmp_path, db, model={"source_table": "nope"})
+        assert main(["validate", "--connect", "-c", str(bad)]) == 1
+        [line] = [x for x in capsys.readouterr().err.splitlines() if x.strip()]
+        assert line.strip().startswith("models.orders (recipient acme): source db: model orders, recipient acme: ")
+        assert f"Table '{db.name}.nope' doesn't exist" in line and "check the model's source_table" in line

@@ -24,15 +24,18 @@ def build_source(config: SourceConfig) -> Source:
     return JdbcSource(config)
 
 
-def check_sources(config: IncsyncConfig, spark: SparkSession) -> list[str]:
+def check_sources(config: IncsyncConfig, spark: SparkSession, *, sources: set[str] | None = None) -> list[str]:
     """Authorize every model's source ("can we read it?"); one line per problem, empty when all is well.
 
     A column-tenanted model is checked once (its table is shared by every recipient); a
-    schema-tenanted model once per enabled recipient (each has its own schema).
+    schema-tenanted model once per enabled recipient (each has its own schema). ``sources``
+    limits the check to the models of those sources.
     """
     problems: list[str] = []
     recipients = [r for r in config.recipients if r.enabled]
     for model in config.models:
+        if sources is not None and model.source not in sources:
+            continue
         source = build_source(config.source(model.source))
         for recipient in recipients if model.tenancy == "schema" else recipients[:1]:
             try:

@@ -278,8 +278,10 @@ class JdbcSource(Source):
             # Zone-less column: a day wider in the database, exact after conversion (normalize_last_modified).
             lower, upper = (lower - timedelta(days=1)).replace(tzinfo=None), (upper + timedelta(days=1)).replace(tzinfo=None)
         lm = self.dialect.ident(model.last_modified_column)
+        # NULL last-modified rows come along so validation names them (see normalize_last_modified).
         bounds_where = (
-            f"{lm} >= {self.dialect.timestamp(lower, zoned=zoned)} AND {lm} < {self.dialect.timestamp(upper, zoned=zoned)}"
+            f"({lm} >= {self.dialect.timestamp(lower, zoned=zoned)} AND {lm} < {self.dialect.timestamp(upper, zoned=zoned)}"
+            f" OR {lm} IS NULL)"
         )
         sql = self.relation_sql(model, recipient, bounds_where=bounds_where)
         options = self._options(model, recipient)
