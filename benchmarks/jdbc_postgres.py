@@ -2,7 +2,7 @@
 
 Generates ``--rows`` rows over ``--tenants`` tenants (Zipf-like sizes) spread over ``--days`` daily
 windows, then measures for the largest tenant:
-  1. the backfill (every window, one Dagster run per window),
+  1. the backfill (every window in one Dagster run, as `incsync transfer --backfill` does),
   2. an incremental run of the last window after 1% of that tenant's rows changed.
 It prints wall time, rows, rows/s and peak RSS (Python + Spark's JVM) per phase, and how much of the
 first phase the Spark start-up took. Not part of the test suite:
@@ -152,14 +152,13 @@ def main() -> None:
                         "max_transfer_time_window_seconds": 86400, "min_start_time_epoch": int(START.timestamp())}],
             "recipients": [{"id": "big", "id_in_provider_system": tenant, "destination": "big_delta"}],
         }, sort_keys=False))
-        os.environ["INCSYNC_CONFIG"] = str(config)
-
         with PeakRss() as rss:
             import dagster as dg
 
-            from incsync.definitions import build_definitions
-            from incsync.partitions import RECIPIENTS_PARTITIONS, partition_key
+            from incsync.config import load_config
+            from incsync.project import build_definitions
             from incsync.resources import spark_config
+            from incsync.runner import run_transfers
 
             from pyspark.sql import SparkSession
 
@@ -173,23 +172,25 @@ def main() -> None:
             startup = time.monotonic() - t_start
 
             defs = build_definitions(config)
-            job = defs.resolve_implicit_global_asset_job_def()
+            cfg = load_config(config)
+            model, recipient = cfg.model("orders"), cfg.recipient("big")
             home = work / "dagster_home"
             home.mkdir(exist_ok=True)
             with dg.instance_for_test(temp_dir=str(home)) as instance:
-                instance.add_dynamic_partitions(RECIPIENTS_PARTITIONS, ["big"])
 
-                def run(window: str, tags: dict[str, str] | None = None) -> int:
-                    job.execute_in_process(instance=instance, partition_key=partition_key(window, "big"), tags=tags or {})
-                    event = instance.get_latest_materialization_event(dg.AssetKey(["app_db", "orders"]))
-                    return int(event.asset_materialization.metadata["rows_transferred"].value)
+                def run(windows: list[str], *, scheduled: bool) -> int:
+                    """As `incsync transfer` does it: consecutive windows share one Dagster run."""
+                    lines = run_transfers(defs, instance, config=cfg, model=model, recipient=recipient,
+                                          windows=windows, scheduled=scheduled)
+                    assert all(line.ok for line in lines), lines
+                    return sum(line.rows_transferred or 0 for line in lines)
 
                 windows = [(START + timedelta(days=d)).strftime("%Y-%m-%d") for d in range(args.days)]
                 rss.reset()
                 t = time.monotonic()
-                moved = sum(run(w) for w in windows)
+                moved = run(windows, scheduled=False)
                 backfill = time.monotonic() - t
-                results.append(("backfill (all windows)", backfill, moved, startup, rss.peak))
+                results.append((f"backfill ({args.days} windows, 1 run)", backfill, moved, startup, rss.peak))
                 from deltalake import DeltaTable
 
                 landed = DeltaTable(str(work / "out" / "orders")).to_pyarrow_dataset().count_rows()
@@ -206,7 +207,7 @@ def main() -> None:
                     )
                 rss.reset()
                 t = time.monotonic()
-                moved = run(windows[-1], {"incsync/mode": "incremental"})
+                moved = run(windows[-1:], scheduled=True)
                 results.append((f"incremental ({changed:,} changed)", time.monotonic() - t, moved, 0.0, rss.peak))
             spark.stop()
     finally:
@@ -214,7 +215,8 @@ def main() -> None:
         admin.close()
 
     print(f"\ntenant {tenant}: {tenant_rows:,} of {args.rows:,} rows; {args.days} daily windows; "
-          f"{args.partitions} JDBC quer{'y' if args.partitions == 1 else 'ies'} per transfer; {os.cpu_count()} cores")
+          f"{args.partitions} JDBC quer{'y' if args.partitions == 1 else 'ies'} per transfer; {os.cpu_count()} cores, "
+          f"load average {os.getloadavg()[0]:.1f}")
     print(f"{'phase':<28}{'wall s':>9}{'rows':>11}{'rows/s':>10}{'peak RSS MB':>13}{'spark start s':>15}{'start share':>13}")
     for name, wall, moved, start, peak in results:
         share = f"{start / (start + wall):.0%}" if start else "-"
