@@ -65,6 +65,17 @@ def run(defs, dagster_instance, window: str, *, tags: dict[str, str] | None = No
     return materialize_partition(defs, dagster_instance, window=window, recipient=recipient, model_key=MODEL_KEY, tags=tags)
 
 
+def test_unreachable_server_fails_under_ci_and_skips_otherwise(monkeypatch):
+    from incsync_tests.jdbc_support import require_server
+
+    monkeypatch.setenv("CI", "true")
+    with pytest.raises(pytest.fail.Exception, match=r"Nowhere is not reachable on 127.0.0.1:9 \(CI=true"):
+        require_server("Nowhere", 9)
+    monkeypatch.setenv("CI", "")
+    with pytest.raises(pytest.skip.Exception, match="Nowhere is not reachable"):
+        require_server("Nowhere", 9)
+
+
 def test_literals_cannot_break_out():
     assert postgres_literal("o'rg\\x") == "E'o''rg\\\\x'"
     assert mysql_literal("a'b") == "CONVERT(X'612762' USING utf8mb4)"
@@ -261,6 +272,12 @@ def test_partitioned_read_pushes_the_predicate_and_hides_the_password(spark, tmp
         assert secret not in plan
         assert all(secret not in str(v) for _, v in spark.sparkContext.getConf().getAll())
         assert secret not in str(dict(spark.conf.getAll))
+
+        # A row without last-modified is extracted (validation then names it), whatever the bounds.
+        db.execute("ALTER TABLE orders ALTER updated_at DROP NOT NULL")
+        db.execute("INSERT INTO orders (id, organization_id, updated_at) VALUES (5000, 'org_1', NULL), (5001, 'org_2', NULL)")
+        late = Bounds(lower=ts(20), upper=ts(21), lookback_seconds=0, reason="t")
+        assert [tuple(r) for r in source.read(spark, model=model, recipient=recipient, bounds=late).collect()] == [(5000, "org_1", None)]
 
 
 def _failure_text(result) -> str:
