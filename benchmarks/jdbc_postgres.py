@@ -7,13 +7,15 @@ windows, then measures for the largest tenant:
 It prints wall time, rows, rows/s and peak RSS (Python + Spark's JVM) per phase, and how much of the
 first phase the Spark start-up took. Not part of the test suite:
 
-    .venv/bin/python benchmarks/jdbc_postgres.py [--rows 1000000 --tenants 50 --days 7 --partitions 1]
+    .venv/bin/python benchmarks/jdbc_postgres.py [--rows 1000000 --tenants 50 --days 7 --partitions 1 --repeat 3]
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import shutil
+import statistics
 import sys
 import tempfile
 import threading
@@ -125,6 +127,7 @@ def main() -> None:
     parser.add_argument("--tenants", type=int, default=50)
     parser.add_argument("--days", type=int, default=7)
     parser.add_argument("--partitions", type=int, default=1, help="max_concurrent_queries_per_transfer")
+    parser.add_argument("--repeat", type=int, default=3, help="measure backfill + incremental this many times")
     parser.add_argument("--workdir", default=None)
     args = parser.parse_args()
 
@@ -134,7 +137,7 @@ def main() -> None:
     user, db = pg_user(), f"incsync_bench_{uuid.uuid4().hex[:8]}"
     admin = psycopg.connect(host=HOST, port=PORT, user=user, dbname="postgres", autocommit=True)
     admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(db)))
-    results: list[tuple[str, float, int, float, int]] = []
+    measured: dict[str, list[tuple[float, int, int]]] = {"backfill": [], "incremental": []}
     try:
         t0 = time.monotonic()
         with psycopg.connect(host=HOST, port=PORT, user=user, dbname=db, autocommit=True) as conn:
@@ -159,6 +162,7 @@ def main() -> None:
             from incsync.project import build_definitions
             from incsync.resources import spark_config
             from incsync.runner import run_transfers
+            from deltalake import DeltaTable
 
             from pyspark.sql import SparkSession
 
@@ -174,41 +178,40 @@ def main() -> None:
             defs = build_definitions(config)
             cfg = load_config(config)
             model, recipient = cfg.model("orders"), cfg.recipient("big")
-            home = work / "dagster_home"
-            home.mkdir(exist_ok=True)
-            with dg.instance_for_test(temp_dir=str(home)) as instance:
+            windows = [(START + timedelta(days=d)).strftime("%Y-%m-%d") for d in range(args.days)]
+            changed = max(1, tenant_rows // 100)
+            for attempt in range(args.repeat):
+                shutil.rmtree(work / "out", ignore_errors=True)  # a fresh destination and instance each time
+                home = work / f"dagster_home_{attempt}"
+                home.mkdir()
+                with dg.instance_for_test(temp_dir=str(home)) as instance:
 
-                def run(windows: list[str], *, scheduled: bool) -> int:
-                    """As `incsync transfer` does it: consecutive windows share one Dagster run."""
-                    lines = run_transfers(defs, instance, config=cfg, model=model, recipient=recipient,
-                                          windows=windows, scheduled=scheduled)
-                    assert all(line.ok for line in lines), lines
-                    return sum(line.rows_transferred or 0 for line in lines)
+                    def run(windows: list[str], *, scheduled: bool) -> int:
+                        """As `incsync transfer` does it: consecutive windows share one Dagster run."""
+                        lines = run_transfers(defs, instance, config=cfg, model=model, recipient=recipient,
+                                              windows=windows, scheduled=scheduled)
+                        assert all(line.ok for line in lines), lines
+                        return sum(line.rows_transferred or 0 for line in lines)
 
-                windows = [(START + timedelta(days=d)).strftime("%Y-%m-%d") for d in range(args.days)]
-                rss.reset()
-                t = time.monotonic()
-                moved = run(windows, scheduled=False)
-                backfill = time.monotonic() - t
-                results.append((f"backfill ({args.days} windows, 1 run)", backfill, moved, startup, rss.peak))
-                from deltalake import DeltaTable
+                    rss.reset()
+                    t = time.monotonic()
+                    moved = run(windows, scheduled=False)
+                    measured["backfill"].append((time.monotonic() - t, moved, rss.peak))
+                    landed = DeltaTable(str(work / "out" / "orders")).to_pyarrow_dataset().count_rows()
+                    # rows_transferred counts the lookback overlap between windows too; the table holds each row once.
+                    assert landed == tenant_rows, f"Delta holds {landed} rows, the tenant has {tenant_rows}"
 
-                landed = DeltaTable(str(work / "out" / "orders")).to_pyarrow_dataset().count_rows()
-                # rows_transferred counts the lookback overlap between windows too; the table must hold each row once.
-                assert landed == tenant_rows, f"Delta holds {landed} rows, the tenant has {tenant_rows}"
-
-                changed = max(1, tenant_rows // 100)
-                last = START + timedelta(days=args.days - 1)
-                with psycopg.connect(host=HOST, port=PORT, user=user, dbname=db, autocommit=True) as conn:
-                    conn.execute(
-                        """UPDATE orders SET status = 'changed', updated_at = %s
-                           WHERE id IN (SELECT id FROM orders WHERE organization_id = %s ORDER BY id LIMIT %s)""",
-                        (last + timedelta(hours=23, minutes=59, seconds=59), tenant, changed),
-                    )
-                rss.reset()
-                t = time.monotonic()
-                moved = run(windows[-1:], scheduled=True)
-                results.append((f"incremental ({changed:,} changed)", time.monotonic() - t, moved, 0.0, rss.peak))
+                    last = START + timedelta(days=args.days - 1)
+                    with psycopg.connect(host=HOST, port=PORT, user=user, dbname=db, autocommit=True) as conn:
+                        conn.execute(
+                            """UPDATE orders SET status = 'changed', updated_at = %s WHERE id IN (
+                               SELECT id FROM orders WHERE organization_id = %s ORDER BY id OFFSET %s LIMIT %s)""",
+                            (last + timedelta(hours=23, minutes=59, seconds=59), tenant, attempt * changed, changed),
+                        )
+                    rss.reset()
+                    t = time.monotonic()
+                    moved = run(windows[-1:], scheduled=True)
+                    measured["incremental"].append((time.monotonic() - t, moved, rss.peak))
             spark.stop()
     finally:
         admin.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(db)))
@@ -217,11 +220,16 @@ def main() -> None:
     print(f"\ntenant {tenant}: {tenant_rows:,} of {args.rows:,} rows; {args.days} daily windows; "
           f"{args.partitions} JDBC quer{'y' if args.partitions == 1 else 'ies'} per transfer; {os.cpu_count()} cores, "
           f"load average {os.getloadavg()[0]:.1f}")
-    print(f"{'phase':<28}{'wall s':>9}{'rows':>11}{'rows/s':>10}{'peak RSS MB':>13}{'spark start s':>15}{'start share':>13}")
-    for name, wall, moved, start, peak in results:
-        share = f"{start / (start + wall):.0%}" if start else "-"
-        print(f"{name:<28}{wall:>9.1f}{moved:>11,}{moved / wall:>10,.0f}{peak / 2**20:>13,.0f}"
-              f"{(f'{start:.1f}' if start else '-'):>15}{share:>13}")
+    print("median of", args.repeat, "(min-max); start-up share = Spark start-up / (start-up + backfill)")
+    print(f"{'phase':<30}{'wall s':>18}{'rows':>10}{'rows/s':>10}{'peak RSS MB':>13}{'spark start s':>15}{'start share':>13}")
+    labels = {"backfill": f"backfill ({args.days} windows, 1 run)", "incremental": f"incremental ({changed:,} changed)"}
+    for phase, runs in measured.items():
+        walls = sorted(w for w, _, _ in runs)
+        wall, moved, peak = statistics.median(walls), runs[0][1], max(p for _, _, p in runs)
+        start = f"{startup:.1f}" if phase == "backfill" else "-"
+        share = f"{startup / (startup + wall):.0%}" if phase == "backfill" else "-"
+        print(f"{labels[phase]:<30}{f'{wall:.1f} ({walls[0]:.1f}-{walls[-1]:.1f})':>18}{moved:>10,}{moved / wall:>10,.0f}"
+              f"{peak / 2**20:>13,.0f}{start:>15}{share:>13}")
 
 
 if __name__ == "__main__":
