@@ -19,14 +19,21 @@ class TransferIOManager(dg.ConfigurableIOManager):
 
     def handle_output(self, context: dg.OutputContext, obj: list[TransferRequest]) -> None:
         single = len(obj) == 1 and not context.has_asset_partitions or len(obj) == 1 and len(context.asset_partition_keys) == 1
+        committed: list[tuple[TransferRequest, dict[str, dg.MetadataValue]]] = []
         for request in obj:
-            outcome = run_transfer(request, staging_root=Path(self.staging_dir))
+            try:
+                outcome = run_transfer(request, staging_root=Path(self.staging_dir))
+            except Exception:
+                if not single:
+                    _record_committed(context, committed)
+                raise
             metadata = transfer_metadata(outcome, destination=request.destination.name)
             context.log.info(
                 "transfer %s committed: %s rows (%s new), high watermark %s",
                 outcome.record.transfer_id, outcome.record.rows_transferred,
                 outcome.record.delta_rows_transferred, outcome.record.high_watermark,
             )
+            committed.append((request, metadata))
             if single:
                 context.add_output_metadata(metadata)
             else:
@@ -37,3 +44,10 @@ class TransferIOManager(dg.ConfigurableIOManager):
             f"asset {context.asset_key.to_user_string()} is published to each recipient's destination; "
             "read it there (Delta table, PostgreSQL schema or manifests), not as a Dagster input"
         )
+
+
+def _record_committed(context: dg.OutputContext, committed: list[tuple[TransferRequest, dict[str, dg.MetadataValue]]]) -> None:
+    """A run covering several partitions failed part-way: the windows committed before the failure
+    stay committed, so say so, and a backfill retried from failure resumes at the failed window."""
+    for request, metadata in committed:
+        context.log_event(dg.AssetMaterialization(asset_key=context.asset_key, partition=str(request.partition.key), metadata=metadata))
