@@ -76,7 +76,8 @@ class Transfer:
 
 def _failure_message(instance: dg.DagsterInstance, run_id: str) -> str:
     records = instance.get_records_for_run(run_id, of_type=dg.DagsterEventType.RUN_FAILURE, ascending=False, limit=1).records
-    return records[0].event_log_entry.user_message if records else ""
+    event = records[0].event_log_entry.dagster_event if records else None
+    return (event.message or "") if event else ""
 
 
 def transfer_status(

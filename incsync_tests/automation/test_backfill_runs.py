@@ -65,6 +65,11 @@ def test_one_run_over_two_windows_and_two_recipients_records_each_transfer_exact
     assert len({m["transfer_id"] for m in metadata.values()}) == 4
     assert [r["id"] for r in delta_rows(tmp_path / "out" / "acme" / "orders")] == [1, 2, 3]
     assert [r["id"] for r in delta_rows(tmp_path / "out" / "globex" / "orders")] == [4, 5, 6, 7]
+    config = load_config(tmp_path / "incsync.yaml")
+    [transfer] = list_transfers(instance, config, recipient="globex")
+    assert (transfer.status, transfer.recipients, transfer.partitions_committed, transfer.rows_transferred) == (
+        TransferStatus.SUCCESS, ("acme", "globex"), 4, 7
+    )
 
 
 def test_a_failed_window_keeps_the_committed_ones_and_a_backfill_resumes_at_it(spark, tmp_path: Path, instance):
