@@ -75,7 +75,10 @@ def build_recipient_sensor(
             partition_requests.append(recipients_partitions.build_add_request([r.id for r in added]))
         if removed:
             partition_requests.append(recipients_partitions.build_delete_request(removed))
-        context.log.info("recipients added: %s; removed: %s", [r.id for r in added], removed)
+        context.log.info(
+            "%s recipients added (%s), %s removed (%s)",
+            len(added), ", ".join(r.id for r in added[:10]), len(removed), ", ".join(removed[:10]),
+        )
         return dg.SensorResult(
             run_requests=[req for r in added for req in initial_backfill_requests(config, models, r, now)],
             dynamic_partitions_requests=partition_requests,
