@@ -16,7 +16,7 @@ from incsync.destinations import build_destination
 from incsync.errors import SourceError
 from incsync.project import build_definitions
 from incsync.sources import build_source, check_sources
-from incsync.sources.jdbc import mysql_literal, postgres_literal
+from incsync.sources.jdbc_sql import mysql_literal, postgres_literal
 from incsync_tests.jdbc_support import MariaDatabase, PgDatabase, jdbc_config, maria_database, mariadb_cli, pg_database
 from incsync_tests.support import delta_rows, latest_metadata, materialize_partition, ts
 

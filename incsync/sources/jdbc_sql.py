@@ -1,0 +1,117 @@
+"""SQL text and connection settings that differ by database vendor, and where each vendor's driver comes from.
+
+Spark JDBC has no bind parameters, so a tenant value is written as a literal that no session setting
+can reinterpret: PostgreSQL ``E'...'`` with quotes and backslashes doubled; MySQL a hex literal
+converted to text.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import datetime
+
+from incsync.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class Driver:
+    """Where a vendor's JDBC driver comes from."""
+
+    class_name: str
+    os_jar: str | None
+    package: str
+
+
+DRIVERS: dict[str, Driver] = {
+    "postgres": Driver("org.postgresql.Driver", "/usr/share/java/postgresql.jar", "libpostgresql-jdbc-java"),
+    "mysql": Driver("org.mariadb.jdbc.Driver", "/usr/share/java/mariadb-java-client.jar", "libmariadb-java"),
+    "mariadb": Driver("org.mariadb.jdbc.Driver", "/usr/share/java/mariadb-java-client.jar", "libmariadb-java"),
+    "athena": Driver("com.simba.athena.jdbc.Driver", None, "the Amazon Athena JDBC driver jar (set `driver_jar`)"),
+}
+
+
+def postgres_literal(value: str) -> str:
+    """An escape-string literal: means the same whatever ``standard_conforming_strings`` says."""
+    _reject_nul(value)
+    return "E'" + value.replace("\\", "\\\\").replace("'", "''") + "'"
+
+
+def mysql_literal(value: str) -> str:
+    """A hex literal read as utf8mb4 text: immune to ``NO_BACKSLASH_ESCAPES`` and ``ANSI_QUOTES``."""
+    _reject_nul(value)
+    return f"CONVERT(X'{value.encode('utf-8').hex()}' USING utf8mb4)"
+
+
+def _reject_nul(value: str) -> None:
+    if "\x00" in value:
+        raise ConfigError("recipients", ["id_in_provider_system: a NUL character cannot be a tenant value; remove it"])
+
+
+class _Dialect:
+    """SQL text that differs by vendor."""
+
+    quote = '"'
+
+    def ident(self, name: str) -> str:
+        return f"{self.quote}{name}{self.quote}"
+
+    def literal(self, value: str) -> str:
+        return postgres_literal(value)
+
+    def timestamp(self, ts: datetime, *, zoned: bool) -> str:
+        text = ts.strftime("%Y-%m-%d %H:%M:%S.%f")
+        return f"TIMESTAMPTZ '{text}+00:00'" if zoned else f"TIMESTAMP '{text}'"
+
+    def wrap(self, source_query: str, select: str, where: str) -> str:
+        return f"WITH q AS ({source_query}) SELECT {select} FROM q WHERE {where}"
+
+    def url(self, url: str, schema: str | None) -> str:
+        return url
+
+    def properties(self, schema: str | None) -> dict[str, str]:
+        # currentSchema makes unqualified names in a source_query resolve in the recipient's schema.
+        props = {"readOnly": "true", "ApplicationName": "incsync", "connectTimeout": "10", "loginTimeout": "10"}
+        if schema:
+            props["currentSchema"] = schema
+        return props
+
+
+class _MySqlDialect(_Dialect):
+    quote = "`"
+
+    def literal(self, value: str) -> str:
+        return mysql_literal(value)
+
+    def timestamp(self, ts: datetime, *, zoned: bool) -> str:
+        # The session runs in UTC (time_zone='+00:00'), so TIMESTAMP columns compare in UTC.
+        return f"'{ts.strftime('%Y-%m-%d %H:%M:%S.%f')}'"
+
+    def wrap(self, source_query: str, select: str, where: str) -> str:
+        # A derived table, not a CTE: MySQL 5.7 has no WITH.
+        return f"SELECT {select} FROM ({source_query}) q WHERE {where}"
+
+    def url(self, url: str, schema: str | None) -> str:
+        """``jdbc:mysql:`` so Spark picks its MySQL dialect (backquotes, DATETIME as timestamp_ntz);
+        the MariaDB driver accepts it (3.x with ``permitMysqlScheme``). Schema tenancy: the
+        recipient's schema is the URL's database."""
+        url = re.sub(r"^jdbc:mariadb:", "jdbc:mysql:", url)
+        if schema:
+            url = re.sub(r"^(jdbc:mysql://[^/?]*)(/[^?]*)?", lambda m: f"{m.group(1)}/{schema}", url)
+        if "permitMysqlScheme" not in url:
+            url += ("&" if "?" in url else "?") + "permitMysqlScheme"
+        return url
+
+    def properties(self, schema: str | None) -> dict[str, str]:
+        # Session in UTC and the driver told so: TIMESTAMP values arrive as the right instant and
+        # DATETIME wall clocks arrive unchanged, whatever the JVM's default zone.
+        return {
+            "sessionVariables": "time_zone='+00:00'",
+            "serverTimezone": "UTC",
+            "useLegacyDatetimeCode": "false",
+            "connectTimeout": "10000",
+        }
+
+
+def dialect_for(vendor: str) -> _Dialect:
+    return _MySqlDialect() if vendor in ("mysql", "mariadb") else _Dialect()
