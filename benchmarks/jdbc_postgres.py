@@ -21,6 +21,7 @@ import tempfile
 import threading
 import time
 import uuid
+import warnings
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
@@ -130,6 +131,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3, help="measure backfill + incremental this many times")
     parser.add_argument("--workdir", default=None)
     args = parser.parse_args()
+    warnings.simplefilter("ignore")  # Dagster's beta/preview notices would interleave with the table
 
     work = Path(args.workdir or tempfile.mkdtemp(prefix="incsync-bench-"))
     work.mkdir(parents=True, exist_ok=True)

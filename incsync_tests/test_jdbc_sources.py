@@ -343,6 +343,9 @@ def test_check_sources_names_unknown_role_host_and_missing_table(spark, tmp_path
         table = load_config(jdbc_config(tmp_path, db, model={"source_table": "public.nope"}))
         [problem] = check_sources(table, spark)
         assert 'relation "public.nope" does not exist' in problem and "check the model's source_table" in problem
+        # No recipient yet: the shared table is still checked.
+        [problem] = check_sources(table.model_copy(update={"recipients": []}), spark)
+        assert problem.startswith("models.orders (recipient check): ") and 'relation "public.nope" does not exist' in problem
 
 
 def test_missing_driver_names_the_package(spark, tmp_path):

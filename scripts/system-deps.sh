@@ -7,6 +7,7 @@ command -v java >/dev/null 2>&1 || need+=(openjdk-17-jre-headless)
 [ -f /usr/share/java/postgresql.jar ] || need+=(libpostgresql-jdbc-java)
 [ -f /usr/share/java/mariadb-java-client.jar ] || need+=(libmariadb-java)
 command -v chromium >/dev/null 2>&1 || need+=(chromium)   # headless UI test of the Dagster asset page
+command -v mariadb >/dev/null 2>&1 || command -v mysql >/dev/null 2>&1 || need+=(mariadb-client)   # MariaDB source tests create their databases with it
 [ ${#need[@]} -eq 0 ] && exit 0
 if [ "$(id -u)" -ne 0 ] && ! command -v sudo >/dev/null 2>&1; then
   echo "incsync needs these Debian packages: ${need[*]} (run as root: apt-get install ${need[*]})" >&2

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from incsync.config import IncsyncConfig, LakeSourceConfig, SourceConfig
-from incsync.errors import ConfigError, IncsyncError
+from incsync.config import IncsyncConfig, LakeSourceConfig, RecipientConfig, SourceConfig
+from incsync.errors import IncsyncError
 from incsync.sources.base import Source
 
 if TYPE_CHECKING:
@@ -17,27 +17,26 @@ def build_source(config: SourceConfig) -> Source:
         from incsync.sources.lake import LakeSource
 
         return LakeSource(config)
-    try:
-        from incsync.sources.jdbc import JdbcSource  # type: ignore[import-not-found]
-    except ImportError:
-        raise ConfigError("sources", [f"{config.name}.vendor: {config.vendor} sources are not available yet"]) from None
+    from incsync.sources.jdbc import JdbcSource
+
     return JdbcSource(config)
 
 
 def check_sources(config: IncsyncConfig, spark: SparkSession, *, sources: set[str] | None = None) -> list[str]:
     """Authorize every model's source ("can we read it?"); one line per problem, empty when all is well.
 
-    A column-tenanted model is checked once (its table is shared by every recipient); a
-    schema-tenanted model once per enabled recipient (each has its own schema). ``sources``
-    limits the check to the models of those sources.
+    A column-tenanted model is checked once (its table is shared by every recipient; with no
+    recipient yet, for a tenant value nobody has); a schema-tenanted model once per enabled
+    recipient (each has its own schema). ``sources`` limits the check to those sources' models.
     """
     problems: list[str] = []
     recipients = [r for r in config.recipients if r.enabled]
+    anyone = recipients[:1] or [RecipientConfig(id="check", id_in_provider_system="", destination="-")]
     for model in config.models:
         if sources is not None and model.source not in sources:
             continue
         source = build_source(config.source(model.source))
-        for recipient in recipients if model.tenancy == "schema" else recipients[:1]:
+        for recipient in recipients if model.tenancy == "schema" else anyone:
             try:
                 source.check(spark, model=model, recipient=recipient)
             except IncsyncError as exc:
