@@ -9,6 +9,7 @@ from decimal import Decimal
 from pathlib import Path
 
 import pytest
+import yaml
 
 from incsync.changes import Bounds
 from incsync.config import load_config
@@ -74,6 +75,19 @@ def test_unreachable_server_fails_under_ci_and_skips_otherwise(monkeypatch):
     monkeypatch.setenv("CI", "")
     with pytest.raises(pytest.skip.Exception, match="Nowhere is not reachable"):
         require_server("Nowhere", 9)
+
+
+def test_driver_jars_and_packages_reach_spark_at_start(tmp_path):
+    from incsync.resources import JDBC_DRIVER_JARS
+
+    config = tmp_path / "incsync.yaml"
+    config.write_text(yaml.safe_dump({
+        "sources": [{"name": "db", "vendor": "postgres", "jdbc_url": "jdbc:postgresql://127.0.0.1:5432/x",
+                     "driver_jar": "/opt/drivers/pg.jar", "driver_package": "org.postgresql:postgresql:42.7.4"}],
+    }))
+    spark_conf = build_definitions(config).resources["spark"].spark_config
+    assert spark_conf["spark.jars"].split(",") == [*(j for j in JDBC_DRIVER_JARS if Path(j).exists()), "/opt/drivers/pg.jar"]
+    assert spark_conf["spark.jars.packages"] == "org.postgresql:postgresql:42.7.4"
 
 
 def test_literals_cannot_break_out():

@@ -114,7 +114,9 @@ class JdbcSource(Source):
                 # DEBUG log prints every command's arguments, so it is kept quiet meanwhile.
                 with _quiet_py4j():
                     reader = reader.option("password", password.get_secret_value())
-            return reader.option("dbtable", f"({sql}) incsync_src").load()
+            df = reader.option("dbtable", f"({sql}) incsync_src").load()
+            df.schema  # noqa: B018 - Spark Connect resolves lazily: connect (and fail) here, not later
+            return df
         except Exception as exc:  # noqa: BLE001 - every driver failure becomes one clear SourceError
             raise self._error(exc, what=what) from None
 
@@ -201,7 +203,11 @@ class JdbcSource(Source):
             log.info("model %s: key %s is not one numeric column; reading with one query", model.model_name, model.primary_key)
             return {}
         k = self.dialect.ident(key)
-        stats = self._load(spark, f"SELECT MIN({k}) AS lo, MAX({k}) AS hi FROM ({sql}) b", options, what=what).collect()[0]
+        bounds_query = self._load(spark, f"SELECT MIN({k}) AS lo, MAX({k}) AS hi FROM ({sql}) b", options, what=what)
+        try:
+            stats = bounds_query.collect()[0]
+        except Exception as exc:  # noqa: BLE001 - same translation as at connect time
+            raise self._error(exc, what=what) from None
         if stats["lo"] is None or stats["lo"] == stats["hi"]:
             return {}
         return {
@@ -267,7 +273,12 @@ def _root_cause(exc: BaseException) -> str:
         except Exception:  # noqa: BLE001 - the gateway may be gone; fall back to the text
             pass
     text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
+    if not text:
+        return type(exc).__name__
+    lines = text.splitlines()
+    # Spark Connect sends the server's JVM trace as text: its last "Caused by" is the driver's own words.
+    causes = [line.removeprefix("Caused by: ").strip() for line in lines if line.startswith("Caused by: ")]
+    return f"{causes[-1]} <- {lines[0]}" if causes else lines[0]
 
 
 def sanitize(text: str, secrets: list[str]) -> str:
