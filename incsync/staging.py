@@ -41,14 +41,32 @@ class StagedBatch:
         return self.dataset().to_table(columns=columns)
 
 
-def stage(df: DataFrame, path: Path) -> StagedBatch:
-    """Write ``df`` once (UTC microsecond timestamps) and describe the files."""
+def stage(df: DataFrame | pa.Table, path: Path) -> StagedBatch:
+    """Write ``df`` once (UTC microsecond timestamps) and describe the files.
+
+    An Arrow table (from a source read without Spark) is written as one Parquet file.
+    """
     path.parent.mkdir(parents=True, exist_ok=True)
+    if isinstance(df, pa.Table):
+        return _stage_arrow(df, path)
     df.write.mode("overwrite").option("outputTimestampType", "TIMESTAMP_MICROS").parquet(str(path))
     files = tuple(sorted(p for p in path.glob("*.parquet")))
     schema = _utc_schema(df, ds.dataset([str(f) for f in files], format="parquet").schema if files else None)
     rows = ds.dataset([str(f) for f in files], format="parquet", schema=schema).count_rows() if files else 0
     return StagedBatch(path=path, files=files, schema=schema, rows=rows, bytes=sum(f.stat().st_size for f in files))
+
+
+def _stage_arrow(table: pa.Table, path: Path) -> StagedBatch:
+    import pyarrow.parquet as pq
+
+    path.mkdir(parents=True, exist_ok=True)
+    files: tuple[Path, ...] = ()
+    if table.num_rows:
+        file = path / "part-00000.parquet"
+        pq.write_table(table, file, coerce_timestamps="us")
+        files = (file,)
+    schema = table.schema.remove_metadata()
+    return StagedBatch(path=path, files=files, schema=schema, rows=table.num_rows, bytes=sum(f.stat().st_size for f in files))
 
 
 def _utc_schema(df: DataFrame, file_schema: pa.Schema | None) -> pa.Schema:
