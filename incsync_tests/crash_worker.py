@@ -1,4 +1,4 @@
-"""Run one transfer without Spark: ``python -m incsync_tests.crash_worker CONFIG WINDOW [--scheduled]``.
+"""Run one transfer without Spark: ``python -m incsync_tests.crash_worker CONFIG WINDOW [--scheduled] [--full-refresh]``.
 
 The crash-safety tests start it with ``INCSYNC_TEST_CRASH_AT`` set and expect it to die by SIGKILL;
 they also call ``run`` in-process for the run that follows the crash.
@@ -22,7 +22,15 @@ def _no_spark() -> None:
     return None  # the Arrow source reads without a Spark session
 
 
-def run(config_path: str | Path, window: str, *, scheduled: bool, model_name: str = "orders", recipient_id: str = "acme") -> TransferOutcome:
+def run(
+    config_path: str | Path,
+    window: str,
+    *,
+    scheduled: bool,
+    full_refresh: bool = False,
+    model_name: str = "orders",
+    recipient_id: str = "acme",
+) -> TransferOutcome:
     config = load_config(config_path)
     model = config.model(model_name)
     recipient = config.recipient(recipient_id)
@@ -37,10 +45,11 @@ def run(config_path: str | Path, window: str, *, scheduled: bool, model_name: st
         destination=build_destination(config.destination(recipient.destination)),
         spark=_no_spark,
         scheduled=scheduled,
+        full_refresh=full_refresh,
     )
     return run_transfer(request, staging_root=Path(os.environ["INCSYNC_STAGING_DIR"]))
 
 
 if __name__ == "__main__":
-    outcome = run(sys.argv[1], sys.argv[2], scheduled="--scheduled" in sys.argv)
+    outcome = run(sys.argv[1], sys.argv[2], scheduled="--scheduled" in sys.argv, full_refresh="--full-refresh" in sys.argv)
     print(outcome.record.transfer_id)

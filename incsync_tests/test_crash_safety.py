@@ -100,3 +100,34 @@ def test_kill_at_crash_point(kind: str, point: str, committed: bool, tmp_path: P
             expected = {r["id"] for r in carried if r["updated_at"] >= reread_from} if committed else set()
             assert {dict(k)["id"] for k in repeated} == {str(i) for i in expected}
             assert sum(repeated.values()) == len(expected)
+
+
+@pytest.mark.parametrize("kind", ["delta", "postgres", "object_storage"])
+def test_kill_inside_a_full_refresh_keeps_the_old_data(kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    with destination_env(kind, monkeypatch):
+        write_table(tmp_path / "src", "orders", DAY2)
+        config = lake_config(
+            tmp_path,
+            recipients=[{"id": "acme", "id_in_provider_system": "org_1", "destination": "acme_dest"}],
+            destinations=[destination_spec(kind)],
+            model={"lookback_seconds": LOOKBACK},
+        )
+        crash_worker.run(config, "2024-01-02", scheduled=False, full_refresh=True)
+        target = Target(config)
+        before_raw, before_state = target.raw_rows(), target.state()
+        assert target.rows() == _org1(DAY2)
+
+        current = [r for r in DAY2 if r["id"] != 2]
+        write_table(tmp_path / "src", "orders", current)
+        proc = subprocess.run(
+            [sys.executable, "-m", "incsync_tests.crash_worker", str(config), "2024-01-02", "--full-refresh"],
+            cwd=REPO, env={**os.environ, CRASH_ENV: "mid_publish"}, capture_output=True, text=True, timeout=180,
+        )
+        assert proc.returncode == -signal.SIGKILL, proc.stderr[-2000:]
+        assert target.raw_rows() == before_raw
+        assert target.state() == before_state
+
+        outcome = crash_worker.run(config, "2024-01-02", scheduled=False, full_refresh=True)
+        assert outcome.record.transfer_type == "FULL_REFRESH"
+        assert target.raw_rows() == _org1(current)
+        assert _leftover_staging() == []
