@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from incsync.crashpoints import CRASH_ENV
-from incsync_tests import crash_worker
+from incsync_tests import arrow_transfer
 from incsync_tests.destination_support import Target, destination_env, destination_spec, duplicates, max_last_modified
 from incsync_tests.support import lake_config, order, ts, write_table
 
@@ -63,7 +63,7 @@ def test_kill_at_crash_point(kind: str, point: str, committed: bool, tmp_path: P
             destinations=[destination_spec(kind)],
             model={"lookback_seconds": LOOKBACK},
         )
-        crash_worker.run(config, "2024-01-01", scheduled=False)
+        arrow_transfer.run(config, "2024-01-01", scheduled=False)
         target = Target(config)
         before_raw = target.raw_rows()
         assert target.rows() == _org1(DAY1)
@@ -71,7 +71,7 @@ def test_kill_at_crash_point(kind: str, point: str, committed: bool, tmp_path: P
 
         write_table(tmp_path / "src", "orders", DAY2)
         proc = subprocess.run(
-            [sys.executable, "-m", "incsync_tests.crash_worker", str(config), "2024-01-02", "--scheduled"],
+            [sys.executable, "-m", "incsync_tests.arrow_transfer", str(config), "2024-01-02", "--scheduled"],
             cwd=REPO, env={**os.environ, CRASH_ENV: point}, capture_output=True, text=True, timeout=180,
         )
         assert proc.returncode == -signal.SIGKILL, proc.stderr[-2000:]
@@ -88,7 +88,7 @@ def test_kill_at_crash_point(kind: str, point: str, committed: bool, tmp_path: P
         assert len(_leftover_staging()) == 1
 
         hw_before_rerun = target.high_watermark()
-        outcome = crash_worker.run(config, "2024-01-02", scheduled=True)
+        outcome = arrow_transfer.run(config, "2024-01-02", scheduled=True)
         assert _leftover_staging() == []
         assert target.rows() == _org1(DAY2)
         assert target.high_watermark() == ts(2, 6)
@@ -112,7 +112,7 @@ def test_kill_inside_a_full_refresh_keeps_the_old_data(kind: str, tmp_path: Path
             destinations=[destination_spec(kind)],
             model={"lookback_seconds": LOOKBACK},
         )
-        crash_worker.run(config, "2024-01-02", scheduled=False, full_refresh=True)
+        arrow_transfer.run(config, "2024-01-02", scheduled=False, full_refresh=True)
         target = Target(config)
         before_raw, before_state = target.raw_rows(), target.state()
         assert target.rows() == _org1(DAY2)
@@ -120,14 +120,14 @@ def test_kill_inside_a_full_refresh_keeps_the_old_data(kind: str, tmp_path: Path
         current = [r for r in DAY2 if r["id"] != 2]
         write_table(tmp_path / "src", "orders", current)
         proc = subprocess.run(
-            [sys.executable, "-m", "incsync_tests.crash_worker", str(config), "2024-01-02", "--full-refresh"],
+            [sys.executable, "-m", "incsync_tests.arrow_transfer", str(config), "2024-01-02", "--full-refresh"],
             cwd=REPO, env={**os.environ, CRASH_ENV: "mid_publish"}, capture_output=True, text=True, timeout=180,
         )
         assert proc.returncode == -signal.SIGKILL, proc.stderr[-2000:]
         assert target.raw_rows() == before_raw
         assert target.state() == before_state
 
-        outcome = crash_worker.run(config, "2024-01-02", scheduled=False, full_refresh=True)
+        outcome = arrow_transfer.run(config, "2024-01-02", scheduled=False, full_refresh=True)
         assert outcome.record.transfer_type == "FULL_REFRESH"
         assert target.raw_rows() == _org1(current)
         assert _leftover_staging() == []

@@ -189,10 +189,10 @@ class PostgresDestination(Destination):
         return {"postgres_table": self.table_name(model), "postgres_rows_written": written}
 
     def _load_stage(self, conn: psycopg.Connection, batch: StagedBatch, wanted: dict[str, str]) -> None:
-        stage = sql.Identifier(STAGE_TABLE)
+        stage = sql.Identifier("pg_temp", STAGE_TABLE)  # qualified, so a user table of that name is never touched
         conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(stage))
         conn.execute(
-            sql.SQL("CREATE TEMP TABLE {} ({})").format(
+            sql.SQL("CREATE TABLE {} ({})").format(
                 stage, sql.SQL(", ").join(sql.SQL("{} {}").format(sql.Identifier(c), sql.SQL(t)) for c, t in wanted.items())
             )
         )
@@ -235,7 +235,7 @@ class PostgresDestination(Destination):
         lm = sql.Identifier(model.last_modified_column)
         updates = [c for c in batch_columns if c not in model.primary_key]
         insert = sql.SQL("INSERT INTO {target} AS t ({cols}) SELECT {cols} FROM {stage}").format(
-            target=target, cols=cols, stage=sql.Identifier(STAGE_TABLE))
+            target=target, cols=cols, stage=sql.Identifier("pg_temp", STAGE_TABLE))
         if updates:
             insert = insert + sql.SQL(" ON CONFLICT ({pk}) DO UPDATE SET {sets} WHERE t.{lm} <= EXCLUDED.{lm}").format(
                 pk=pk, lm=lm,

@@ -1,4 +1,4 @@
-"""Run one transfer without Spark: ``python -m incsync_tests.crash_worker CONFIG WINDOW [--scheduled] [--full-refresh]``.
+"""Run one transfer without Spark: ``python -m incsync_tests.arrow_transfer CONFIG WINDOW [--scheduled] [--full-refresh]``.
 
 The crash-safety tests start it with ``INCSYNC_TEST_CRASH_AT`` set and expect it to die by SIGKILL;
 they also call ``run`` in-process for the run that follows the crash.
