@@ -28,6 +28,8 @@ SPARK_DEFAULTS: dict[str, str] = {
     "spark.driver.host": "127.0.0.1",
     "spark.driver.bindAddress": "127.0.0.1",
     "spark.sql.sources.partitionOverwriteMode": "dynamic",
+    "spark.ui.showConsoleProgress": "false",
+    "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile=file:{Path(__file__).with_name('log4j2.properties')}",
 }
 
 

@@ -65,8 +65,11 @@ def normalize_last_modified(df: DataFrame, *, model: ModelConfig, recipient: Rec
             f"(columns: {', '.join(fields)}); fix `last_modified_column` or `columns`"
         )
     kind = fields[lm]
+    # NULL last-modified rows are extracted on purpose: validation then fails the transfer naming their
+    # keys, instead of the bounds predicate hiding them from every transfer forever.
     if isinstance(kind, TimestampType):
-        return df.where((F.col(lm) >= F.lit(bounds.lower)) & (F.col(lm) < F.lit(bounds.upper)))
+        in_bounds = (F.col(lm) >= F.lit(bounds.lower)) & (F.col(lm) < F.lit(bounds.upper))
+        return df.where(in_bounds | F.col(lm).isNull())
     if isinstance(kind, TimestampNTZType):
         if not model.last_modified_timezone:
             raise SchemaError(
@@ -76,9 +79,12 @@ def normalize_last_modified(df: DataFrame, *, model: ModelConfig, recipient: Rec
         day = timedelta(days=1)
         naive_lower = (bounds.lower - day).replace(tzinfo=None)
         naive_upper = (bounds.upper + day).replace(tzinfo=None)
-        pre = df.where((F.col(lm) >= F.lit(naive_lower).cast("timestamp_ntz")) & (F.col(lm) < F.lit(naive_upper).cast("timestamp_ntz")))
-        converted = pre.withColumn(lm, F.to_utc_timestamp(F.col(lm).cast("timestamp"), model.last_modified_timezone))
-        return converted.where((F.col(lm) >= F.lit(bounds.lower)) & (F.col(lm) < F.lit(bounds.upper)))
+        near = (F.col(lm) >= F.lit(naive_lower).cast("timestamp_ntz")) & (F.col(lm) < F.lit(naive_upper).cast("timestamp_ntz"))
+        converted = df.where(near | F.col(lm).isNull()).withColumn(
+            lm, F.to_utc_timestamp(F.col(lm).cast("timestamp"), model.last_modified_timezone)
+        )
+        in_bounds = (F.col(lm) >= F.lit(bounds.lower)) & (F.col(lm) < F.lit(bounds.upper))
+        return converted.where(in_bounds | F.col(lm).isNull())
     raise SchemaError(
         f'model {model.model_name}: last_modified_column "{lm}" has type {kind.simpleString()}; it must be a '
         "timestamp (for CSV/JSON sources set the reader option timestampFormat, or cast it in a source_query)"

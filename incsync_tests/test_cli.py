@@ -1,0 +1,158 @@
+"""`incsync validate` and `incsync transfer` on a configuration written by hand (CSV lake source)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import dagster as dg
+import pytest
+
+from incsync.cli import main
+from incsync.partitions import partition_key
+from incsync_tests.support import delta_rows, ts
+
+HAND_WRITTEN = """
+sources:
+  - name: shop
+    vendor: lake
+    path: ./exports
+    format: csv
+destinations:
+  - {name: acme_lake, kind: delta, path: ./customers/acme}
+models:
+  - model_name: invoices
+    source: shop
+    source_table: invoices
+    columns: [invoice_no, tenant, total, modified]
+    primary_key: [invoice_no]
+    last_modified_column: modified
+    organization_column: tenant
+    max_transfer_time_window_seconds: 21600
+    min_start_time_epoch: 1704067200
+    frequency: "0 * * * *"
+recipients:
+  - id: acme
+    id_in_provider_system: "t-1"
+    destination: acme_lake
+    tags: {tier: gold}
+"""
+
+CSV = """invoice_no,tenant,total,modified,internal_note
+A-1,t-1,10.5,2024-01-01T01:00:00.000001Z,x
+A-2,t-1,20.0,2024-01-01T07:30:00Z,x
+B-1,t-2,99.0,2024-01-01T02:00:00Z,secret
+A-3,t-1,5.25,2024-01-01T13:00:00Z,x
+"""
+
+
+@pytest.fixture
+def hand_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    (tmp_path / "exports" / "invoices").mkdir(parents=True)
+    (tmp_path / "exports" / "invoices" / "invoices.csv").write_text(CSV)
+    file = tmp_path / "incsync.yaml"
+    file.write_text(HAND_WRITTEN)
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "dagster_home"))
+    return file
+
+
+def test_validate_console_script(hand_config: Path, tmp_path: Path) -> None:
+    exe = Path(sys.executable).with_name("incsync")
+    ok = subprocess.run([str(exe), "validate", "-c", str(hand_config)], capture_output=True, text=True, timeout=60)
+    assert (ok.returncode, ok.stdout.strip()) == (0, f"{hand_config}: OK (1 sources, 1 destinations, 1 models, 1 recipients)")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(HAND_WRITTEN.replace("primary_key: [invoice_no]", "primary_key: [invoice]"))
+    out = subprocess.run([str(exe), "validate", "-c", str(bad)], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2
+    assert out.stderr.strip().splitlines() == [
+        "error: invalid incsync configuration (1 problem(s)):",
+        f'  {bad}: models[0].primary_key: column "invoice" is not in columns [invoice_no, tenant, total, modified]',
+    ]
+
+
+def test_transfer_backfill_then_window(hand_config: Path, tmp_path: Path, spark, capsys: pytest.CaptureFixture[str]) -> None:
+    # Backfill up to "now": 6-hour windows from 2024-01-01; only the first two hold rows.
+    assert main(["transfer", "invoices", "--recipient", "acme", "--window", "2024-01-01-00:00", "-c", str(hand_config)]) == 0
+    assert main(["transfer", "invoices", "--recipient", "acme", "--window", "2024-01-01-06:00", "-c", str(hand_config)]) == 0
+    assert main(["transfer", "invoices", "--recipient", "acme", "--window", "2024-01-01-12:00", "-c", str(hand_config),
+                 "--tag", "ticket=INC-42"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    lines = [line.split() for line in out if line.startswith("invoices")]
+    assert [(l[2], l[3], l[4]) for l in lines] == [
+        ("2024-01-01-00:00", "rows_transferred=1", "delta_rows_transferred=1"),
+        ("2024-01-01-06:00", "rows_transferred=1", "delta_rows_transferred=1"),
+        ("2024-01-01-12:00", "rows_transferred=1", "delta_rows_transferred=1"),
+    ]
+    assert lines[0][5] == "high_watermark=2024-01-01T01:00:00.000001+00:00"
+    rows = delta_rows(tmp_path / "customers" / "acme" / "invoices", sort="invoice_no")
+    assert [(r["invoice_no"], r["tenant"], r["total"], r["modified"]) for r in rows] == [
+        ("A-1", "t-1", 10.5, ts(1, 1, 0, 0, 1)),
+        ("A-2", "t-1", 20.0, ts(1, 7, 30)),
+        ("A-3", "t-1", 5.25, ts(1, 13)),
+    ]
+    assert set(rows[0]) == {"invoice_no", "tenant", "total", "modified"}, "only the model's columns travel"
+    instance = dg.DagsterInstance.get()
+    runs = instance.get_runs()
+    assert runs[0].tags["incsync/tag/ticket"] == "INC-42"
+    assert runs[0].tags["incsync/model_destination"] == "invoices@acme_lake"
+    materialized = instance.get_materialized_partitions(dg.AssetKey(["shop", "invoices"]))
+    assert {str(k) for k in materialized} == {"acme|2024-01-01-00:00", "acme|2024-01-01-06:00", "acme|2024-01-01-12:00"}
+
+
+def test_bad_tag_and_unknown_recipient(hand_config: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["transfer", "invoices", "--recipient", "acme", "--window", "2024-01-01-00:00",
+                 "-c", str(hand_config), "--tag", "ticket=INC 42"]) == 2
+    assert main(["transfer", "invoices", "--recipient", "umbrella", "-c", str(hand_config)]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert err == [
+        "error: invalid incsync configuration (1 problem(s)):",
+        '  --tag: "ticket=INC 42" is not a tag: use key=value with both matching ^[A-Za-z0-9_-]+$',
+        "error: invalid incsync configuration (1 problem(s)):",
+        f'  {hand_config}: unknown recipient "umbrella"; known: acme',
+    ]
+
+
+def test_failed_transfer_exits_non_zero_with_the_reason(hand_config: Path, tmp_path: Path, spark, capsys) -> None:
+    (tmp_path / "exports" / "invoices" / "invoices.csv").write_text(CSV + "A-1,t-1,1.0,2024-01-01T02:00:00Z,dup\n")
+    assert main(["transfer", "invoices", "--recipient", "acme", "--window", "2024-01-01-00:00", "-c", str(hand_config)]) == 1
+    captured = capsys.readouterr()
+    assert "invoices     acme         2024-01-01-00:00  FAILED" in captured.out
+    assert captured.err.strip() == (
+        "error: ValidationError: model invoices, recipient acme: 1 primary key value(s) ['invoice_no'] occur more than "
+        "once in the batch: ('A-1'); nothing was published. Fix the source or choose a primary_key that is unique."
+    )
+
+
+def test_backfill_runs_every_window_in_one_run_with_exact_metadata(tmp_path: Path, monkeypatch, spark, capsys) -> None:
+    """A backfill is one range run (one Spark session); each window still gets its own counts."""
+    from datetime import datetime, timedelta, timezone
+
+    today = datetime.now(timezone.utc).replace(hour=0, minute=0, second=0, microsecond=0)
+    start = today - timedelta(days=2)
+    (tmp_path / "exports" / "invoices").mkdir(parents=True)
+    rows = [("A-1", start + timedelta(hours=1)), ("A-2", start + timedelta(hours=2)), ("A-3", start + timedelta(days=1, hours=3))]
+    (tmp_path / "exports" / "invoices" / "part.csv").write_text(
+        "invoice_no,tenant,total,modified\n" + "".join(f"{no},t-1,1.0,{at.isoformat()}\n" for no, at in rows)
+    )
+    file = tmp_path / "incsync.yaml"
+    file.write_text(
+        HAND_WRITTEN.replace("max_transfer_time_window_seconds: 21600", "max_transfer_time_window_seconds: 86400")
+        .replace("min_start_time_epoch: 1704067200", f"min_start_time_epoch: {int(start.timestamp())}")
+    )
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "dagster_home"))
+    assert main(["transfer", "invoices", "--recipient", "acme", "--backfill", "-c", str(file)]) == 0
+    days = [(start + timedelta(days=d)).strftime("%Y-%m-%d") for d in range(3)]
+    instance = dg.DagsterInstance.get()
+    assert len(instance.get_runs()) == 1
+    counts = {}
+    for day in days:
+        records = instance.fetch_materializations(
+            dg.AssetRecordsFilter(asset_key=dg.AssetKey(["shop", "invoices"]), asset_partitions=[str(partition_key(day, "acme"))]),
+            limit=1,
+        ).records
+        md = records[0].asset_materialization.metadata
+        counts[day] = (md["rows_transferred"].value, md["delta_rows_transferred"].value)
+    assert counts == {days[0]: (2, 2), days[1]: (1, 1), days[2]: (0, 0)}
+    out = [line for line in capsys.readouterr().out.splitlines() if line.startswith("invoices")]
+    assert len(out) == 3

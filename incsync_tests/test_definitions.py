@@ -1,0 +1,82 @@
+"""What `incsync.definitions` defines, and that loading it starts no JVM and touches no database."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import dagster as dg
+
+from incsync.assets import model_fingerprint
+from incsync.config import load_config
+from incsync.partitions import RECIPIENT_DIM, WINDOW_DIM
+from incsync.project import build_definitions
+from incsync_tests.support import lake_config
+
+
+def test_importing_definitions_starts_no_jvm(tmp_path: Path) -> None:
+    config = lake_config(tmp_path)
+    probe = (
+        "import json, sys, time\n"
+        "t = time.time()\n"
+        "import incsync.definitions as d\n"
+        "from pyspark import SparkContext\n"
+        "print(json.dumps({'spark_started': SparkContext._gateway is not None,\n"
+        "  'pyspark_sql_loaded': 'pyspark.sql.session' in sys.modules and SparkContext._active_spark_context is not None,\n"
+        "  'assets': sorted(k.to_user_string() for k in d.defs.resolve_all_asset_keys()),\n"
+        "  'seconds': round(time.time() - t, 1)}))\n"
+    )
+    env = {**os.environ, "INCSYNC_CONFIG": str(config)}
+    out = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=120, check=True)
+    facts = json.loads(out.stdout.strip().splitlines()[-1])
+    assert facts["spark_started"] is False
+    assert facts["pyspark_sql_loaded"] is False
+    assert facts["assets"] == ["lake/orders", "lake/tables/orders"]
+
+
+def test_asset_shape(tmp_path: Path) -> None:
+    file = lake_config(tmp_path)
+    defs = build_definitions(file)
+    model = load_config(file).model("orders")
+    asset = defs.resolve_assets_def(dg.AssetKey(["lake", "orders"]))
+    spec = next(iter(asset.specs))
+    assert spec.group_name == "lake"
+    assert asset.code_versions_by_key[asset.key] == model_fingerprint(model)
+    assert [dep.asset_key for dep in spec.deps] == [dg.AssetKey(["lake", "tables", "orders"])]
+    partitions = asset.partitions_def
+    assert isinstance(partitions, dg.MultiPartitionsDefinition)
+    dims = {d.name: d.partitions_def for d in partitions.partitions_defs}
+    assert isinstance(dims[RECIPIENT_DIM], dg.DynamicPartitionsDefinition)
+    assert dims[RECIPIENT_DIM].name == "recipients"
+    window = dims[WINDOW_DIM]
+    assert isinstance(window, dg.TimeWindowPartitionsDefinition)
+    assert (window.cron_schedule, window.fmt, window.end_offset) == ("0 0 * * *", "%Y-%m-%d", 1)
+    assert window.start.timestamp() == 1704067200
+    assert set(defs.resources) >= {"spark", "incsync", "incsync_io_manager", "source_lake", "delta_destination"}
+    source = defs.resolve_assets_def(dg.AssetKey(["lake", "tables", "orders"]))
+    assert not source.is_executable
+
+
+def test_fingerprint_changes_with_model_shape(tmp_path: Path) -> None:
+    model = load_config(lake_config(tmp_path)).model("orders")
+    same = model.model_copy()
+    assert model_fingerprint(same) == model_fingerprint(model)
+    assert model_fingerprint(model.model_copy(update={"primary_key": ["id", "status"]})) != model_fingerprint(model)
+    assert model_fingerprint(model.model_copy(update={"columns": ["id", "updated_at"]})) != model_fingerprint(model)
+    assert model_fingerprint(model.model_copy(update={"max_transfer_time_window_seconds": 3600})) == model_fingerprint(model)
+
+
+def test_hourly_grid_and_source_query_lineage(tmp_path: Path) -> None:
+    file = lake_config(
+        tmp_path,
+        model={"max_transfer_time_window_seconds": 3600, "source_table": None,
+               "source_query": "SELECT * FROM orders WHERE status <> 'test'"},
+    )
+    defs = build_definitions(file)
+    asset = defs.resolve_assets_def(dg.AssetKey(["lake", "orders"]))
+    window = {d.name: d.partitions_def for d in asset.partitions_def.partitions_defs}[WINDOW_DIM]
+    assert (window.cron_schedule, window.fmt) == ("0 * * * *", "%Y-%m-%d-%H:%M")
+    assert [d.asset_key for d in next(iter(asset.specs)).deps] == [dg.AssetKey(["lake", "queries", "orders"])]
