@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["janitor", "read_manifested"]
+__all__ = ["janitor", "latest_versions", "read_manifested"]
 
 
 def __getattr__(name: str) -> Any:

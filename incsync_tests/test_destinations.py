@@ -9,6 +9,7 @@ import pyarrow as pa
 import pytest
 
 from incsync.assets import FULL_REFRESH_TAG, MODE_TAG
+from incsync.project import build_definitions
 from incsync_tests.destination_support import KINDS, Target, destination_env, destination_spec
 from incsync_tests.support import ORDERS_SCHEMA, latest_metadata, lake_config, materialize_partition, order, ts, write_table
 
@@ -22,27 +23,12 @@ def kind(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch, spark)
         yield request.param
 
 
-@pytest.fixture
-def instance(tmp_path: Path) -> Any:
-    import dagster as dg
-
-    home = tmp_path / "dagster_home"
-    home.mkdir()
-    with dg.instance_for_test(temp_dir=str(home)) as inst:
-        yield inst
-
-
 def _configure(root: Path, kind: str, **model: Any) -> Path:
     return lake_config(root, recipients=ACME, destinations=[destination_spec(kind)], model={"lookback_seconds": LOOKBACK, **model})
 
 
-def _run(config: Path, instance, window: str, **kwargs: Any):
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("INCSYNC_CONFIG", str(config))  # importing incsync.definitions loads $INCSYNC_CONFIG
-        from incsync.definitions import build_definitions
-
-        defs = build_definitions(config)
-    return materialize_partition(defs, instance, window=window, recipient="acme", **kwargs)
+def _run(config: Path, instance: Any, window: str, **kwargs: Any):
+    return materialize_partition(build_definitions(config), instance, window=window, recipient="acme", **kwargs)
 
 
 def _org1(rows: list[dict[str, Any]], drop: tuple[str, ...] = ()) -> list[dict[str, Any]]:
@@ -59,24 +45,24 @@ SOURCE = [
 ]
 
 
-def test_backfill_incremental_and_replay(kind: str, tmp_path: Path, instance) -> None:
+def test_backfill_incremental_and_replay(kind: str, tmp_path: Path, dagster_instance) -> None:
     src = tmp_path / "src"
     write_table(src, "orders", SOURCE)
     config = _configure(tmp_path, kind)
     target = Target(config)
 
     for window in ("2024-01-01", "2024-01-02"):
-        _run(config, instance, window)
+        _run(config, dagster_instance, window)
     assert target.rows() == _org1(SOURCE)
     assert target.high_watermark() == ts(2, 10)
-    meta = latest_metadata(instance)
+    meta = latest_metadata(dagster_instance)
     assert (meta["rows_transferred"], meta["delta_rows_transferred"], meta["transfer_type"]) == (1, 1, "INCREMENTAL")
 
     changed = [*SOURCE, order(6, "org_1", ts(2, 20)), order(7, "org_2", ts(2, 20))]
     changed[1] = order(2, "org_1", ts(2, 21), status="paid", amount=2.5)
     write_table(src, "orders", changed)
-    _run(config, instance, "2024-01-02", tags={MODE_TAG: "incremental"})
-    meta = latest_metadata(instance)
+    _run(config, dagster_instance, "2024-01-02", tags={MODE_TAG: "incremental"})
+    meta = latest_metadata(dagster_instance)
     assert meta["lower_bound"] == ts(2, 9, 59).timestamp()
     assert (meta["rows_transferred"], meta["delta_rows_transferred"]) == (3, 2)  # 4 (lookback overlap), 6, 2
     assert target.rows() == _org1(changed)
@@ -86,23 +72,23 @@ def test_backfill_incremental_and_replay(kind: str, tmp_path: Path, instance) ->
     stale = [*changed]
     stale[1] = order(2, "org_1", ts(1, 2))
     write_table(src, "orders", stale)
-    _run(config, instance, "2024-01-01")
-    assert latest_metadata(instance)["rows_transferred"] == 2
+    _run(config, dagster_instance, "2024-01-01")
+    assert latest_metadata(dagster_instance)["rows_transferred"] == 2
     assert target.rows() == _org1(changed)
     assert target.high_watermark() == ts(2, 21)
-    _run(config, instance, "2024-01-01")
+    _run(config, dagster_instance, "2024-01-01")
     assert target.rows() == _org1(changed)
 
 
-def test_empty_window_records_the_transfer(kind: str, tmp_path: Path, instance) -> None:
+def test_empty_window_records_the_transfer(kind: str, tmp_path: Path, dagster_instance) -> None:
     write_table(tmp_path / "src", "orders", SOURCE)
     config = _configure(tmp_path, kind)
     target = Target(config)
-    _run(config, instance, "2024-01-02")
+    _run(config, dagster_instance, "2024-01-02")
     before = target.rows()
 
-    _run(config, instance, "2024-01-05")
-    meta = latest_metadata(instance)
+    _run(config, dagster_instance, "2024-01-05")
+    meta = latest_metadata(dagster_instance)
     assert (meta["rows_transferred"], meta["delta_rows_transferred"]) == (0, 0)
     assert meta["high_watermark_epoch_seconds"] == int(ts(2, 10).timestamp())
     state = target.state()
@@ -111,15 +97,15 @@ def test_empty_window_records_the_transfer(kind: str, tmp_path: Path, instance) 
     assert target.rows() == before == _org1([r for r in SOURCE if r["updated_at"] >= ts(2)])
 
 
-def test_duplicate_key_publishes_nothing(kind: str, tmp_path: Path, instance) -> None:
+def test_duplicate_key_publishes_nothing(kind: str, tmp_path: Path, dagster_instance) -> None:
     write_table(tmp_path / "src", "orders", SOURCE)
     config = _configure(tmp_path, kind)
     target = Target(config)
-    _run(config, instance, "2024-01-02")
+    _run(config, dagster_instance, "2024-01-02")
     before_rows, before_state = target.raw_rows(), target.state()
 
     write_table(tmp_path / "src", "orders", [*SOURCE, order(1, "org_1", ts(1, 5)), order(9, "org_1", ts(1, 6))])
-    result = _run(config, instance, "2024-01-01", raise_on_error=False)
+    result = _run(config, dagster_instance, "2024-01-01", raise_on_error=False)
     assert not result.success
     failure = next(e for e in result.all_events if e.event_type_value == "STEP_FAILURE")
     error, message = failure.step_failure_data.error, ""
@@ -138,20 +124,20 @@ def _pg_oid(target: Target) -> int | None:
         return conn.execute("SELECT 'acme.orders'::regclass::oid").fetchone()[0]
 
 
-def test_full_refresh_and_model_change(kind: str, tmp_path: Path, instance) -> None:
+def test_full_refresh_and_model_change(kind: str, tmp_path: Path, dagster_instance) -> None:
     src = tmp_path / "src"
     write_table(src, "orders", SOURCE)
     config = _configure(tmp_path, kind)
     target = Target(config)
     for window in ("2024-01-01", "2024-01-02"):
-        _run(config, instance, window)
+        _run(config, dagster_instance, window)
     oid = _pg_oid(target)
 
     # Row 2 is deleted at the source; only a full refresh removes it from the destination.
     current = [r for r in SOURCE if r["id"] != 2]
     write_table(src, "orders", current)
-    _run(config, instance, "2024-01-02", tags={FULL_REFRESH_TAG: "true"})
-    meta = latest_metadata(instance)
+    _run(config, dagster_instance, "2024-01-02", tags={FULL_REFRESH_TAG: "true"})
+    meta = latest_metadata(dagster_instance)
     assert (meta["transfer_type"], meta["full_refresh_reason"], meta["rows_transferred"]) == ("FULL_REFRESH", "requested", 2)
     assert meta["lower_bound"] == ts(1).timestamp()
     assert target.raw_rows() == _org1(current)
@@ -161,31 +147,31 @@ def test_full_refresh_and_model_change(kind: str, tmp_path: Path, instance) -> N
     # The model drops a column: its fingerprint changes, so the next transfer is a full refresh.
     config = _configure(tmp_path, kind, columns=["id", "organization_id", "status", "updated_at"])
     target = Target(config)
-    _run(config, instance, "2024-01-02")
-    meta = latest_metadata(instance)
+    _run(config, dagster_instance, "2024-01-02")
+    meta = latest_metadata(dagster_instance)
     assert meta["transfer_type"] == "FULL_REFRESH"
     assert meta["full_refresh_reason"].startswith("model_changed (")
     assert target.raw_rows() == _org1(current, drop=("amount",))
     assert oid is None or _pg_oid(target) != oid  # new schema: dropped and recreated
     assert target.state().last_transfer.extra == {"full_refresh_reason": meta["full_refresh_reason"]}
 
-    _run(config, instance, "2024-01-02")
-    assert latest_metadata(instance)["transfer_type"] == "INCREMENTAL"
+    _run(config, dagster_instance, "2024-01-02")
+    assert latest_metadata(dagster_instance)["transfer_type"] == "INCREMENTAL"
 
 
 NOTE_SCHEMA = ORDERS_SCHEMA.append(pa.field("note", pa.string()))
 
 
-def test_added_source_column_reaches_the_destination(kind: str, tmp_path: Path, instance) -> None:
+def test_added_source_column_reaches_the_destination(kind: str, tmp_path: Path, dagster_instance) -> None:
     src = tmp_path / "src"
     write_table(src, "orders", SOURCE)
     config = _configure(tmp_path, kind, columns=None)  # every source column
     target = Target(config)
-    _run(config, instance, "2024-01-01")
+    _run(config, dagster_instance, "2024-01-01")
 
     evolved = [{**r, "note": f"n{r['id']}"} for r in SOURCE] + [{**order(8, "org_1", ts(2, 12)), "note": "gift"}]
     write_table(src, "orders", evolved, schema=NOTE_SCHEMA)
-    _run(config, instance, "2024-01-02")
-    assert latest_metadata(instance)["transfer_type"] == "INCREMENTAL"
+    _run(config, dagster_instance, "2024-01-02")
+    assert latest_metadata(dagster_instance)["transfer_type"] == "INCREMENTAL"
     expected = [{**r, "note": None if r["updated_at"] < ts(2) else r["note"]} for r in _org1(evolved)]
     assert target.rows() == expected

@@ -162,3 +162,23 @@ def test_disable_manifest_still_keeps_the_transfer_log(tmp_path: Path) -> None:
     assert target.high_watermark() == ts(2, 6)
     assert target.rows() == [r for r in ROWS if r["organization_id"] == "org_1"]
     assert incsync.janitor(out, grace_seconds=0) == []
+
+
+def test_janitor_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from incsync.cli import main
+
+    config = _config(tmp_path)
+    out = tmp_path / "out" / "files"
+    run(config, "2024-01-01", scheduled=False)
+    orphan = out / "orders" / "recipient=acme" / "dt=2024-01-01" / "orphan.parquet"
+    orphan.parent.mkdir(parents=True, exist_ok=True)
+    orphan.write_bytes(b"PAR1")
+    os.utime(orphan, (time.time() - 100, time.time() - 100))
+
+    assert main(["janitor", "-c", str(config), "--grace-seconds", "50", "--dry-run"]) == 0
+    assert capsys.readouterr().out.splitlines() == [f"would remove {orphan}", "files: would remove 1 unmanifested file(s) older than 50 s"]
+    assert main(["janitor", "-c", str(config), "--grace-seconds", "50"]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == "files: removed 1 unmanifested file(s) older than 50 s"
+    assert not orphan.exists()
+    assert main(["janitor", "-c", str(config), "--destination", "nope"]) == 2
+    assert '--destination: "nope" is not an object_storage destination; known: [files]' in capsys.readouterr().err

@@ -113,3 +113,16 @@ def test_missing_dsn_variable_names_it_not_the_secret(tmp_path: Path, monkeypatc
     config = _config(tmp_path, [ROW])
     with pytest.raises(ConfigError, match=rf"destinations\[acme_dest\].dsn_env: variable {PG_DSN_ENV} is not set"):
         Target(config).state()
+
+
+def test_validate_connect_reports_an_unreachable_destination_without_the_password(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from incsync.cli import main
+
+    config = _config(tmp_path, [ROW])
+    monkeypatch.setenv(PG_DSN_ENV, "postgresql://nobody:s3cret-pw@127.0.0.1:1/none")
+    assert main(["validate", "--connect", "-c", str(config)]) == 1
+    err = capsys.readouterr().err
+    assert f"destination acme_dest: cannot connect to PostgreSQL with the DSN in ${PG_DSN_ENV}" in err
+    assert "s3cret-pw" not in err

@@ -273,6 +273,15 @@ def read_manifested(path: str | os.PathLike[str], model: str, recipient: str, *,
     return pa.concat_tables(tables, promote_options="permissive")
 
 
+def latest_versions(table: pa.Table, primary_key: list[str], last_modified_column: str) -> pa.Table:
+    """What an upsert destination would hold: per primary key, the row with the greatest last-modified."""
+    if table.num_rows == 0:
+        return table
+    ranked = table.sort_by([*((c, "ascending") for c in primary_key), (last_modified_column, "descending")])
+    keys = ranked.select(primary_key).to_pylist()
+    return ranked.take([i for i, key in enumerate(keys) if i == 0 or key != keys[i - 1]])
+
+
 def janitor(
     path: str | os.PathLike[str], *, grace_seconds: float = 6 * 3600, now: float | None = None, dry_run: bool = False
 ) -> list[Path]:

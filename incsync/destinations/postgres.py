@@ -116,6 +116,10 @@ class PostgresDestination(Destination):
         conn.execute("SET TIME ZONE 'UTC'")
         return conn
 
+    def check(self) -> None:
+        """Connect once (``incsync validate --connect``); raises ConfigError/PublishError naming the setting."""
+        self._connect().close()
+
     def _ident(self, table: str) -> sql.Composed:
         return sql.Identifier(self.schema, table)
 
