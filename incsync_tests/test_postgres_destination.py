@@ -126,3 +126,24 @@ def test_validate_connect_reports_an_unreachable_destination_without_the_passwor
     err = capsys.readouterr().err
     assert f"destination acme_dest: cannot connect to PostgreSQL with the DSN in ${PG_DSN_ENV}" in err
     assert "s3cret-pw" not in err
+
+
+def test_csv_copy_keeps_empty_strings_nulls_and_special_characters(pg: None, tmp_path: Path) -> None:
+    schema = pa.schema([("id", pa.int64()), ("organization_id", pa.string()), ("updated_at", pa.timestamp("us", tz="UTC")),
+                        ("status", pa.string()), ("amount", pa.float64()), ("paid", pa.bool_())])
+    rows = [
+        {"id": 1, "organization_id": "org_1", "updated_at": ts(1, 1, 0, 0, 123456), "status": "", "amount": 0.1, "paid": True},
+        {"id": 2, "organization_id": "org_1", "updated_at": ts(1, 2), "status": None, "amount": None, "paid": None},
+        {"id": 3, "organization_id": "org_1", "updated_at": ts(1, 3), "status": 'a"b,c\nd\\e', "amount": 1e-300, "paid": False},
+    ]
+    config = _config(tmp_path, rows, schema=schema)
+    run(config, "2024-01-01", scheduled=False)
+    assert sorted(Target(config).raw_rows(), key=lambda r: r["id"]) == rows
+
+
+def test_a_malformed_dsn_is_not_echoed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    config = _config(tmp_path, [ROW])
+    monkeypatch.setenv(PG_DSN_ENV, "host=127.0.0.1 password s3cret-pw")
+    with pytest.raises(ConfigError, match=rf"\${PG_DSN_ENV} is not a PostgreSQL connection string") as info:
+        Target(config).state()
+    assert "s3cret-pw" not in str(info.value)

@@ -1,7 +1,15 @@
-"""PostgreSQL destination: COPY into a temp table, then ONE transaction upserts and records the transfer."""
+"""PostgreSQL destination: COPY into a temp table, then ONE transaction upserts and records the transfer.
+
+The publish transaction takes an advisory lock on (schema, model), checks that no other transfer
+committed since this one read its state, adapts the table (create, ADD COLUMN, or for a full refresh
+TRUNCATE / DROP and CREATE), upserts with the last-modified tie-break and inserts the transfer record
+into ``<schema>._incsync_transfers``. A full refresh's TRUNCATE holds an exclusive lock, so readers
+wait for the commit and then see the new rows; they never see an empty or half-loaded table.
+"""
 
 from __future__ import annotations
 
+import io
 import json
 import os
 from collections.abc import Iterator
@@ -9,7 +17,9 @@ from datetime import datetime
 
 import psycopg
 import pyarrow as pa
+import pyarrow.csv as pacsv
 from psycopg import sql
+from psycopg.conninfo import conninfo_to_dict
 
 from incsync.config import ModelConfig, PostgresDestinationConfig, RecipientConfig
 from incsync.crashpoints import crash_point
@@ -106,12 +116,21 @@ class PostgresDestination(Destination):
                 [f"destinations[{self.name}].dsn_env: variable {self.config.dsn_env} is not set; export the DSN in it"],
             )
         try:
+            password = conninfo_to_dict(dsn).get("password")
+        except psycopg.ProgrammingError:  # its message quotes the DSN: never show it
+            raise ConfigError(
+                "environment",
+                [f"destinations[{self.name}].dsn_env: ${self.config.dsn_env} is not a PostgreSQL connection string "
+                 "(postgresql://user@host:port/dbname or key=value pairs)"],
+            ) from None
+        try:
             conn = psycopg.connect(dsn, autocommit=False, connect_timeout=10)
         except psycopg.Error as exc:
-            # psycopg never prints the password; the DSN itself stays out of the message.
+            message = " ".join(str(exc).split())
+            if password:
+                message = message.replace(str(password), "***")
             raise PublishError(
-                f"destination {self.name}: cannot connect to PostgreSQL with the DSN in ${self.config.dsn_env}: "
-                f"{str(exc).strip()}"
+                f"destination {self.name}: cannot connect to PostgreSQL with the DSN in ${self.config.dsn_env}: {message}"
             ) from None
         conn.execute("SET TIME ZONE 'UTC'")
         return conn
@@ -132,8 +151,7 @@ class PostgresDestination(Destination):
         return DestinationState(last_transfer=record, version=record.transfer_id if record else None)
 
     def _last_record(self, conn: psycopg.Connection, *, model: ModelConfig, recipient: RecipientConfig) -> TransferRecord | None:
-        exists = conn.execute("SELECT to_regclass(%s)", [f'"{self.schema}"."{TRANSFERS_TABLE}"']).fetchone()
-        if exists is None or exists[0] is None:
+        if self._columns(conn, TRANSFERS_TABLE) is None:
             return None
         query = sql.SQL("SELECT {cols} FROM {table} WHERE model_name = %s AND recipient_id = %s ORDER BY seq DESC LIMIT 1").format(
             cols=sql.SQL(", ").join(map(sql.Identifier, _RECORD_COLUMNS)), table=self._ident(TRANSFERS_TABLE)
@@ -202,9 +220,19 @@ class PostgresDestination(Destination):
         )
         if not batch.files:
             return
-        copy_sql = sql.SQL("COPY {} ({}) FROM STDIN").format(stage, sql.SQL(", ").join(map(sql.Identifier, wanted)))
+        columns = sql.SQL(", ").join(map(sql.Identifier, wanted))
+        if not any(t in ("bytea", "jsonb") for t in wanted.values()):
+            # Arrow writes the CSV in C: ~10x faster than adapting row by row. Quoting every value keeps
+            # empty strings apart from NULLs (unquoted empty fields).
+            options = pacsv.WriteOptions(include_header=False, quoting_style="all_valid")
+            with conn.cursor() as cur, cur.copy(sql.SQL("COPY {} ({}) FROM STDIN (FORMAT csv)").format(stage, columns)) as copy:
+                for record_batch in batch.reader():
+                    sink = io.BytesIO()
+                    pacsv.write_csv(pa.Table.from_batches([record_batch]), sink, options)
+                    copy.write(sink.getvalue())
+            return
         json_columns = [i for i, f in enumerate(batch.schema) if _jsonish(f)]
-        with conn.cursor() as cur, cur.copy(copy_sql) as copy:
+        with conn.cursor() as cur, cur.copy(sql.SQL("COPY {} ({}) FROM STDIN").format(stage, columns)) as copy:
             for row in _rows(batch, json_columns):
                 copy.write_row(row)
 
