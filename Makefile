@@ -25,8 +25,13 @@ test: $(STAMP)
 test-long: $(STAMP)
 	INCSYNC_HYPOTHESIS_PROFILE=long $(BIN)/python -m pytest -q -m slow $(PYTEST_ARGS)
 
+# The UI over the demo's instance (after `make demo`), or over INCSYNC_CONFIG / DAGSTER_HOME you set.
+INCSYNC_CONFIG ?= demo/incsync.yaml
+DAGSTER_HOME ?= demo/.dagster
 dev: $(STAMP)
-	mkdir -p .dagster && DAGSTER_HOME=$(CURDIR)/.dagster $(BIN)/dagster dev -w workspace.yaml
+	@test -f "$(INCSYNC_CONFIG)" || { echo "no $(INCSYNC_CONFIG): run 'make demo' first or set INCSYNC_CONFIG"; exit 1; }
+	mkdir -p "$(DAGSTER_HOME)" && cp dagster.yaml "$(DAGSTER_HOME)/dagster.yaml"
+	INCSYNC_CONFIG="$(abspath $(INCSYNC_CONFIG))" DAGSTER_HOME="$(abspath $(DAGSTER_HOME))" $(BIN)/dagster dev -w workspace.yaml -h 127.0.0.1
 
 clean:
 	rm -rf $(VENV) demo .dagster .pytest_cache .hypothesis

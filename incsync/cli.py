@@ -101,6 +101,24 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return run_demo(Path(args.workdir), rows=args.rows)
 
 
+def cmd_spark_server(args: argparse.Namespace) -> int:
+    import signal
+
+    from incsync.spark_server import remote_url, start_server, stop_server
+
+    print(f"starting a Spark Connect server ({args.master}) on 127.0.0.1:{args.port} ...", flush=True)
+    process = start_server(port=args.port, master=args.master, log_file=Path(args.log) if args.log else None)
+    print(f"ready: add to incsync.yaml\n  spark:\n    spark.remote: \"{remote_url(args.port)}\"\nCtrl-C stops it.", flush=True)
+    try:
+        signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+        process.wait()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        stop_server(process)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="incsync", description="Incremental per-recipient data transfer on Dagster.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -128,6 +146,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dry-run", action="store_true", help="list the files, remove nothing")
     p.add_argument("-c", "--config")
     p.set_defaults(func=cmd_janitor)
+
+    p = sub.add_parser("spark-server", help="run a local Spark Connect server that keeps Spark warm across runs")
+    p.add_argument("--port", type=int, default=15002)
+    p.add_argument("--master", default="local[*]")
+    p.add_argument("--log", help="file for the server's output")
+    p.set_defaults(func=cmd_spark_server)
 
     p = sub.add_parser("demo", help="build a sample source and transfer it to a few recipients")
     p.add_argument("--workdir", default="demo")

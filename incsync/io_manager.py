@@ -18,7 +18,7 @@ class TransferIOManager(dg.ConfigurableIOManager):
     staging_dir: str = Field(description="Root of the per-transfer staging folders.")
 
     def handle_output(self, context: dg.OutputContext, obj: list[TransferRequest]) -> None:
-        single = len(obj) == 1 and not context.has_asset_partitions or len(obj) == 1 and len(context.asset_partition_keys) == 1
+        single = len(context.asset_partition_keys) <= 1
         for request in obj:
             outcome = run_transfer(request, staging_root=Path(self.staging_dir))
             metadata = transfer_metadata(outcome, destination=request.destination.name)
