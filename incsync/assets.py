@@ -13,6 +13,9 @@ from incsync.transfer import TransferRequest
 MODE_TAG = "incsync/mode"
 FULL_REFRESH_TAG = "incsync/full_refresh"
 IO_MANAGER_KEY = "incsync_io_manager"
+# UI backfills batch up to this many (window, recipient) partitions into one run and one Spark session;
+# each partition is still its own transfer with its own commit and metadata (see io_manager.py).
+MAX_PARTITIONS_PER_RUN = 64
 
 
 class TransferRunConfig(dg.Config):
@@ -69,6 +72,7 @@ def build_model_asset(config: IncsyncConfig, model: ModelConfig) -> dg.AssetsDef
         code_version=code_version,
         deps=[source_asset_key(model)],
         io_manager_key=IO_MANAGER_KEY,
+        backfill_policy=dg.BackfillPolicy.multi_run(max_partitions_per_run=MAX_PARTITIONS_PER_RUN),
         required_resource_keys={"spark", "incsync", source_resource_key(model.source), *destination_keys},
         kinds={"spark"},
         description=f"{model.model_name}: each recipient's rows of {model.source_table or 'a source query'}, "

@@ -6,20 +6,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from incsync.config import ID_PATTERN, config_path, load_config
-from incsync.errors import ConfigError, IncsyncError
-
-
-def _parse_tags(values: list[str] | None) -> dict[str, str]:
-    import re
-
-    tags: dict[str, str] = {}
-    for item in values or []:
-        key, sep, value = item.partition("=")
-        if not sep or not re.match(ID_PATTERN, key) or not re.match(ID_PATTERN, value):
-            raise ConfigError("--tag", [f'"{item}" is not a tag: use key=value with both matching {ID_PATTERN}'])
-        tags[f"incsync/tag/{key}"] = value
-    return tags
+from incsync.config import config_path, load_config
+from incsync.errors import ConfigError, IncsyncError, InputError
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
@@ -41,6 +29,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 
 def cmd_transfer(args: argparse.Namespace) -> int:
+    from incsync.automation.tags import parse_tags, user_run_tags
     from incsync.project import build_definitions
     from incsync.runner import dagster_instance, failure_message, recipient_windows, run_transfers, scheduled_windows
 
@@ -65,7 +54,8 @@ def cmd_transfer(args: argparse.Namespace) -> int:
     print(f"transfer {model.model_name} → {recipient.id}: {len(windows)} window(s) {windows[0]} .. {windows[-1]}", flush=True)
     lines = run_transfers(
         defs, instance, config=config, model=model, recipient=recipient, windows=windows, scheduled=scheduled,
-        full_refresh=args.full_refresh, tags=_parse_tags(args.tag), progress=lambda line: print(line, flush=True),
+        full_refresh=args.full_refresh, tags=user_run_tags(parse_tags(args.tag or [])),
+        progress=lambda line: print(line, flush=True),
     )
     failed = [line for line in lines if not line.ok]
     if failed:
@@ -92,6 +82,29 @@ def cmd_janitor(args: argparse.Namespace) -> int:
         for path in removed:
             print(f"{verb} {path}")
         print(f"{destination.name}: {verb} {len(removed)} unmanifested file(s) older than {args.grace_seconds:g} s")
+    return 0
+
+
+def cmd_transfers(args: argparse.Namespace) -> int:
+    from incsync.automation.statuses import counts_by_model, list_transfers
+    from incsync.automation.tags import parse_tags
+    from incsync.runner import dagster_instance
+
+    file = config_path(args.config)
+    config = load_config(file)
+    transfers = list_transfers(
+        dagster_instance(file), config, recipient=args.recipient, status=args.status,
+        tags=parse_tags(args.tag or []), limit=args.limit,
+    )
+    print(f"{'created (UTC)':<20} {'status':<16} {'model(s)':<16} {'recipient(s)':<20} {'windows':>7} "
+          f"{'rows':>9} {'delta':>9}  tags / run")
+    for t in transfers:
+        tags = ",".join(f"{k}={v}" for k, v in sorted(t.tags.items()))
+        print(f"{t.created_at:%Y-%m-%d %H:%M:%S}  {t.status.value:<16} {','.join(t.models):<16} "
+              f"{','.join(t.recipients):<20} {t.partitions_committed:>7} {t.rows_transferred:>9} "
+              f"{t.delta_rows_transferred:>9}  {tags + ' ' if tags else ''}{t.run_id[:8]}")
+    for model, counts in sorted(counts_by_model(transfers).items()):
+        print(f"{model}: " + ", ".join(f"{status} {n}" for status, n in sorted(counts.items())))
     return 0
 
 
@@ -147,6 +160,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-c", "--config")
     p.set_defaults(func=cmd_janitor)
 
+    p = sub.add_parser("transfers", help="list transfers with their status and counts")
+    p.add_argument("--recipient")
+    p.add_argument("--status", help="PENDING, RUNNING, SUCCESS, ERROR, PARTIAL_FAILURE, CANCELLED, KILLED, EXPIRED, ORPHANED")
+    p.add_argument("--tag", action="append", help="key=value (repeatable)")
+    p.add_argument("--limit", type=int, default=200)
+    p.add_argument("-c", "--config")
+    p.set_defaults(func=cmd_transfers)
+
     p = sub.add_parser("spark-server", help="run a local Spark Connect server that keeps Spark warm across runs")
     p.add_argument("--port", type=int, default=15002)
     p.add_argument("--master", default="local[*]")
@@ -164,7 +185,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
-    except ConfigError as exc:
+    except (ConfigError, InputError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except IncsyncError as exc:

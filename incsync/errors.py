@@ -17,6 +17,10 @@ class ConfigError(IncsyncError):
         super().__init__(f"invalid incsync configuration ({len(problems)} problem(s)):\n{lines}")
 
 
+class InputError(IncsyncError):
+    """A bad argument, tag or status given on the command line or as a run tag."""
+
+
 class SourceError(IncsyncError):
     """A source could not be read (connection, permissions, missing table or column)."""
 

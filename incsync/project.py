@@ -7,6 +7,7 @@ import os
 import dagster as dg
 
 from incsync.assets import IO_MANAGER_KEY, build_model_asset, source_specs
+from incsync.automation.registry import automation
 from incsync.config import config_path, load_config
 from incsync.io_manager import TransferIOManager
 from incsync.resources import (
@@ -32,8 +33,13 @@ def build_definitions(path: str | os.PathLike[str] | None = None) -> dg.Definiti
         resources[source_resource_key(source.name)] = SourceResource(config_path=file, source_name=source.name)
     for kind in sorted({d.kind for d in config.destinations}):
         resources[destination_resource_key(kind)] = DestinationKindResource(config_path=file, kind=kind)
+    sensors, schedules = automation(file, config)
     return dg.Definitions(
         assets=[*source_specs(config), *(build_model_asset(config, m) for m in config.models)],
         resources=resources,
+        sensors=sensors,
+        schedules=schedules,
+        # One process per run: its Spark session serves every model and partition of the run.
+        executor=dg.in_process_executor,
     )
 

@@ -11,12 +11,15 @@ from pathlib import Path
 import dagster as dg
 from dagster._core.storage.tags import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG
 
-from incsync.assets import FULL_REFRESH_TAG, MODE_TAG, model_asset_key
+from incsync.assets import FULL_REFRESH_TAG, model_asset_key
+from incsync.automation.tags import INCREMENTAL, transfer_run_tags
 from incsync.changes import UTC
 from incsync.config import IncsyncConfig, ModelConfig, RecipientConfig
 from incsync.metadata import DELTA_ROWS_TRANSFERRED, HIGH_WATERMARK, ROWS_TRANSFERRED, TRANSFER_TYPE
 from incsync.partitions import RECIPIENTS_PARTITIONS, partition_key, split_key, window_partitions
 from incsync.transfer import recipient_start
+
+MANUAL = "manual"
 
 
 def dagster_instance(config_file: Path) -> dg.DagsterInstance:
@@ -96,14 +99,8 @@ def run_transfers(
         instance.add_dynamic_partitions(RECIPIENTS_PARTITIONS, [recipient.id])
     job = defs.resolve_implicit_global_asset_job_def()
     asset_key = model_asset_key(model)
-    destination = config.destination(recipient.destination)
     run_tags = {
-        "incsync/model": model.model_name,
-        "incsync/recipient": recipient.id,
-        "incsync/source": model.source,
-        "incsync/destination": destination.name,
-        "incsync/model_destination": f"{model.model_name}@{destination.name}",
-        **({MODE_TAG: "incremental"} if scheduled else {MODE_TAG: "manual"}),
+        **transfer_run_tags(config, model, recipient, mode=INCREMENTAL if scheduled else MANUAL),
         **({FULL_REFRESH_TAG: "true"} if full_refresh else {}),
         **(tags or {}),
     }

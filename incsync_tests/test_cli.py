@@ -106,14 +106,18 @@ def test_bad_tag_and_unknown_recipient(hand_config: Path, capsys: pytest.Capture
     assert main(["transfer", "invoices", "--recipient", "umbrella", "-c", str(hand_config)]) == 2
     err = capsys.readouterr().err.splitlines()
     assert err == [
-        "error: invalid incsync configuration (1 problem(s)):",
-        '  --tag: "ticket=INC 42" is not a tag: use key=value with both matching ^[A-Za-z0-9_-]+$',
+        'error: tag ticket=INC 42: value "INC 42" is invalid; tag keys and values must match ^[A-Za-z0-9_-]+$ '
+        "(letters, digits, _ and - only)",
         "error: invalid incsync configuration (1 problem(s)):",
         f'  {hand_config}: unknown recipient "umbrella"; known: acme',
     ]
 
 
-def test_failed_transfer_exits_non_zero_with_the_reason(hand_config: Path, tmp_path: Path, spark, capsys) -> None:
+def test_failed_transfer_exits_non_zero_with_the_reason_and_transfers_lists_it(
+    hand_config: Path, tmp_path: Path, spark, capsys
+) -> None:
+    assert main(["transfer", "invoices", "--recipient", "acme", "--window", "2024-01-01-00:00", "-c", str(hand_config),
+                 "--tag", "ticket=INC-1"]) == 0
     (tmp_path / "exports" / "invoices" / "invoices.csv").write_text(CSV + "A-1,t-1,1.0,2024-01-01T02:00:00Z,dup\n")
     assert main(["transfer", "invoices", "--recipient", "acme", "--window", "2024-01-01-00:00", "-c", str(hand_config)]) == 1
     captured = capsys.readouterr()
@@ -121,6 +125,21 @@ def test_failed_transfer_exits_non_zero_with_the_reason(hand_config: Path, tmp_p
     assert captured.err.strip() == (
         "error: ValidationError: model invoices, recipient acme: 1 primary key value(s) ['invoice_no'] occur more than "
         "once in the batch: ('A-1'); nothing was published. Fix the source or choose a primary_key that is unique."
+    )
+    assert main(["transfers", "-c", str(hand_config)]) == 0
+    rows = [line.split() for line in capsys.readouterr().out.splitlines()[1:]]
+    assert [r[2:8] for r in rows[:2]] == [
+        ["ERROR", "invoices", "acme", "0", "0", "0"],
+        ["SUCCESS", "invoices", "acme", "1", "1", "1"],
+    ]
+    assert rows[1][8] == "ticket=INC-1,tier=gold"  # the recipient's tags travel with its runs
+    assert rows[2] == ["invoices:", "ERROR", "1,", "SUCCESS", "1"]
+    assert main(["transfers", "-c", str(hand_config), "--tag", "ticket=INC-1", "--status", "success"]) == 0
+    assert len(capsys.readouterr().out.splitlines()) == 3  # header, one transfer, the per-model counts
+    assert main(["transfers", "-c", str(hand_config), "--status", "DONE"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        'error: unknown transfer status "DONE"; use one of PENDING, RUNNING, SUCCESS, ERROR, PARTIAL_FAILURE, '
+        "CANCELLED, KILLED, EXPIRED, ORPHANED"
     )
 
 

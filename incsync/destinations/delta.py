@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pyarrow as pa
 from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
-from deltalake.exceptions import TableNotFoundError
+from deltalake.exceptions import CommitFailedError, TableNotFoundError
 
 from incsync.config import DeltaDestinationConfig, ModelConfig, RecipientConfig
 from incsync.crashpoints import crash_point
@@ -18,6 +18,8 @@ from incsync.staging import StagedBatch
 
 RECORD_KEY = "incsync.transfer"
 HISTORY_SCAN = 100
+# Commits of other recipients to the same table make a publish re-check its lease and try again.
+PUBLISH_ATTEMPTS = 8
 
 
 def app_id(model: ModelConfig, recipient: RecipientConfig) -> str:
@@ -47,7 +49,10 @@ class DeltaDestination(Destination):
             return None
 
     def read_state(self, *, model: ModelConfig, recipient: RecipientConfig) -> DestinationState:
-        dt = self._table(model)
+        return self._state(self._table(model), model=model, recipient=recipient)
+
+    def _state(self, dt: DeltaTable | None, *, model: ModelConfig, recipient: RecipientConfig) -> DestinationState:
+        """The last transfer of (model, recipient) as of the version ``dt`` was loaded at."""
         if dt is None:
             return DestinationState()
         version = str(dt.version())
@@ -70,29 +75,40 @@ class DeltaDestination(Destination):
         expected: DestinationState,
     ) -> dict[str, object]:
         txns = [Transaction(app_id(model, recipient), record.high_watermark_micros)] if record.high_watermark_micros is not None else []
-        props = CommitProperties(custom_metadata={RECORD_KEY: record.to_json()}, app_transactions=txns)
-        dt = self._table(model)
-        self._check_lease(dt, model=model, recipient=recipient, expected=expected)
+        # max_commit_retries=0 turns each commit into a compare-and-swap on the table version the
+        # lease was checked at: delta-rs refuses the commit when any other writer committed since.
+        props = CommitProperties(
+            custom_metadata={RECORD_KEY: record.to_json()}, app_transactions=txns, max_commit_retries=0
+        )
         path = self.table_path(model)
-        try:
-            if dt is None:
-                write_deltalake(path, _reader(batch), mode="append", commit_properties=props)
-            elif record.transfer_type == FULL_REFRESH:
-                same = _same_columns(dt.schema().to_arrow(), batch.schema)
-                write_deltalake(
-                    dt, _reader(batch), mode="overwrite",
-                    schema_mode=None if same else "overwrite", commit_properties=props,
-                )
-            else:
-                self._merge(dt, model=model, batch=batch, props=props)
-        except LeaseError:
-            raise
-        except Exception as exc:  # delta-rs raises several unrelated types; name the table and keep the cause
-            raise PublishError(
-                f"model {model.model_name}, recipient {recipient.id}: Delta publish to {path} failed and nothing "
-                f"was committed: {exc}"
-            ) from exc
-        return {"delta_table_version": DeltaTable(path).version(), "delta_table_path": path}
+        for _ in range(PUBLISH_ATTEMPTS):
+            dt = self._table(model)
+            self._check_lease(dt, model=model, recipient=recipient, expected=expected)
+            try:
+                if dt is None:
+                    write_deltalake(path, _reader(batch), mode="append", commit_properties=props)
+                elif record.transfer_type == FULL_REFRESH:
+                    same = _same_columns(dt.schema().to_arrow(), batch.schema)
+                    write_deltalake(
+                        dt, _reader(batch), mode="overwrite",
+                        schema_mode=None if same else "overwrite", commit_properties=props,
+                    )
+                else:
+                    self._merge(dt, model=model, batch=batch, props=props)
+            except CommitFailedError:
+                continue  # another writer committed after the lease check: check again at the new version
+            except Exception as exc:  # delta-rs raises several unrelated types; name the table and keep the cause
+                if dt is None and self._table(model) is not None:
+                    continue  # another writer created the table first
+                raise PublishError(
+                    f"model {model.model_name}, recipient {recipient.id}: Delta publish to {path} failed and nothing "
+                    f"was committed: {exc}"
+                ) from exc
+            return {"delta_table_version": DeltaTable(path).version(), "delta_table_path": path}
+        raise LeaseError(
+            f"model {model.model_name}, recipient {recipient.id}: {path} changed under {PUBLISH_ATTEMPTS} publish "
+            "attempts in a row; nothing was published. Lower the destination's concurrency or re-run the window."
+        )
 
     def _merge(self, dt: DeltaTable, *, model: ModelConfig, batch: StagedBatch, props: CommitProperties) -> None:
         before = dt.version()
@@ -111,10 +127,11 @@ class DeltaDestination(Destination):
     def _check_lease(
         self, dt: DeltaTable | None, *, model: ModelConfig, recipient: RecipientConfig, expected: DestinationState
     ) -> None:
-        """Refuse to publish when another transfer committed since this one read its state."""
-        if dt is None and expected.version is None:
-            return
-        current = self.read_state(model=model, recipient=recipient)
+        """Refuse to publish when another transfer of (model, recipient) committed since this one read its state.
+
+        ``dt`` is the version the commit will be made against, so check and commit see the same table.
+        """
+        current = self._state(dt, model=model, recipient=recipient)
         was = expected.last_transfer.transfer_id if expected.last_transfer else None
         now = current.last_transfer.transfer_id if current.last_transfer else None
         if was != now:

@@ -1,0 +1,1 @@
+"""Automation: the recipient sensor, per-model schedules, run tags, concurrency limits, transfer statuses."""

@@ -1,0 +1,33 @@
+"""Everything the automation package adds to the Definitions: the recipient sensor and one schedule per model."""
+
+from __future__ import annotations
+
+import os
+
+import dagster as dg
+
+from incsync.automation.schedules import build_model_schedule
+from incsync.automation.sensors import build_recipient_sensor
+from incsync.config import IncsyncConfig
+from incsync.errors import ConfigError
+
+# "running" (default): the sensor and schedules start with the daemon; "stopped": turn them on in the UI.
+AUTOMATION_ENV_VAR = "INCSYNC_AUTOMATION"
+
+
+def automation_running() -> bool:
+    value = os.environ.get(AUTOMATION_ENV_VAR, "running").lower()
+    if value not in ("running", "stopped"):
+        raise ConfigError("environment", [f'{AUTOMATION_ENV_VAR}: "{value}" must be "running" or "stopped"'])
+    return value == "running"
+
+
+def automation(config_path: str, config: IncsyncConfig) -> tuple[list[dg.SensorDefinition], list[dg.ScheduleDefinition]]:
+    running = automation_running()
+    sensor_status = dg.DefaultSensorStatus.RUNNING if running else dg.DefaultSensorStatus.STOPPED
+    schedule_status = dg.DefaultScheduleStatus.RUNNING if running else dg.DefaultScheduleStatus.STOPPED
+    if not config.models:
+        return [], []
+    sensors = [build_recipient_sensor(config_path, config.models, default_status=sensor_status)]
+    schedules = [build_model_schedule(config_path, m, default_status=schedule_status) for m in config.models]
+    return sensors, schedules

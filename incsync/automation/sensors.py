@@ -1,0 +1,87 @@
+"""The recipient sensor: keeps the "recipients" dynamic partitions equal to the enabled recipients
+of the registry and launches each new recipient's initial backfill."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from datetime import datetime
+
+import dagster as dg
+
+from incsync.assets import model_asset_key
+from incsync.automation.tags import BACKFILL, transfer_run_tags
+from incsync.automation.windows import initial_backfill_span, range_tags
+from incsync.changes import UTC
+from incsync.config import IncsyncConfig, ModelConfig, RecipientConfig
+from incsync.partitions import RECIPIENTS_PARTITIONS, recipients_partitions
+from incsync.resources import cached_config
+
+RECIPIENT_SENSOR = "incsync_recipients"
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+def initial_backfill_requests(
+    config: IncsyncConfig, models: Sequence[ModelConfig], recipient: RecipientConfig, now: datetime
+) -> list[dg.RunRequest]:
+    """One run per model covering all of the recipient's windows, so one Spark session serves them."""
+    requests = []
+    for model in models:
+        span = initial_backfill_span(model, recipient, now)
+        if span is None:
+            continue
+        requests.append(
+            dg.RunRequest(
+                run_key=f"initial:{model.model_name}:{recipient.id}:{now.isoformat()}",
+                asset_selection=[model_asset_key(model)],
+                tags={**transfer_run_tags(config, model, recipient, mode=BACKFILL), **range_tags(model, recipient, *span)},
+            )
+        )
+    return requests
+
+
+def build_recipient_sensor(
+    config_path: str,
+    models: Sequence[ModelConfig],
+    *,
+    default_status: dg.DefaultSensorStatus = dg.DefaultSensorStatus.RUNNING,
+    clock: Callable[[], datetime] = _now,
+) -> dg.SensorDefinition:
+    """Reads the registry on every tick (the file is re-read when it changed) and asks the instance
+    only for what is missing, so a tick stays cheap with thousands of recipients."""
+    models = list(models)
+
+    @dg.sensor(
+        name=RECIPIENT_SENSOR,
+        minimum_interval_seconds=30,
+        default_status=default_status,
+        target=[model_asset_key(m) for m in models],
+        description="Adds and removes recipient partitions as the registry changes; "
+        "launches each new recipient's initial backfill from its start.",
+    )
+    def recipients_sensor(context: dg.SensorEvaluationContext) -> dg.SensorResult | dg.SkipReason:
+        config = cached_config(config_path)
+        enabled = [r for r in config.recipients if r.enabled]
+        registered = set(context.instance.get_dynamic_partitions(RECIPIENTS_PARTITIONS))
+        added = [r for r in enabled if r.id not in registered]
+        removed = sorted(registered - {r.id for r in enabled})
+        if not added and not removed:
+            return dg.SkipReason(f"{len(registered)} recipients registered, none added or removed")
+        now = clock()
+        partition_requests: list[dg.AddDynamicPartitionsRequest | dg.DeleteDynamicPartitionsRequest] = []
+        if added:
+            partition_requests.append(recipients_partitions.build_add_request([r.id for r in added]))
+        if removed:
+            partition_requests.append(recipients_partitions.build_delete_request(removed))
+        context.log.info(
+            "%s recipients added (%s), %s removed (%s)",
+            len(added), ", ".join(r.id for r in added[:10]), len(removed), ", ".join(removed[:10]),
+        )
+        return dg.SensorResult(
+            run_requests=[req for r in added for req in initial_backfill_requests(config, models, r, now)],
+            dynamic_partitions_requests=partition_requests,
+        )
+
+    return recipients_sensor

@@ -1,0 +1,192 @@
+"""Transfers as the user sees them: one Dagster run for one recipient, with a status derived from
+the run, its steps and the run monitor."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from enum import Enum
+
+import dagster as dg
+from dagster._core.events import RunFailureReason
+from dagster._core.storage.tags import (
+    ASSET_PARTITION_RANGE_END_TAG,
+    ASSET_PARTITION_RANGE_START_TAG,
+    RUN_FAILURE_REASON_TAG,
+)
+
+from incsync.automation.tags import RECIPIENT_TAG, USER_TAG_PREFIX, validate_tag
+from incsync.changes import UTC
+from incsync.config import IncsyncConfig, ModelConfig
+from incsync.errors import IncsyncError, InputError
+from incsync.metadata import DELTA_ROWS_TRANSFERRED, ROWS_TRANSFERRED
+from incsync.partitions import RECIPIENT_DIM, RECIPIENTS_PARTITIONS, model_partitions
+
+EXPIRES_AFTER = timedelta(hours=6)
+# What the run monitor says when a run's worker died (dagster/_daemon/monitoring/run_monitoring.py).
+WORKER_LOST_MESSAGE = "Detected run worker status"
+WORKER_LOST_REASONS = {
+    RunFailureReason.START_TIMEOUT.value,
+    RunFailureReason.RUN_WORKER_RESTART.value,
+    RunFailureReason.UNEXPECTED_TERMINATION.value,
+}
+
+
+class TransferStatus(str, Enum):
+    PENDING = "PENDING"  # queued or starting
+    RUNNING = "RUNNING"
+    SUCCESS = "SUCCESS"
+    ERROR = "ERROR"  # failed, nothing committed
+    PARTIAL_FAILURE = "PARTIAL_FAILURE"  # failed after some models/windows committed
+    CANCELLED = "CANCELLED"  # cancelled before it started
+    KILLED = "KILLED"  # cancelled while running
+    EXPIRED = "EXPIRED"  # still pending after EXPIRES_AFTER
+    ORPHANED = "ORPHANED"  # its worker was lost (run monitoring)
+
+
+class StatusError(InputError):
+    """An unknown transfer status was asked for."""
+
+
+def parse_status(text: str) -> TransferStatus:
+    try:
+        return TransferStatus(text.upper())
+    except ValueError:
+        raise StatusError(
+            f'unknown transfer status "{text}"; use one of {", ".join(s.value for s in TransferStatus)}'
+        ) from None
+
+
+@dataclass(frozen=True)
+class Transfer:
+    """One run of incsync models for one recipient (a backfill run may cover several)."""
+
+    run_id: str
+    status: TransferStatus
+    models: tuple[str, ...]
+    recipients: tuple[str, ...]
+    created_at: datetime
+    tags: dict[str, str] = field(default_factory=dict)
+    partitions_committed: int = 0
+    rows_transferred: int = 0
+    delta_rows_transferred: int = 0
+
+
+def _failure_message(instance: dg.DagsterInstance, run_id: str) -> str:
+    records = instance.get_records_for_run(run_id, of_type=dg.DagsterEventType.RUN_FAILURE, ascending=False, limit=1).records
+    event = records[0].event_log_entry.dagster_event if records else None
+    return (event.message or "") if event else ""
+
+
+def transfer_status(
+    instance: dg.DagsterInstance, record: dg.RunRecord, *, committed: int, now: datetime | None = None
+) -> TransferStatus:
+    """Map a run to a transfer status; ``committed`` is the number of partitions it materialized."""
+    run = record.dagster_run
+    status = run.status
+    now = now or datetime.now(UTC)
+    if status in (dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.NOT_STARTED, dg.DagsterRunStatus.STARTING):
+        created = record.create_timestamp.astimezone(UTC)
+        return TransferStatus.EXPIRED if now - created > EXPIRES_AFTER else TransferStatus.PENDING
+    if status == dg.DagsterRunStatus.STARTED:
+        return TransferStatus.RUNNING
+    if status == dg.DagsterRunStatus.SUCCESS:
+        return TransferStatus.SUCCESS
+    if status in (dg.DagsterRunStatus.CANCELED, dg.DagsterRunStatus.CANCELING):
+        return TransferStatus.CANCELLED if record.start_time is None else TransferStatus.KILLED
+    reason = run.tags.get(RUN_FAILURE_REASON_TAG)
+    if reason in WORKER_LOST_REASONS or (reason is None and _failure_message(instance, run.run_id).startswith(WORKER_LOST_MESSAGE)):
+        return TransferStatus.ORPHANED
+    return TransferStatus.PARTIAL_FAILURE if committed else TransferStatus.ERROR
+
+
+def _models_of(run: dg.DagsterRun, models: dict[dg.AssetKey, ModelConfig]) -> list[ModelConfig]:
+    return [models[k] for k in sorted(run.asset_selection or (), key=str) if k in models]
+
+
+def _recipients_of(run: dg.DagsterRun, model: ModelConfig | None, registered: Sequence[str]) -> list[str]:
+    tags = run.tags
+    if RECIPIENT_TAG in tags:
+        return [tags[RECIPIENT_TAG]]
+    if f"dagster/partition/{RECIPIENT_DIM}" in tags:
+        return [tags[f"dagster/partition/{RECIPIENT_DIM}"]]
+    if model is None or ASSET_PARTITION_RANGE_START_TAG not in tags:
+        return []
+    parts = model_partitions(model)
+    first, last = (
+        parts.get_partition_key_from_str(tags[t]).keys_by_dimension[RECIPIENT_DIM]
+        for t in (ASSET_PARTITION_RANGE_START_TAG, ASSET_PARTITION_RANGE_END_TAG)
+    )
+    if first == last or first not in registered or last not in registered:
+        return sorted({first, last})
+    i, j = registered.index(first), registered.index(last)
+    return list(registered[min(i, j) : max(i, j) + 1])
+
+
+def _counts(instance: dg.DagsterInstance, run_id: str) -> tuple[int, int, int]:
+    records = instance.get_records_for_run(run_id, of_type=dg.DagsterEventType.ASSET_MATERIALIZATION).records
+    rows = delta = 0
+    for r in records:
+        metadata = r.event_log_entry.asset_materialization.metadata
+        rows += int(metadata[ROWS_TRANSFERRED].value) if ROWS_TRANSFERRED in metadata else 0
+        delta += int(metadata[DELTA_ROWS_TRANSFERRED].value) if DELTA_ROWS_TRANSFERRED in metadata else 0
+    return len(records), rows, delta
+
+
+def list_transfers(
+    instance: dg.DagsterInstance,
+    config: IncsyncConfig,
+    *,
+    recipient: str | None = None,
+    status: TransferStatus | str | None = None,
+    tags: dict[str, str] | None = None,
+    limit: int = 200,
+    now: datetime | None = None,
+) -> list[Transfer]:
+    """The latest ``limit`` incsync runs, newest first, filtered by recipient, status and user tags."""
+    wanted_status = parse_status(status) if isinstance(status, str) else status
+    run_tags = {USER_TAG_PREFIX + k: v for k, v in (validate_tag(k, v) for k, v in (tags or {}).items())}
+    if recipient is not None:
+        validate_tag("recipient", recipient)
+    from incsync.assets import model_asset_key
+
+    models = {model_asset_key(m): m for m in config.models}
+    registered = list(instance.get_dynamic_partitions(RECIPIENTS_PARTITIONS))
+    out: list[Transfer] = []
+    for record in instance.get_run_records(dg.RunsFilter(tags=run_tags), limit=limit):
+        run = record.dagster_run
+        run_models = _models_of(run, models)
+        if not run_models:
+            continue
+        recipients = _recipients_of(run, run_models[0], registered)
+        if recipient is not None and recipient not in recipients:
+            continue
+        committed, rows, delta = _counts(instance, run.run_id)
+        state = transfer_status(instance, record, committed=committed, now=now)
+        if wanted_status is not None and state != wanted_status:
+            continue
+        out.append(
+            Transfer(
+                run_id=run.run_id,
+                status=state,
+                models=tuple(m.model_name for m in run_models),
+                recipients=tuple(recipients),
+                created_at=record.create_timestamp.astimezone(UTC),
+                tags={k.removeprefix(USER_TAG_PREFIX): v for k, v in run.tags.items() if k.startswith(USER_TAG_PREFIX)},
+                partitions_committed=committed,
+                rows_transferred=rows,
+                delta_rows_transferred=delta,
+            )
+        )
+    return out
+
+
+def counts_by_model(transfers: Iterable[Transfer]) -> dict[str, Counter[str]]:
+    """Per model, how many transfers are in each status."""
+    counts: dict[str, Counter[str]] = {}
+    for t in transfers:
+        for model in t.models:
+            counts.setdefault(model, Counter())[t.status.value] += 1
+    return counts

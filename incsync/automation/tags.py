@@ -1,0 +1,72 @@
+"""Run tags incsync sets on every run it launches, and the validation of user tags."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+
+from incsync.assets import FULL_REFRESH_TAG, MODE_TAG
+from incsync.config import ID_PATTERN, IncsyncConfig, ModelConfig, RecipientConfig
+from incsync.errors import IncsyncError, InputError
+
+PREFIX = "incsync/"
+MODEL_TAG = "incsync/model"
+RECIPIENT_TAG = "incsync/recipient"
+SOURCE_TAG = "incsync/source"
+DESTINATION_TAG = "incsync/destination"
+MODEL_DESTINATION_TAG = "incsync/model_destination"
+USER_TAG_PREFIX = "incsync/tag/"
+INCREMENTAL = "incremental"
+BACKFILL = "backfill"
+
+__all__ = ["FULL_REFRESH_TAG", "MODE_TAG"]  # re-exported: the asset reads them
+
+_ID_RE = re.compile(ID_PATTERN)
+
+
+class TagError(InputError):
+    """A user tag does not match the allowed pattern or shape."""
+
+
+def validate_tag(key: str, value: str) -> tuple[str, str]:
+    for what, text in (("key", key), ("value", value)):
+        if not _ID_RE.match(text):
+            raise TagError(
+                f'tag {key}={value}: {what} "{text}" is invalid; tag keys and values must match {ID_PATTERN} '
+                "(letters, digits, _ and - only)"
+            )
+    return key, value
+
+
+def parse_tags(pairs: Iterable[str]) -> dict[str, str]:
+    """``["tier=gold", ...]`` as given on the command line -> ``{"tier": "gold"}``, validated."""
+    tags: dict[str, str] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep:
+            raise TagError(f'tag "{pair}" must be written key=value (e.g. --tag tier=gold)')
+        validate_tag(key, value)
+        tags[key] = value
+    return tags
+
+
+def user_run_tags(tags: dict[str, str]) -> dict[str, str]:
+    """User tags as run tags, under their own prefix so they never clash with Dagster's or ours."""
+    return {USER_TAG_PREFIX + k: v for k, v in (validate_tag(k, v) for k, v in tags.items())}
+
+
+def model_destination(model: ModelConfig, recipient: RecipientConfig) -> str:
+    return f"{model.model_name}@{recipient.destination}"
+
+
+def transfer_run_tags(config: IncsyncConfig, model: ModelConfig, recipient: RecipientConfig, *, mode: str) -> dict[str, str]:
+    """Tags of a run of ``model`` for ``recipient``; dagster.yaml limits concurrency on several of them."""
+    return {
+        MODEL_TAG: model.model_name,
+        RECIPIENT_TAG: recipient.id,
+        SOURCE_TAG: model.source,
+        DESTINATION_TAG: recipient.destination,
+        MODEL_DESTINATION_TAG: model_destination(model, recipient),
+        MODE_TAG: mode,
+        **user_run_tags(recipient.tags),
+    }

@@ -1,0 +1,143 @@
+"""The recipient sensor and the model schedules, evaluated against a real (SQLite) instance."""
+
+from __future__ import annotations
+
+import time
+from datetime import datetime
+from pathlib import Path
+
+import dagster as dg
+import yaml
+
+from incsync.automation.registry import automation
+from incsync.automation.schedules import build_model_schedule, schedule_name
+from incsync.automation.sensors import build_recipient_sensor
+from incsync.changes import UTC
+from incsync.config import load_config
+from incsync.partitions import RECIPIENTS_PARTITIONS
+from incsync_tests.support import lake_config
+
+NOW = datetime(2024, 1, 3, 7, 20, tzinfo=UTC)
+RECIPIENTS = [
+    {"id": "acme", "id_in_provider_system": "org_1", "destination": "acme_delta", "tags": {"tier": "gold"}},
+    {
+        "id": "globex", "id_in_provider_system": "org_2", "destination": "globex_delta",
+        "default_full_refresh_min_start_time_epoch": 1704153600,  # 2024-01-02
+    },
+    {"id": "initech", "id_in_provider_system": "org_3", "destination": "acme_delta", "enabled": False},
+]
+
+
+def _evaluate_sensor(sensor: dg.SensorDefinition, instance: dg.DagsterInstance, defs: dg.Definitions):
+    context = dg.build_sensor_context(instance=instance, instance_ref=instance.get_ref(), definitions=defs)
+    data = sensor.evaluate_tick(context)
+    for request in data.dynamic_partitions_requests or []:  # the daemon applies them; a unit test must
+        if isinstance(request, dg.AddDynamicPartitionsRequest):
+            instance.add_dynamic_partitions(request.partitions_def_name, list(request.partition_keys))
+        else:
+            for key in request.partition_keys:
+                instance.delete_dynamic_partition(request.partitions_def_name, key)
+    return data
+
+
+def _defs_with(sensor=None, schedule=None, config_file: Path | None = None) -> dg.Definitions:
+    from incsync.project import build_definitions
+
+    base = build_definitions(config_file)
+    return dg.Definitions.merge(
+        dg.Definitions(assets=list(base.assets or []), resources=base.resources),
+        dg.Definitions(sensors=[sensor] if sensor else [], schedules=[schedule] if schedule else []),
+    )
+
+
+def test_sensor_registers_enabled_recipients_and_launches_their_initial_backfill(tmp_path: Path, instance):
+    config_file = lake_config(tmp_path, recipients=RECIPIENTS)
+    models = load_config(config_file).models
+    sensor = build_recipient_sensor(str(config_file), models, clock=lambda: NOW)
+    defs = _defs_with(sensor=sensor, config_file=config_file)
+
+    data = _evaluate_sensor(sensor, instance, defs)
+
+    assert [(r.partitions_def_name, list(r.partition_keys)) for r in data.dynamic_partitions_requests] == [
+        (RECIPIENTS_PARTITIONS, ["acme", "globex"])
+    ]
+    by_recipient = {r.tags["incsync/recipient"]: r for r in data.run_requests}
+    assert sorted(by_recipient) == ["acme", "globex"]
+    acme = by_recipient["acme"]
+    assert acme.asset_selection == [dg.AssetKey(["lake", "orders"])]
+    assert {k: v for k, v in acme.tags.items()} == {
+        "incsync/model": "orders",
+        "incsync/recipient": "acme",
+        "incsync/source": "lake",
+        "incsync/destination": "acme_delta",
+        "incsync/model_destination": "orders@acme_delta",
+        "incsync/mode": "backfill",
+        "incsync/tag/tier": "gold",
+        "dagster/asset_partition_range_start": "acme|2024-01-01",
+        "dagster/asset_partition_range_end": "acme|2024-01-03",
+        "dagster/sensor_name": "incsync_recipients",
+    }
+    assert by_recipient["globex"].tags["dagster/asset_partition_range_start"] == "globex|2024-01-02"
+    assert instance.get_dynamic_partitions(RECIPIENTS_PARTITIONS) == ["acme", "globex"]
+
+    # Nothing changed: the next tick skips without asking for anything.
+    again = _evaluate_sensor(sensor, instance, defs)
+    assert again.run_requests == [] and again.skip_message == "2 recipients registered, none added or removed"
+
+    # Disable acme, enable initech: the registry file is re-read on its next tick.
+    doc = yaml.safe_load(config_file.read_text())
+    doc["recipients"][0]["enabled"] = False
+    doc["recipients"][2]["enabled"] = True
+    config_file.write_text(yaml.safe_dump(doc, sort_keys=False))
+    later = time.time() + 5  # a different mtime even on coarse-grained file systems
+    import os
+
+    os.utime(config_file, (later, later))
+    changed = _evaluate_sensor(sensor, instance, defs)
+    assert [(type(r).__name__, list(r.partition_keys)) for r in changed.dynamic_partitions_requests] == [
+        ("AddDynamicPartitionsRequest", ["initech"]),
+        ("DeleteDynamicPartitionsRequest", ["acme"]),
+    ]
+    assert [r.tags["incsync/recipient"] for r in changed.run_requests] == ["initech"]
+    assert sorted(instance.get_dynamic_partitions(RECIPIENTS_PARTITIONS)) == ["globex", "initech"]
+
+
+def test_schedule_requests_the_open_window_and_the_one_closed_since_the_last_tick(tmp_path: Path, instance):
+    config_file = lake_config(tmp_path, recipients=RECIPIENTS, model={"frequency": "*/15 * * * *"})
+    model = load_config(config_file).models[0]
+    schedule = build_model_schedule(str(config_file), model)
+    defs = _defs_with(schedule=schedule, config_file=config_file)
+    instance.add_dynamic_partitions(RECIPIENTS_PARTITIONS, ["acme", "globex", "initech"])
+
+    def tick(at: datetime) -> list[dg.RunRequest]:
+        context = dg.build_schedule_context(instance=instance, instance_ref=instance.get_ref(), scheduled_execution_time=at)
+        return list(schedule.evaluate_tick(context).run_requests or [])
+
+    mid_day = tick(datetime(2024, 1, 3, 7, 15, tzinfo=UTC))
+    assert [
+        (r.tags["incsync/recipient"], r.tags["dagster/asset_partition_range_start"], r.tags["dagster/asset_partition_range_end"])
+        for r in mid_day
+    ] == [("acme", "acme|2024-01-03", "acme|2024-01-03"), ("globex", "globex|2024-01-03", "globex|2024-01-03")]
+    assert mid_day[0].tags["incsync/mode"] == "incremental"
+    assert mid_day[0].tags["incsync/model_destination"] == "orders@acme_delta"
+    assert mid_day[0].tags["incsync/tag/tier"] == "gold"
+    assert mid_day[0].run_key == "orders:acme:2024-01-03T07:15:00+00:00"
+
+    after_midnight = tick(datetime(2024, 1, 4, 0, 0, tzinfo=UTC))
+    assert [(r.tags["dagster/asset_partition_range_start"], r.tags["dagster/asset_partition_range_end"]) for r in after_midnight] == [
+        ("acme|2024-01-03", "acme|2024-01-04"), ("globex|2024-01-03", "globex|2024-01-04")
+    ]
+    assert [r.tags["dagster/asset_partition_range_start"] for r in tick(datetime(2024, 1, 4, 0, 15, tzinfo=UTC))] == [
+        "acme|2024-01-04", "globex|2024-01-04"
+    ]
+
+
+def test_definitions_register_the_sensor_and_one_schedule_per_model(tmp_path: Path, monkeypatch):
+    config_file = lake_config(tmp_path, recipients=RECIPIENTS, model={"frequency": "5 * * * *"})
+    monkeypatch.setenv("INCSYNC_AUTOMATION", "stopped")
+    sensors, schedules = automation(str(config_file), load_config(config_file))
+    assert [s.name for s in sensors] == ["incsync_recipients"]
+    assert [(s.name, s.cron_schedule, s.default_status) for s in schedules] == [
+        (schedule_name(load_config(config_file).models[0]), "5 * * * *", dg.DefaultScheduleStatus.STOPPED)
+    ]
+    assert sensors[0].default_status == dg.DefaultSensorStatus.STOPPED
