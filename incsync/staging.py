@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import fcntl
 import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -79,6 +82,41 @@ def _utc_schema(df: DataFrame, file_schema: pa.Schema | None) -> pa.Schema:
 
 def remove(path: Path) -> None:
     shutil.rmtree(path, ignore_errors=True)
+
+
+def _lock_file(path: Path) -> Path:
+    return path.with_name(path.name + ".lock")  # beside the folder: Spark's overwrite empties the folder
+
+
+@contextmanager
+def claim(path: Path) -> Iterator[None]:
+    """Hold ``<path>.lock`` while a transfer uses its staging folder; remove both on the way out.
+
+    The OS drops the lock when the process dies, which is how ``remove_if_abandoned`` tells a dead
+    transfer's folder from a live one.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    lock = _lock_file(path)
+    with open(lock, "w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            remove(path)
+            lock.unlink(missing_ok=True)
+
+
+def remove_if_abandoned(path: Path) -> bool:
+    """Remove a staging folder whose transfer no longer holds its lock; False when it is in use."""
+    lock = _lock_file(path)
+    with open(lock, "a") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return False
+        remove(path)
+        lock.unlink(missing_ok=True)
+    return True
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,7 @@ from incsync.crashpoints import crash_point
 from incsync.destinations.base import FULL_REFRESH, INCREMENTAL, Destination, TransferRecord
 from incsync.partitions import WindowPartition
 from incsync.sources.base import Source
-from incsync.staging import remove, stage, validate_and_count
+from incsync.staging import claim, remove_if_abandoned, stage, validate_and_count
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -48,18 +48,18 @@ def new_transfer_id() -> str:
 
 
 def remove_stale_staging(staging_root: Path, model: ModelConfig, recipient: RecipientConfig) -> list[Path]:
-    """Remove staging folders a killed transfer of (model, recipient) left behind.
+    """Remove staging folders that dead transfers of (model, recipient) left behind.
 
-    Safe because two transfers of one (model, recipient) never run at once (concurrency rules + lease).
+    A live transfer holds its folder's lock (see ``staging.claim``), so only abandoned ones go.
     """
     if not staging_root.is_dir():
         return []
     pattern = re.compile(rf"{re.escape(model.model_name)}-{re.escape(recipient.id)}-{TRANSFER_ID_PATTERN}")
-    stale = [p for p in staging_root.iterdir() if p.is_dir() and pattern.fullmatch(p.name)]
-    for path in stale:
-        log.warning("removing staging %s left by an interrupted transfer", path)
-        remove(path)
-    return stale
+    candidates = [p for p in staging_root.iterdir() if p.is_dir() and pattern.fullmatch(p.name)]
+    removed = [path for path in candidates if remove_if_abandoned(path)]
+    for path in removed:
+        log.warning("removed staging %s left by an interrupted transfer", path)
+    return removed
 
 
 @dataclass
@@ -126,7 +126,7 @@ def run_transfer(request: TransferRequest, *, staging_root: Path) -> TransferOut
         "transfer %s: model %s recipient %s window [%s, %s) bounds [%s, %s) (%s)",
         transfer_id, model.model_name, recipient.id, window.start, window.end, bounds.lower, bounds.upper, bounds.reason,
     )
-    try:
+    with claim(staging):  # removes the staging folder on the way out, success or not
         df = request.source.read(request.spark(), model=model, recipient=recipient, bounds=bounds)
         batch = stage(df, staging)
         facts = validate_and_count(batch, model=model, recipient_id=recipient.id, delta_threshold=delta_threshold(previous_hw))
@@ -154,8 +154,6 @@ def run_transfer(request: TransferRequest, *, staging_root: Path) -> TransferOut
         )
         staged_bytes = batch.bytes
         crash_point("after_publish")
-    finally:
-        remove(staging)
     return TransferOutcome(
         record=record,
         bounds=bounds,

@@ -49,8 +49,12 @@ def _org1(rows):
 
 
 def _leftover_staging() -> list[str]:
+    """Staging folders left in the staging root (their ``.lock`` files must not outlive them)."""
     root = Path(os.environ["INCSYNC_STAGING_DIR"])
-    return sorted(p.name for p in root.iterdir() if STAGING_RE.fullmatch(p.name)) if root.exists() else []
+    names = sorted(p.name for p in root.iterdir()) if root.exists() else []
+    folders = [n for n in names if STAGING_RE.fullmatch(n)]
+    assert set(names) <= {*folders, *(f"{n}.lock" for n in folders)}, names
+    return folders
 
 
 @pytest.mark.parametrize(("kind", "point", "committed"), CASES, ids=[f"{k}-{p}" for k, p, _ in CASES])
@@ -131,3 +135,22 @@ def test_kill_inside_a_full_refresh_keeps_the_old_data(kind: str, tmp_path: Path
         assert outcome.record.transfer_type == "FULL_REFRESH"
         assert target.raw_rows() == _org1(current)
         assert _leftover_staging() == []
+
+
+def test_the_next_run_leaves_a_live_transfers_staging_alone(tmp_path: Path) -> None:
+    from incsync.config import load_config
+    from incsync.staging import claim
+    from incsync.transfer import remove_stale_staging
+
+    config = load_config(lake_config(tmp_path, destinations=[destination_spec("object_storage", name="acme_delta")]))
+    model, recipient = config.models[0], config.recipients[0]
+    root = tmp_path / "stg"
+    live, dead = root / "orders-acme-20240101T000000Z-aaaaaaaaaaaa", root / "orders-acme-20240101T000001Z-bbbbbbbbbbbb"
+    other = root / "orders-acme2-20240101T000000Z-cccccccccccc"
+    for folder in (dead, other):
+        folder.mkdir(parents=True)
+    with claim(live):
+        live.mkdir()
+        assert remove_stale_staging(root, model, recipient) == [dead]
+        assert live.is_dir() and other.is_dir()
+    assert sorted(p.name for p in root.iterdir()) == [other.name]
