@@ -336,3 +336,20 @@ def test_future_dated_rows(spark, tmp_path: Path) -> None:
 
     assert counts(lake.run(ts(9))) == (1, 1, next_week)
     assert lake.ids() == [1, 2, 3, 4]
+
+
+def test_upsert_tie_break_equal_replaces_older_never_does(spark, tmp_path: Path) -> None:
+    """A row is replaced only by one with a newer or equal last-modified (DESIGN step 7, Delta)."""
+    lake = Lake(tmp_path, spark)
+    t = ts(2, 10, 0, 0, 123_456)
+    lake.write([order(1, "org_1", t, status="v1")])
+    lake.run(ts(2))
+    lake.write([order(1, "org_1", t, status="v2")])  # changed content, same last-modified
+    assert counts(lake.run(ts(2))) == (1, 1, t)  # in the floored HW's second: counted as new again
+    assert [(r["status"], r["updated_at"]) for r in lake.rows()] == [("v2", t)], "an equal last-modified replaces"
+
+    lake.write([order(1, "org_1", ts(1, 9), status="restored")])  # the source went back in time (a restore)
+    version = DeltaTable(str(lake.table_path)).version()
+    assert counts(lake.run(ts(1))) == (1, 0, t)  # read, not "delta" (older than the HW), HW unchanged
+    assert [(r["status"], r["updated_at"]) for r in lake.rows()] == [("v2", t)], "an older last-modified never replaces"
+    assert DeltaTable(str(lake.table_path)).version() == version + 1, "the transfer is still recorded"

@@ -10,7 +10,7 @@ Most transfers call the engine directly (``run_transfer``, the code the IO manag
 in four goes through Dagster (asset + IO manager) so that path is proved too.
 
 Profiles: the fast one runs in ``make test``; ``make test-long`` with
-``INCSYNC_HYPOTHESIS_PROFILE=long`` runs thousands of steps (last result: incsync_tests/README.md).
+``INCSYNC_HYPOTHESIS_PROFILE=long`` runs thousands of steps (last result: docs/invariants.md).
 """
 
 from __future__ import annotations
@@ -369,7 +369,7 @@ class TransferMachine(RuleBasedStateMachine):
         self.count("update")
         key = data.draw(st.sampled_from(sorted(self.source_rows)), label="id")
         tenant, status, amount, old = self.source_rows[key]
-        t = data.draw(st.sampled_from(self.candidate_times(not_before=old)), label="updated_at")
+        t = data.draw(st.sampled_from([old, *self.candidate_times(not_before=old + 1)]), label="updated_at")
         self.source_rows[key] = (tenant, f"v{int(status[1:]) + 1}", amount + 1.0, t)
         self.write_source()
 
