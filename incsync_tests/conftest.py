@@ -36,7 +36,9 @@ def workdir(tmp_path: Path) -> Path:
 def dagster_instance(tmp_path: Path) -> Iterator[object]:
     import dagster as dg
 
-    with dg.instance_for_test(temp_dir=str(tmp_path / "dagster_home")) as instance:
+    home = tmp_path / "dagster_home"
+    home.mkdir(exist_ok=True)  # instance_for_test writes dagster.yaml into it and does not create it
+    with dg.instance_for_test(temp_dir=str(home)) as instance:
         yield instance
 
 

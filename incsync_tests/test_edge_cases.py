@@ -220,20 +220,19 @@ def test_empty_window_records_the_transfer_and_keeps_the_watermark(spark, tmp_pa
     assert record is not None and empty.record.transfer_id != record.transfer_id
 
 
-def test_empty_window_through_dagster_reports_the_unchanged_watermark(spark, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import dagster as dg
-
+def test_empty_window_through_dagster_reports_the_unchanged_watermark(
+    spark, tmp_path: Path, dagster_instance: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
     lake = Lake(tmp_path, spark)
     monkeypatch.setenv("INCSYNC_CONFIG", str(lake.config_path))  # incsync.definitions loads it on import
     from incsync.definitions import build_definitions
 
     lake.write([order(1, "org_1", ts(1, 10, 0, 0, 250_000))])
     lake.run(ts(1))
-    (tmp_path / "dagster_home").mkdir()
-    with dg.instance_for_test(temp_dir=str(tmp_path / "dagster_home")) as instance:
-        result = materialize_partition(build_definitions(lake.config_path), instance, window="2024-01-05", recipient="acme", tags={MODE_TAG: "incremental"})
-        assert result.success
-        meta = latest_metadata(instance)
+    defs = build_definitions(lake.config_path)
+    result = materialize_partition(defs, dagster_instance, window="2024-01-05", recipient="acme", tags={MODE_TAG: "incremental"})
+    assert result.success
+    meta = latest_metadata(dagster_instance)
     assert (meta["rows_transferred"], meta["delta_rows_transferred"]) == (0, 0)
     assert meta["high_watermark"] == ts(1, 10, 0, 0, 250_000).timestamp()
     assert meta["high_watermark_epoch_seconds"] == JAN1_EPOCH + 36_000
