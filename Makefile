@@ -23,7 +23,7 @@ test: $(STAMP)
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
 
 test-long: $(STAMP)
-	INCSYNC_HYPOTHESIS_PROFILE=long $(BIN)/python -m pytest -q -m slow $(PYTEST_ARGS)
+	INCSYNC_HYPOTHESIS_PROFILE=long $(BIN)/python -m pytest -q -s incsync_tests/test_invariants.py $(PYTEST_ARGS)
 
 # The UI over the demo's instance (after `make demo`), or over INCSYNC_CONFIG / DAGSTER_HOME you set.
 INCSYNC_CONFIG ?= demo/incsync.yaml
