@@ -108,6 +108,18 @@ def cmd_transfers(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_dagster_yaml(args: argparse.Namespace) -> int:
+    from incsync.automation.concurrency import dagster_yaml
+
+    text = dagster_yaml(load_config(args.config), Path(args.base) if args.base else None)
+    if args.output:
+        Path(args.output).write_text(text)
+        print(f"wrote {args.output}")
+    else:
+        print(text, end="")
+    return 0
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from incsync.demo import run_demo
 
@@ -167,6 +179,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--limit", type=int, default=200)
     p.add_argument("-c", "--config")
     p.set_defaults(func=cmd_transfers)
+
+    p = sub.add_parser("dagster-yaml", help="dagster.yaml with run concurrency limits from the config's max_concurrent_transfers")
+    p.add_argument("-c", "--config")
+    p.add_argument("--base", help="dagster.yaml to start from (default: none)")
+    p.add_argument("-o", "--output", help="write here instead of standard output")
+    p.set_defaults(func=cmd_dagster_yaml)
 
     p = sub.add_parser("spark-server", help="run a local Spark Connect server that keeps Spark warm across runs")
     p.add_argument("--port", type=int, default=15002)
