@@ -23,14 +23,14 @@ test: $(STAMP)
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
 
 test-long: $(STAMP)
-	INCSYNC_HYPOTHESIS_PROFILE=long $(BIN)/python -m pytest -q -m slow $(PYTEST_ARGS)
+	INCSYNC_HYPOTHESIS_PROFILE=long $(BIN)/python -m pytest -q -s incsync_tests/test_invariants.py $(PYTEST_ARGS)
 
 # The UI over the demo's instance (after `make demo`), or over INCSYNC_CONFIG / DAGSTER_HOME you set.
 INCSYNC_CONFIG ?= demo/incsync.yaml
 DAGSTER_HOME ?= demo/.dagster
 dev: $(STAMP)
 	@test -f "$(INCSYNC_CONFIG)" || { echo "no $(INCSYNC_CONFIG): run 'make demo' first or set INCSYNC_CONFIG"; exit 1; }
-	mkdir -p "$(DAGSTER_HOME)" && cp dagster.yaml "$(DAGSTER_HOME)/dagster.yaml"
+	mkdir -p "$(DAGSTER_HOME)" && $(BIN)/incsync dagster-yaml -c "$(INCSYNC_CONFIG)" --base dagster.yaml -o "$(DAGSTER_HOME)/dagster.yaml"
 	INCSYNC_CONFIG="$(abspath $(INCSYNC_CONFIG))" DAGSTER_HOME="$(abspath $(DAGSTER_HOME))" $(BIN)/dagster dev -w workspace.yaml -h 127.0.0.1
 
 clean:

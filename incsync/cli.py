@@ -64,6 +64,27 @@ def cmd_transfer(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_janitor(args: argparse.Namespace) -> int:
+    from incsync.config import ObjectStorageDestinationConfig
+    from incsync.destinations.object_storage import janitor
+
+    file = config_path(args.config)
+    config = load_config(file)
+    targets = [d for d in config.destinations if isinstance(d, ObjectStorageDestinationConfig)]
+    if args.destination:
+        targets = [d for d in targets if d.name == args.destination]
+        if not targets:
+            known = ", ".join(d.name for d in config.destinations if isinstance(d, ObjectStorageDestinationConfig))
+            raise ConfigError(str(file), [f'--destination: "{args.destination}" is not an object_storage destination; known: [{known}]'])
+    verb = "would remove" if args.dry_run else "removed"
+    for destination in targets:
+        removed = janitor(destination.path, grace_seconds=args.grace_seconds, dry_run=args.dry_run)
+        for path in removed:
+            print(f"{verb} {path}")
+        print(f"{destination.name}: {verb} {len(removed)} unmanifested file(s) older than {args.grace_seconds:g} s")
+    return 0
+
+
 def cmd_transfers(args: argparse.Namespace) -> int:
     from incsync.automation.statuses import counts_by_model, list_transfers
     from incsync.automation.tags import parse_tags
@@ -84,6 +105,18 @@ def cmd_transfers(args: argparse.Namespace) -> int:
               f"{t.delta_rows_transferred:>9}  {tags + ' ' if tags else ''}{t.run_id[:8]}")
     for model, counts in sorted(counts_by_model(transfers).items()):
         print(f"{model}: " + ", ".join(f"{status} {n}" for status, n in sorted(counts.items())))
+    return 0
+
+
+def cmd_dagster_yaml(args: argparse.Namespace) -> int:
+    from incsync.automation.concurrency import dagster_yaml
+
+    text = dagster_yaml(load_config(args.config), Path(args.base) if args.base else None)
+    if args.output:
+        Path(args.output).write_text(text)
+        print(f"wrote {args.output}")
+    else:
+        print(text, end="")
     return 0
 
 
@@ -131,6 +164,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-c", "--config")
     p.set_defaults(func=cmd_transfer)
 
+    p = sub.add_parser("janitor", help="remove object-storage files no manifest lists, once older than a grace period")
+    p.add_argument("--destination", help="one object_storage destination (default: every one)")
+    p.add_argument("--grace-seconds", type=float, default=6 * 3600,
+                   help="keep younger files: they may belong to a transfer still publishing (default 21600)")
+    p.add_argument("--dry-run", action="store_true", help="list the files, remove nothing")
+    p.add_argument("-c", "--config")
+    p.set_defaults(func=cmd_janitor)
+
     p = sub.add_parser("transfers", help="list transfers with their status and counts")
     p.add_argument("--recipient")
     p.add_argument("--status", help="PENDING, RUNNING, SUCCESS, ERROR, PARTIAL_FAILURE, CANCELLED, KILLED, EXPIRED, ORPHANED")
@@ -138,6 +179,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--limit", type=int, default=200)
     p.add_argument("-c", "--config")
     p.set_defaults(func=cmd_transfers)
+
+    p = sub.add_parser("dagster-yaml", help="dagster.yaml with run concurrency limits from the config's max_concurrent_transfers")
+    p.add_argument("-c", "--config")
+    p.add_argument("--base", help="dagster.yaml to start from (default: none)")
+    p.add_argument("-o", "--output", help="write here instead of standard output")
+    p.set_defaults(func=cmd_dagster_yaml)
 
     p = sub.add_parser("spark-server", help="run a local Spark Connect server that keeps Spark warm across runs")
     p.add_argument("--port", type=int, default=15002)

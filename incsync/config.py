@@ -309,6 +309,20 @@ def _cross_check(cfg: IncsyncConfig) -> list[str]:
             pass
 
     destination_names = [d.name for d in cfg.destinations]
+    kinds = {d.name: d.kind for d in cfg.destinations}
+    users: dict[str, list[str]] = {}
+    for r in cfg.recipients:
+        users.setdefault(r.destination, [])
+        if r.id not in users[r.destination]:
+            users[r.destination].append(r.id)
+    for i, d in enumerate(cfg.destinations):
+        # A Delta table root or PostgreSQL schema holds one recipient's copy: tables are keyed on the
+        # primary key alone, so a second tenant would merge into (and full refreshes would wipe) the first.
+        if kinds[d.name] in ("delta", "postgres") and len(users.get(d.name, [])) > 1:
+            problems.append(
+                f'destinations[{i}]: "{d.name}" is used by recipients {", ".join(users[d.name])}; a {d.kind} '
+                "destination holds one recipient's copy, so give each recipient its own (object_storage may be shared)"
+            )
     for i, r in enumerate(cfg.recipients):
         if r.destination not in destination_names:
             problems.append(

@@ -17,14 +17,17 @@ from incsync.changes import UTC
 TENANTS = {"org_1": 0.32, "org_2": 0.24, "org_3": 0.18, "org_4": 0.12, "org_5": 0.09, "org_6": 0.05}
 RECIPIENTS = [
     {"id": "acme", "id_in_provider_system": "org_1", "destination": "acme_delta", "tags": {"tier": "gold"}},
-    {"id": "globex", "id_in_provider_system": "org_2", "destination": "globex_delta", "tags": {"tier": "silver"}},
-    {"id": "initech", "id_in_provider_system": "org_3", "destination": "initech_delta", "tags": {"tier": "silver"}},
+    {"id": "globex", "id_in_provider_system": "org_2", "destination": "globex_pg", "tags": {"tier": "silver"}},
+    {"id": "initech", "id_in_provider_system": "org_3", "destination": "initech_files", "tags": {"tier": "silver"}},
 ]
+DEMO_PG_DSN_ENV = "INCSYNC_DEMO_PG_DSN"
+DEMO_PG_DATABASE = "incsync_demo"
 DESTINATIONS = [
     {"name": "acme_delta", "kind": "delta", "path": "./out/acme"},
-    {"name": "globex_delta", "kind": "delta", "path": "./out/globex"},
-    {"name": "initech_delta", "kind": "delta", "path": "./out/initech"},
+    {"name": "globex_pg", "kind": "postgres", "dsn_env": DEMO_PG_DSN_ENV, "schema": "globex"},
+    {"name": "initech_files", "kind": "object_storage", "path": "./out/initech"},
 ]
+GLOBEX_FALLBACK = {"name": "globex_pg", "kind": "object_storage", "path": "./out/globex"}
 STATUSES = ["new", "paid", "shipped", "delivered", "cancelled", "refunded"]
 DAYS = 6
 
@@ -80,10 +83,42 @@ def change_orders(table: pa.Table, *, now: datetime, fraction: float = 0.01, new
     return pa.Table.from_pylist(rows + fresh, schema=ORDERS)
 
 
-def write_config(workdir: Path, *, start_epoch: int) -> Path:
+def prepare_postgres() -> str | None:
+    """A DSN for the demo's PostgreSQL recipient, its schema emptied; None when no server answers.
+
+    ``$INCSYNC_DEMO_PG_DSN`` wins; otherwise database ``incsync_demo`` on 127.0.0.1:5432 is created.
+    """
+    import os
+
+    import psycopg
+
+    dsn = os.environ.get(DEMO_PG_DSN_ENV)
+    if dsn is None:
+        for user in ("postgres", "root"):
+            try:
+                with psycopg.connect(f"postgresql://{user}@127.0.0.1:5432/postgres", autocommit=True, connect_timeout=3) as admin:
+                    if not admin.execute("SELECT 1 FROM pg_database WHERE datname = %s", [DEMO_PG_DATABASE]).fetchone():
+                        admin.execute(f'CREATE DATABASE "{DEMO_PG_DATABASE}"')
+                dsn = f"postgresql://{user}@127.0.0.1:5432/{DEMO_PG_DATABASE}"
+                break
+            except psycopg.Error:
+                continue
+    if dsn is None:
+        return None
+    try:
+        with psycopg.connect(dsn, autocommit=True, connect_timeout=3) as conn:
+            conn.execute("DROP SCHEMA IF EXISTS globex CASCADE")
+    except psycopg.Error:
+        return None
+    os.environ[DEMO_PG_DSN_ENV] = dsn
+    return dsn
+
+
+def write_config(workdir: Path, *, start_epoch: int, postgres: bool = True) -> Path:
+    destinations = DESTINATIONS if postgres else [d if d["kind"] != "postgres" else GLOBEX_FALLBACK for d in DESTINATIONS]
     doc = {
         "sources": [{"name": "shop", "vendor": "lake", "path": "./source", "format": "parquet"}],
-        "destinations": DESTINATIONS,
+        "destinations": destinations,
         "models": [
             {
                 "model_name": "orders",
@@ -123,7 +158,12 @@ def verify(config_file: Path, source: pa.Table) -> list[str]:
     problems = []
     for recipient in config.recipients:
         destination = build_destination(config.destination(recipient.destination))
-        got = destination.read_rows(model=model, recipient=recipient).select(["id", "status", "updated_at"])
+        got = destination.read_rows(model=model, recipient=recipient)
+        if destination.kind == "object_storage":  # appends: a reader keeps each key's newest version
+            from incsync.destinations.object_storage import latest_versions
+
+            got = latest_versions(got, model.primary_key, model.last_modified_column)
+        got = got.select(["id", "status", "updated_at"])
         want = source.filter(pa.compute.equal(source["organization_id"], recipient.id_in_provider_system))
         want = want.select(["id", "status", "updated_at"])
         if sorted(got.to_pylist(), key=lambda r: r["id"]) != sorted(want.to_pylist(), key=lambda r: r["id"]):
@@ -150,10 +190,14 @@ def run_demo(workdir: Path, *, rows: int = 120_000) -> int:
     start = (now - timedelta(days=DAYS)).replace(hour=0, minute=0, second=0)
     source = generate_orders(rows, start=start, end=now - timedelta(minutes=10))
     _write_source(workdir, source)
-    config_file = write_config(workdir, start_epoch=int(start.timestamp()))
+    postgres = prepare_postgres() is not None
+    config_file = write_config(workdir, start_epoch=int(start.timestamp()), postgres=postgres)
     config = load_config(config_file)
     model = config.model("orders")
     print(f"demo in {workdir}: {source.num_rows} orders over {len(TENANTS)} tenants since {start:%Y-%m-%d}")
+    if not postgres:
+        print(f"no PostgreSQL at 127.0.0.1:5432 (or ${DEMO_PG_DSN_ENV}): globex gets an object-storage destination instead")
+    print("destinations: " + ", ".join(f"{r.id} -> {config.destination(r.destination).kind}" for r in config.recipients))
     print(f"config {config_file}; Dagster instance {workdir / '.dagster'} (open it with: DAGSTER_HOME={workdir / '.dagster'} "
           f"INCSYNC_CONFIG={config_file} dagster dev -m incsync.definitions)")
 

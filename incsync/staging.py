@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import fcntl
 import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -41,14 +44,32 @@ class StagedBatch:
         return self.dataset().to_table(columns=columns)
 
 
-def stage(df: DataFrame, path: Path) -> StagedBatch:
-    """Write ``df`` once (UTC microsecond timestamps) and describe the files."""
+def stage(df: DataFrame | pa.Table, path: Path) -> StagedBatch:
+    """Write ``df`` once (UTC microsecond timestamps) and describe the files.
+
+    An Arrow table (from a source read without Spark) is written as one Parquet file.
+    """
     path.parent.mkdir(parents=True, exist_ok=True)
+    if isinstance(df, pa.Table):
+        return _stage_arrow(df, path)
     df.write.mode("overwrite").option("outputTimestampType", "TIMESTAMP_MICROS").parquet(str(path))
     files = tuple(sorted(p for p in path.glob("*.parquet")))
     schema = _utc_schema(df, ds.dataset([str(f) for f in files], format="parquet").schema if files else None)
     rows = ds.dataset([str(f) for f in files], format="parquet", schema=schema).count_rows() if files else 0
     return StagedBatch(path=path, files=files, schema=schema, rows=rows, bytes=sum(f.stat().st_size for f in files))
+
+
+def _stage_arrow(table: pa.Table, path: Path) -> StagedBatch:
+    import pyarrow.parquet as pq
+
+    path.mkdir(parents=True, exist_ok=True)
+    files: tuple[Path, ...] = ()
+    if table.num_rows:
+        file = path / "part-00000.parquet"
+        pq.write_table(table, file, coerce_timestamps="us")
+        files = (file,)
+    schema = table.schema.remove_metadata()
+    return StagedBatch(path=path, files=files, schema=schema, rows=table.num_rows, bytes=sum(f.stat().st_size for f in files))
 
 
 def _utc_schema(df: DataFrame, file_schema: pa.Schema | None) -> pa.Schema:
@@ -61,6 +82,41 @@ def _utc_schema(df: DataFrame, file_schema: pa.Schema | None) -> pa.Schema:
 
 def remove(path: Path) -> None:
     shutil.rmtree(path, ignore_errors=True)
+
+
+def _lock_file(path: Path) -> Path:
+    return path.with_name(path.name + ".lock")  # beside the folder: Spark's overwrite empties the folder
+
+
+@contextmanager
+def claim(path: Path) -> Iterator[None]:
+    """Hold ``<path>.lock`` while a transfer uses its staging folder; remove both on the way out.
+
+    The OS drops the lock when the process dies, which is how ``remove_if_abandoned`` tells a dead
+    transfer's folder from a live one.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    lock = _lock_file(path)
+    with open(lock, "w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            remove(path)
+            lock.unlink(missing_ok=True)
+
+
+def remove_if_abandoned(path: Path) -> bool:
+    """Remove a staging folder whose transfer no longer holds its lock; False when it is in use."""
+    lock = _lock_file(path)
+    with open(lock, "a") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return False
+        remove(path)
+        lock.unlink(missing_ok=True)
+    return True
 
 
 @dataclass(frozen=True)

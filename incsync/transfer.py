@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import re
 import time
 import uuid
 from collections.abc import Callable
@@ -21,10 +22,11 @@ from incsync.changes import (
     to_micros,
 )
 from incsync.config import ModelConfig, RecipientConfig
+from incsync.crashpoints import crash_point
 from incsync.destinations.base import FULL_REFRESH, INCREMENTAL, Destination, TransferRecord
 from incsync.partitions import WindowPartition
 from incsync.sources.base import Source
-from incsync.staging import remove, stage, validate_and_count
+from incsync.staging import claim, remove_if_abandoned, stage, validate_and_count
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -38,8 +40,26 @@ def recipient_start(model: ModelConfig, recipient: RecipientConfig) -> datetime:
     return from_epoch(model.min_start_time_epoch if epoch is None else epoch)
 
 
+TRANSFER_ID_PATTERN = r"\d{8}T\d{6}Z-[0-9a-f]{12}"
+
+
 def new_transfer_id() -> str:
     return f"{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}-{uuid.uuid4().hex[:12]}"
+
+
+def remove_stale_staging(staging_root: Path, model: ModelConfig, recipient: RecipientConfig) -> list[Path]:
+    """Remove staging folders that dead transfers of (model, recipient) left behind.
+
+    A live transfer holds its folder's lock (see ``staging.claim``), so only abandoned ones go.
+    """
+    if not staging_root.is_dir():
+        return []
+    pattern = re.compile(rf"{re.escape(model.model_name)}-{re.escape(recipient.id)}-{TRANSFER_ID_PATTERN}")
+    candidates = [p for p in staging_root.iterdir() if p.is_dir() and pattern.fullmatch(p.name)]
+    removed = [path for path in candidates if remove_if_abandoned(path)]
+    for path in removed:
+        log.warning("removed staging %s left by an interrupted transfer", path)
+    return removed
 
 
 @dataclass
@@ -99,16 +119,18 @@ def run_transfer(request: TransferRequest, *, staging_root: Path) -> TransferOut
             scheduled=request.scheduled,
         )
 
+    remove_stale_staging(staging_root, model, recipient)
     transfer_id = new_transfer_id()
     staging = staging_root / f"{model.model_name}-{recipient.id}-{transfer_id}"
     log.info(
         "transfer %s: model %s recipient %s window [%s, %s) bounds [%s, %s) (%s)",
         transfer_id, model.model_name, recipient.id, window.start, window.end, bounds.lower, bounds.upper, bounds.reason,
     )
-    try:
+    with claim(staging):  # removes the staging folder on the way out, success or not
         df = request.source.read(request.spark(), model=model, recipient=recipient, bounds=bounds)
         batch = stage(df, staging)
         facts = validate_and_count(batch, model=model, recipient_id=recipient.id, delta_threshold=delta_threshold(previous_hw))
+        crash_point("after_staging")
         hw = new_high_watermark(previous_hw, facts.max_last_modified)
         record = TransferRecord(
             transfer_id=transfer_id,
@@ -131,8 +153,7 @@ def run_transfer(request: TransferRequest, *, staging_root: Path) -> TransferOut
             model=model, recipient=recipient, batch=batch, record=record, expected=state
         )
         staged_bytes = batch.bytes
-    finally:
-        remove(staging)
+        crash_point("after_publish")
     return TransferOutcome(
         record=record,
         bounds=bounds,

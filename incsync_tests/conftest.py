@@ -37,7 +37,7 @@ def dagster_instance(tmp_path: Path) -> Iterator[object]:
     import dagster as dg
 
     home = tmp_path / "dagster_home"
-    home.mkdir()
+    home.mkdir(exist_ok=True)  # instance_for_test writes dagster.yaml into it and does not create it
     with dg.instance_for_test(temp_dir=str(home)) as instance:
         yield instance
 

@@ -175,3 +175,19 @@ def test_backfill_runs_every_window_in_one_run_with_exact_metadata(tmp_path: Pat
     assert counts == {days[0]: (2, 2), days[1]: (1, 1), days[2]: (0, 0)}
     out = [line for line in capsys.readouterr().out.splitlines() if line.startswith("invoices")]
     assert len(out) == 3
+
+
+def test_dagster_yaml_limits_come_from_the_config(hand_config: Path, tmp_path: Path, capsys) -> None:
+    import yaml
+
+    repo_yaml = Path(__file__).resolve().parents[1] / "dagster.yaml"
+    assert main(["dagster-yaml", "-c", str(hand_config), "--base", str(repo_yaml), "-o", str(tmp_path / "d.yaml")]) == 0
+    doc = yaml.safe_load((tmp_path / "d.yaml").read_text())
+    assert doc["telemetry"] == {"enabled": False}
+    assert doc["concurrency"]["runs"]["tag_concurrency_limits"] == [
+        {"key": "incsync/model_destination", "value": {"applyLimitPerUniqueValue": True}, "limit": 1},
+        {"key": "incsync/source", "value": "shop", "limit": 10},
+        {"key": "incsync/destination", "value": "acme_lake", "limit": 1},
+    ]
+    with dg.instance_for_test(temp_dir=str(tmp_path), overrides={"concurrency": doc["concurrency"]}) as instance:
+        assert instance.get_concurrency_config().run_queue_config.tag_concurrency_limits[1]["limit"] == 10

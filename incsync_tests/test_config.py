@@ -175,3 +175,15 @@ def test_missing_and_malformed_files(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as info:
         load_config(bad)
     assert info.value.problems[0].startswith("not valid YAML:")
+
+
+def test_a_delta_or_postgres_destination_serves_one_recipient() -> None:
+    doc = _base()
+    doc["recipients"].append({"id": "globex", "id_in_provider_system": "org_2", "destination": "acme_delta"})
+    assert _problems(doc) == [
+        'destinations[0]: "acme_delta" is used by recipients acme, globex; a delta destination holds one '
+        "recipient's copy, so give each recipient its own (object_storage may be shared)"
+    ]
+    doc["recipients"][1]["destination"] = "initech_files"
+    doc["recipients"].append({"id": "umbrella", "id_in_provider_system": "org_3", "destination": "initech_files"})
+    assert parse_config(doc).recipient("umbrella").destination == "initech_files"

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
-from incsync.config import DeltaDestinationConfig, DestinationConfig
+from incsync.config import (
+    DeltaDestinationConfig,
+    DestinationConfig,
+    ObjectStorageDestinationConfig,
+    PostgresDestinationConfig,
+)
 from incsync.destinations.base import (
     FULL_REFRESH,
     INCREMENTAL,
@@ -18,6 +23,14 @@ def build_destination(config: DestinationConfig) -> Destination:
         from incsync.destinations.delta import DeltaDestination
 
         return DeltaDestination(config)
+    if isinstance(config, PostgresDestinationConfig):
+        from incsync.destinations.postgres import PostgresDestination
+
+        return PostgresDestination(config)
+    if isinstance(config, ObjectStorageDestinationConfig):
+        from incsync.destinations.object_storage import ObjectStorageDestination
+
+        return ObjectStorageDestination(config)
     raise ConfigError("destinations", [f"{config.name}.kind: {config.kind} destinations are not available yet"])
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
 
 import pyarrow as pa
@@ -10,6 +11,7 @@ from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 from deltalake.exceptions import CommitFailedError, TableNotFoundError
 
 from incsync.config import DeltaDestinationConfig, ModelConfig, RecipientConfig
+from incsync.crashpoints import crash_point
 from incsync.destinations.base import FULL_REFRESH, Destination, DestinationState, TransferRecord
 from incsync.errors import LeaseError, PublishError
 from incsync.staging import StagedBatch
@@ -84,11 +86,11 @@ class DeltaDestination(Destination):
             self._check_lease(dt, model=model, recipient=recipient, expected=expected)
             try:
                 if dt is None:
-                    write_deltalake(path, batch.reader(), mode="append", commit_properties=props)
+                    write_deltalake(path, _reader(batch), mode="append", commit_properties=props)
                 elif record.transfer_type == FULL_REFRESH:
                     same = _same_columns(dt.schema().to_arrow(), batch.schema)
                     write_deltalake(
-                        dt, batch.reader(), mode="overwrite",
+                        dt, _reader(batch), mode="overwrite",
                         schema_mode=None if same else "overwrite", commit_properties=props,
                     )
                 else:
@@ -113,7 +115,7 @@ class DeltaDestination(Destination):
         on = " AND ".join(f"t.{_quote(c)} = s.{_quote(c)}" for c in model.primary_key)
         lm = _quote(model.last_modified_column)
         (
-            dt.merge(batch.reader(), predicate=on, source_alias="s", target_alias="t", merge_schema=True, commit_properties=props)
+            dt.merge(_reader(batch), predicate=on, source_alias="s", target_alias="t", merge_schema=True, commit_properties=props)
             .when_matched_update_all(predicate=f"s.{lm} >= t.{lm}")
             .when_not_matched_insert_all()
             .execute()
@@ -141,6 +143,17 @@ class DeltaDestination(Destination):
     def read_rows(self, *, model: ModelConfig, recipient: RecipientConfig) -> pa.Table:
         dt = self._table(model)
         return dt.to_pyarrow_table() if dt is not None else pa.table({})
+
+
+def _reader(batch: StagedBatch) -> pa.RecordBatchReader:
+    """The staged rows, with the ``mid_publish`` crash point once delta-rs has consumed them all."""
+    reader = batch.reader()
+
+    def batches() -> Iterator[pa.RecordBatch]:
+        yield from reader
+        crash_point("mid_publish")
+
+    return pa.RecordBatchReader.from_batches(reader.schema, batches())
 
 
 def _same_columns(current: pa.Schema, incoming: pa.Schema) -> bool:

@@ -42,7 +42,8 @@ def wrapped_query_sql(model: ModelConfig, *, relation: str, tenant_filter: str |
     Bounds and tenant are named parameters (``:tenant``, ``:lower``, ``:upper``).
     """
     columns = ", ".join(model.columns) if model.columns else "*"
-    where = [f"{lm_expr} >= :lower", f"{lm_expr} < :upper"]
+    # NULL last-modified rows are read too, so validation fails loudly instead of losing them silently.
+    where = [f"({lm_expr} >= :lower AND {lm_expr} < :upper OR {lm_expr} IS NULL)"]
     if tenant_filter:
         where.insert(0, tenant_filter)
     return f"WITH q AS ({relation}) SELECT {columns} FROM q WHERE {' AND '.join(where)}"
@@ -53,6 +54,8 @@ def normalize_last_modified(df: DataFrame, *, model: ModelConfig, recipient: Rec
 
     A zone-less column is rejected unless the model names its zone; then the pushed-down prefilter is
     widened by a day on each side (offsets and DST) and the exact bounds are applied after conversion.
+    Rows whose last-modified is NULL pass the filter so that validation rejects the batch (a NULL row
+    fits no window and would otherwise never be transferred, silently).
     """
     from pyspark.sql import functions as F
     from pyspark.sql.types import TimestampNTZType, TimestampType
@@ -67,9 +70,11 @@ def normalize_last_modified(df: DataFrame, *, model: ModelConfig, recipient: Rec
     kind = fields[lm]
     # NULL last-modified rows are extracted on purpose: validation then fails the transfer naming their
     # keys, instead of the bounds predicate hiding them from every transfer forever.
+    def within(lower: object, upper: object) -> object:
+        return ((F.col(lm) >= lower) & (F.col(lm) < upper)) | F.col(lm).isNull()
+
     if isinstance(kind, TimestampType):
-        in_bounds = (F.col(lm) >= F.lit(bounds.lower)) & (F.col(lm) < F.lit(bounds.upper))
-        return df.where(in_bounds | F.col(lm).isNull())
+        return df.where(within(F.lit(bounds.lower), F.lit(bounds.upper)))
     if isinstance(kind, TimestampNTZType):
         if not model.last_modified_timezone:
             raise SchemaError(
@@ -79,12 +84,9 @@ def normalize_last_modified(df: DataFrame, *, model: ModelConfig, recipient: Rec
         day = timedelta(days=1)
         naive_lower = (bounds.lower - day).replace(tzinfo=None)
         naive_upper = (bounds.upper + day).replace(tzinfo=None)
-        near = (F.col(lm) >= F.lit(naive_lower).cast("timestamp_ntz")) & (F.col(lm) < F.lit(naive_upper).cast("timestamp_ntz"))
-        converted = df.where(near | F.col(lm).isNull()).withColumn(
-            lm, F.to_utc_timestamp(F.col(lm).cast("timestamp"), model.last_modified_timezone)
-        )
-        in_bounds = (F.col(lm) >= F.lit(bounds.lower)) & (F.col(lm) < F.lit(bounds.upper))
-        return converted.where(in_bounds | F.col(lm).isNull())
+        pre = df.where(within(F.lit(naive_lower).cast("timestamp_ntz"), F.lit(naive_upper).cast("timestamp_ntz")))
+        converted = pre.withColumn(lm, F.to_utc_timestamp(F.col(lm).cast("timestamp"), model.last_modified_timezone))
+        return converted.where(within(F.lit(bounds.lower), F.lit(bounds.upper)))
     raise SchemaError(
         f'model {model.model_name}: last_modified_column "{lm}" has type {kind.simpleString()}; it must be a '
         "timestamp (for CSV/JSON sources set the reader option timestampFormat, or cast it in a source_query)"

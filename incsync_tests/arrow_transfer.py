@@ -1,0 +1,55 @@
+"""Run one transfer without Spark: ``python -m incsync_tests.arrow_transfer CONFIG WINDOW [--scheduled] [--full-refresh]``.
+
+The crash-safety tests start it with ``INCSYNC_TEST_CRASH_AT`` set and expect it to die by SIGKILL;
+they also call ``run`` in-process for the run that follows the crash.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+from incsync.assets import model_fingerprint
+from incsync.config import load_config
+from incsync.destinations import build_destination
+from incsync.partitions import grid_start, partition_key, split_key
+from incsync.transfer import TransferOutcome, TransferRequest, run_transfer
+from incsync_tests.destination_support import ArrowLakeSource
+
+
+def _no_spark() -> None:
+    return None  # the Arrow source reads without a Spark session
+
+
+def run(
+    config_path: str | Path,
+    window: str,
+    *,
+    scheduled: bool,
+    full_refresh: bool = False,
+    model_name: str = "orders",
+    recipient_id: str = "acme",
+) -> TransferOutcome:
+    config = load_config(config_path)
+    model = config.model(model_name)
+    recipient = config.recipient(recipient_id)
+    request = TransferRequest(
+        model=model,
+        recipient=recipient,
+        partition=split_key(model, partition_key(window, recipient_id)),
+        grid_start=grid_start(model),
+        lookback_seconds=config.lookback_seconds(model),
+        fingerprint=model_fingerprint(model),
+        source=ArrowLakeSource(config.source(model.source)),
+        destination=build_destination(config.destination(recipient.destination)),
+        spark=_no_spark,
+        scheduled=scheduled,
+        full_refresh=full_refresh,
+    )
+    return run_transfer(request, staging_root=Path(os.environ["INCSYNC_STAGING_DIR"]))
+
+
+if __name__ == "__main__":
+    outcome = run(sys.argv[1], sys.argv[2], scheduled="--scheduled" in sys.argv, full_refresh="--full-refresh" in sys.argv)
+    print(outcome.record.transfer_id)

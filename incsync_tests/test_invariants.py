@@ -1,0 +1,534 @@
+"""The transfer invariants, proved by a hypothesis state machine against a pure-Python reference.
+
+A real lake source (Parquet written with pyarrow, read by Spark) feeds real Delta destinations. The
+machine interleaves source changes (inserts, forward updates, late rows, sub-second and on-boundary
+timestamps, rows sharing a timestamp) with transfers (scheduled ticks of the open window, backfills of
+random window sets in random order, re-runs, full refreshes, runs that must fail) under a controlled
+clock. After every step the destination must equal what the reference says (DESIGN "One transfer").
+
+Most transfers call the engine directly (``run_transfer``, the code the IO manager runs); about one
+in four goes through Dagster (asset + IO manager) so that path is proved too.
+
+Profiles: the fast one runs in ``make test``; ``make test-long`` with
+``INCSYNC_HYPOTHESIS_PROFILE=long`` runs thousands of steps (last result: docs/invariants.md).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import yaml
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule, run_state_machine_as_test
+
+from incsync.assets import FULL_REFRESH_TAG, MODE_TAG, model_fingerprint
+from incsync.config import load_config
+from incsync.destinations import build_destination
+from incsync.errors import ValidationError
+from incsync.partitions import grid_start, partition_key, split_key, window_key_for
+from incsync.sources import build_source
+from incsync.transfer import TransferRequest, run_transfer
+from incsync_tests.support import JAN1_EPOCH, ORDERS_SCHEMA, latest_metadata, materialize_partition
+
+UTC = timezone.utc
+S = 1_000_000  # microseconds per second: the reference keeps every timestamp as integer µs
+WINDOW = 3600 * S
+LOOKBACK = 300 * S
+MIN_START = (JAN1_EPOCH + 600) * S  # model start, 10 min before the first window boundary
+GRID0 = (JAN1_EPOCH + 3600) * S  # the first window of the grid starts at the next boundary
+MAX_SPAN = 5 * WINDOW  # the clock stays within a few windows so catch-ups stay cheap
+TENANTS = {"acme": "org_1", "globex": "org_2"}  # org_3 has rows but no recipient
+RECIPIENT_START = {"acme": MIN_START, "globex": GRID0 + 2 * WINDOW + 1234 * S}
+PROFILE_ENV = "INCSYNC_HYPOTHESIS_PROFILE"
+VIA = st.sampled_from(["engine"] * 5 + ["dagster"])  # a Dagster run costs ~2.5 s, a direct transfer ~0.4 s
+
+settings.register_profile(
+    "fast",
+    max_examples=8,
+    stateful_step_count=12,
+    deadline=None,
+    suppress_health_check=list(HealthCheck),
+)
+settings.register_profile(
+    "long",
+    max_examples=100,
+    stateful_step_count=30,
+    deadline=None,
+    suppress_health_check=list(HealthCheck),
+)
+
+
+def dt(us: int) -> datetime:
+    return datetime(1970, 1, 1, tzinfo=UTC) + timedelta(microseconds=us)
+
+
+def us(value: datetime) -> int:
+    delta = value - datetime(1970, 1, 1, tzinfo=UTC)
+    return (delta.days * 86_400 + delta.seconds) * S + delta.microseconds
+
+
+def window_of(t: int) -> int:
+    return t // WINDOW * WINDOW
+
+
+def floor_second(t: int) -> int:
+    return t // S * S
+
+
+# --------------------------------------------------------------------------------------------------
+# The reference: what DESIGN says one transfer does, written again from the text, on plain dicts.
+# --------------------------------------------------------------------------------------------------
+
+Row = tuple[str, str, float, int]  # organization_id, status, amount, updated_at (µs)
+
+
+@dataclass
+class Expected:
+    lower: int
+    upper: int
+    rows: int
+    delta_rows: int
+    high_watermark: int | None
+    full_refresh: bool
+
+
+@dataclass
+class ReferenceDestination:
+    """One recipient's destination as DESIGN says it must be."""
+
+    rows: dict[int, Row] = field(default_factory=dict)
+    high_watermark: int | None = None
+
+    def bounds(self, *, start_r: int, window: int, scheduled: bool, full_refresh: bool) -> tuple[int, int]:
+        s, e = window, window + WINDOW
+        if full_refresh:  # reload from the recipient's start
+            return start_r, e
+        first = (s <= start_r < e) or (start_r < GRID0 and s == GRID0)
+        hw = self.high_watermark
+        if first:
+            lower = start_r
+        elif scheduled and hw is not None and s <= hw < e:
+            lower = max(floor_second(hw) - LOOKBACK, s - LOOKBACK)
+        else:
+            lower = s - LOOKBACK
+        return min(max(lower, start_r), e), e
+
+    def transfer(
+        self, source: dict[int, Row], *, tenant: str, start_r: int, window: int, scheduled: bool, full_refresh: bool
+    ) -> Expected:
+        lower, upper = self.bounds(start_r=start_r, window=window, scheduled=scheduled, full_refresh=full_refresh)
+        batch = {k: r for k, r in source.items() if r[0] == tenant and lower <= r[3] < upper}
+        previous = None if full_refresh else self.high_watermark
+        threshold = None if previous is None else floor_second(previous)
+        delta = sum(1 for r in batch.values() if threshold is None or r[3] > threshold)
+        batch_max = max((r[3] for r in batch.values()), default=None)
+        candidates = [t for t in (previous, batch_max) if t is not None]
+        hw = max(candidates) if candidates else None
+        if full_refresh:
+            self.rows = dict(batch)
+        else:
+            for key, row in batch.items():
+                old = self.rows.get(key)
+                if old is None or row[3] >= old[3]:  # replaced only by a newer or equal last-modified
+                    self.rows[key] = row
+        self.high_watermark = hw
+        return Expected(lower, upper, len(batch), delta, hw, full_refresh)
+
+    def peek(self, source: dict[int, Row], **kwargs: Any) -> Expected:
+        copy = ReferenceDestination(rows=dict(self.rows), high_watermark=self.high_watermark)
+        return copy.transfer(source, **kwargs)
+
+
+# --------------------------------------------------------------------------------------------------
+# The machine.
+# --------------------------------------------------------------------------------------------------
+
+
+def write_config(root: Path) -> Path:
+    doc = {
+        "sources": [{"name": "lake", "vendor": "lake", "path": "./src", "format": "parquet", "lookback_seconds": LOOKBACK // S}],
+        "destinations": [{"name": f"{rid}_delta", "kind": "delta", "path": f"./out/{rid}"} for rid in TENANTS],
+        "models": [
+            {
+                "model_name": "orders",
+                "source": "lake",
+                "source_table": "orders",
+                "columns": ["id", "organization_id", "status", "amount", "updated_at"],
+                "primary_key": ["id"],
+                "last_modified_column": "updated_at",
+                "organization_column": "organization_id",
+                "max_transfer_time_window_seconds": WINDOW // S,
+                "min_start_time_epoch": MIN_START // S,
+            }
+        ],
+        "recipients": [
+            {
+                "id": rid,
+                "id_in_provider_system": org,
+                "destination": f"{rid}_delta",
+                **({"default_full_refresh_min_start_time_epoch": RECIPIENT_START[rid] // S} if RECIPIENT_START[rid] != MIN_START else {}),
+            }
+            for rid, org in TENANTS.items()
+        ],
+        "staging_dir": "./staging",
+    }
+    path = root / "incsync.yaml"
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return path
+
+
+class TransferMachine(RuleBasedStateMachine):
+    """Source changes and transfers in any order; the destination must always match the reference."""
+
+    spark: Any = None
+    instance: Any = None
+    scratch: Path | None = None
+    stats: dict[str, int] = {}
+
+    def __init__(self) -> None:
+        super().__init__()
+        assert self.scratch is not None
+        self.root = Path(tempfile.mkdtemp(prefix="machine-", dir=self.scratch))
+        self.config_path = write_config(self.root)
+        self.config = load_config(self.config_path)
+        self.model = self.config.models[0]
+        assert us(grid_start(self.model)) == GRID0
+        self.source = build_source(self.config.source("lake"))
+        self.destinations = {r.id: build_destination(self.config.destination(r.destination)) for r in self.config.recipients}
+        self.recipients = {r.id: r for r in self.config.recipients}
+        self.staging = Path(self.config.staging_dir or "")
+        self.defs = None  # Dagster definitions, built on first use
+        self.now = GRID0
+        self.next_id = 1
+        self.source_rows: dict[int, Row] = {}
+        self.bad_rows: list[dict[str, Any]] = []
+        self.reference = {rid: ReferenceDestination() for rid in TENANTS}
+        self.last_tick: dict[str, int | None] = {rid: None for rid in TENANTS}
+        self.last_request: dict[str, tuple[int, bool, bool] | None] = {rid: None for rid in TENANTS}
+        self.file_no = 0
+
+    def count(self, what: str) -> None:
+        self.stats[what] = self.stats.get(what, 0) + 1
+
+    def teardown(self) -> None:
+        shutil.rmtree(self.root, ignore_errors=True)
+
+    # ---- the lake source --------------------------------------------------------------------------
+
+    def write_source(self) -> None:
+        rows = [
+            {"id": k, "organization_id": r[0], "status": r[1], "amount": r[2], "updated_at": dt(r[3])}
+            for k, r in sorted(self.source_rows.items())
+        ] + self.bad_rows
+        folder = self.root / "src" / "orders"
+        folder.mkdir(parents=True, exist_ok=True)
+        for old in folder.glob("*.parquet"):
+            old.unlink()
+        self.file_no += 1  # a new file name each time: no reader may see a cached footer
+        pq.write_table(pa.Table.from_pylist(rows, schema=ORDERS_SCHEMA), folder / f"part-{self.file_no:05d}.parquet")
+
+    def add_row(self, tenant: str, t: int) -> int:
+        key, self.next_id = self.next_id, self.next_id + 1
+        self.source_rows[key] = (tenant, "v0", key * 0.5, t)
+        return key
+
+    def candidate_times(self, *, not_before: int = 0) -> list[int]:
+        """Timestamps worth trying: now, sub-second and boundary values, late rows in and beyond the lookback."""
+        now, s = self.now, window_of(self.now)
+        times = {now, now - 1, floor_second(now), floor_second(now) - 1, s, s - 1, s - LOOKBACK, now - LOOKBACK, now - LOOKBACK - 1}
+        for ref in self.reference.values():
+            if ref.high_watermark is not None:
+                hw = ref.high_watermark
+                times |= {hw, hw + 1, floor_second(hw), floor_second(hw) - LOOKBACK, floor_second(hw) - LOOKBACK - 1}
+        return sorted(t for t in times if max(not_before, JAN1_EPOCH * S) <= t <= now)
+
+    # ---- transfers -------------------------------------------------------------------------------
+
+    def windows(self, rid: str) -> list[int]:
+        """Every window of the grid up to the open one."""
+        return list(range(GRID0, window_of(self.now) + WINDOW, WINDOW))
+
+    def run(self, rid: str, window: int, *, scheduled: bool = False, full_refresh: bool = False, via: str = "engine") -> None:
+        """Run one transfer for real and in the reference; their outcomes must agree."""
+        self.last_request[rid] = (window, scheduled, full_refresh)
+        self.count(via)
+        ref = self.reference[rid]
+        expected = ref.peek(
+            self.source_rows, tenant=TENANTS[rid], start_r=RECIPIENT_START[rid], window=window,
+            scheduled=scheduled, full_refresh=full_refresh,
+        )
+        window_key = window_key_for(self.model, dt(window))
+        if via == "dagster":
+            result = materialize_partition(self.dagster_defs(), self.instance, window=window_key, recipient=rid, tags=self.tags(scheduled, full_refresh))
+            assert result.success
+            meta = latest_metadata(self.instance)
+            assert meta["recipient"] == rid
+            assert meta["rows_transferred"] == expected.rows
+            assert meta["delta_rows_transferred"] == expected.delta_rows
+            hw_epoch = None if expected.high_watermark is None else expected.high_watermark // S
+            assert meta["high_watermark_epoch_seconds"] == hw_epoch
+            assert meta["transfer_type"] == ("FULL_REFRESH" if full_refresh else "INCREMENTAL")
+            assert (meta["lower_bound"], meta["upper_bound"]) == (expected.lower / S, expected.upper / S)
+        else:
+            outcome = run_transfer(self.request(rid, window_key, scheduled=scheduled, full_refresh=full_refresh), staging_root=self.staging)
+            assert (us(outcome.bounds.lower), us(outcome.bounds.upper)) == (expected.lower, expected.upper)
+        record = self.destinations[rid].read_state(model=self.model, recipient=self.recipients[rid]).last_transfer
+        assert record is not None
+        got = (us(datetime.fromisoformat(record.lower_bound)), record.rows_transferred, record.delta_rows_transferred, record.high_watermark_micros)
+        assert got == (expected.lower, expected.rows, expected.delta_rows, expected.high_watermark), (
+            f"{rid} window {window_key} scheduled={scheduled} full_refresh={full_refresh}: engine {got} != reference "
+            f"{(expected.lower, expected.rows, expected.delta_rows, expected.high_watermark)}"
+        )
+        ref.transfer(
+            self.source_rows, tenant=TENANTS[rid], start_r=RECIPIENT_START[rid], window=window,
+            scheduled=scheduled, full_refresh=full_refresh,
+        )
+
+    def request(self, rid: str, window_key: str, *, scheduled: bool, full_refresh: bool) -> TransferRequest:
+        """The request the asset builds (assets.py), built here so most steps skip Dagster's overhead."""
+        return TransferRequest(
+            model=self.model,
+            recipient=self.recipients[rid],
+            partition=split_key(self.model, partition_key(window_key, rid)),
+            grid_start=grid_start(self.model),
+            lookback_seconds=self.config.lookback_seconds(self.model),
+            fingerprint=model_fingerprint(self.model),
+            source=self.source,
+            destination=self.destinations[rid],
+            spark=lambda: self.spark,
+            scheduled=scheduled,
+            full_refresh=full_refresh,
+        )
+
+    @staticmethod
+    def tags(scheduled: bool, full_refresh: bool) -> dict[str, str]:
+        tags = {MODE_TAG: "incremental"} if scheduled else {}
+        if full_refresh:
+            tags[FULL_REFRESH_TAG] = "true"
+        return tags
+
+    def dagster_defs(self) -> Any:
+        if self.defs is None:
+            # incsync.definitions builds `defs` from $INCSYNC_CONFIG when first imported.
+            previous = os.environ.get("INCSYNC_CONFIG")
+            os.environ["INCSYNC_CONFIG"] = str(self.config_path)
+            try:
+                from incsync.definitions import build_definitions
+            finally:
+                if previous is None:
+                    os.environ.pop("INCSYNC_CONFIG")
+                else:
+                    os.environ["INCSYNC_CONFIG"] = previous
+            self.defs = build_definitions(self.config_path)
+        return self.defs
+
+    def visible(self, rid: str) -> tuple[dict[int, Row], Any]:
+        """What a reader of the recipient's Delta table sees, and the destination's state."""
+        dest = self.destinations[rid]
+        table = dest.read_rows(model=self.model, recipient=self.recipients[rid])
+        rows = {}
+        for r in table.to_pylist():
+            assert r["id"] not in rows, f"{rid}: key {r['id']} twice in the destination"
+            rows[r["id"]] = (r["organization_id"], r["status"], r["amount"], us(r["updated_at"]))
+        return rows, dest.read_state(model=self.model, recipient=self.recipients[rid])
+
+    # ---- rules: the source -----------------------------------------------------------------------
+
+    @initialize(offset=st.integers(0, WINDOW - 1), history=st.lists(st.tuples(st.sampled_from(["org_1", "org_2", "org_3"]), st.integers(0, 2 * WINDOW)), max_size=12))
+    def start(self, offset: int, history: list[tuple[str, int]]) -> None:
+        """The clock starts in the first window; some rows predate it, some predate the model's start."""
+        self.count("start")
+        self.now = GRID0 + offset
+        for tenant, back in history:
+            self.add_row(tenant, max(self.now - back, JAN1_EPOCH * S))
+        self.write_source()
+
+    @rule(tenant=st.sampled_from(["org_1", "org_2", "org_3"]), n=st.integers(1, 6), data=st.data())
+    def insert(self, tenant: str, n: int, data: st.DataObject) -> None:
+        """New rows, all sharing one timestamp: now, on a boundary, at the HW, or late (in or beyond the lookback)."""
+        self.count("insert")
+        t = data.draw(st.sampled_from(self.candidate_times()), label="updated_at")
+        for _ in range(n):
+            self.add_row(tenant, t)
+        self.write_source()
+
+    @precondition(lambda self: bool(self.source_rows))
+    @rule(data=st.data())
+    def update(self, data: st.DataObject) -> None:
+        """An existing row changes and its last-modified moves forward (or stays equal)."""
+        self.count("update")
+        key = data.draw(st.sampled_from(sorted(self.source_rows)), label="id")
+        tenant, status, amount, old = self.source_rows[key]
+        forward = self.candidate_times(not_before=old + 1)
+        t = data.draw(st.one_of(st.just(old), st.sampled_from(forward)) if forward else st.just(old), label="updated_at")
+        self.source_rows[key] = (tenant, f"v{int(status[1:]) + 1}", amount + 1.0, t)
+        self.write_source()
+
+    @precondition(lambda self: self.now < GRID0 + MAX_SPAN)
+    @rule(step=st.one_of(st.sampled_from(["boundary", "before_boundary", 1, S // 2, S, LOOKBACK - S, LOOKBACK, LOOKBACK + 1]), st.integers(1, WINDOW)))
+    def tick(self, step: int | str) -> None:
+        """The clock moves: by a µs, sub-second, around the lookback, or exactly onto a window boundary."""
+        self.count("tick")
+        boundary = window_of(self.now) + WINDOW
+        if step == "boundary":
+            self.now = boundary
+        elif step == "before_boundary":
+            self.now = max(self.now, boundary - 1)
+        else:
+            assert isinstance(step, int)
+            self.now += step
+
+    # ---- rules: transfers ------------------------------------------------------------------------
+
+    @rule(rid=st.sampled_from(sorted(TENANTS)), via=VIA)
+    def scheduled_tick(self, rid: str, via: str) -> None:
+        """What a schedule tick runs: the window that closed since the last tick, then the open window."""
+        self.count("scheduled_tick")
+        current, previous = window_of(self.now), self.last_tick[rid]
+        if previous is not None and previous != current:
+            self.run(rid, previous, scheduled=True)
+        self.run(rid, current, scheduled=True, via=via)
+        self.last_tick[rid] = current
+
+    @rule(rid=st.sampled_from(sorted(TENANTS)), data=st.data())
+    def backfill(self, rid: str, data: st.DataObject) -> None:
+        """A backfill of a random set of windows, in random order."""
+        self.count("backfill")
+        windows = data.draw(st.lists(st.sampled_from(self.windows(rid)), min_size=1, max_size=4, unique=True), label="windows")
+        via = data.draw(VIA, label="via")
+        for window in windows:
+            self.run(rid, window, via=via)
+
+    @precondition(lambda self: any(self.last_request.values()))
+    @rule(data=st.data())
+    def rerun(self, data: st.DataObject) -> None:
+        """Run a recipient's last transfer again, exactly as it was launched."""
+        self.count("rerun")
+        rid = data.draw(st.sampled_from(sorted(r for r, req in self.last_request.items() if req)), label="rid")
+        window, scheduled, full_refresh = self.last_request[rid]  # type: ignore[misc]
+        self.run(rid, window, scheduled=scheduled, full_refresh=full_refresh)
+
+    @rule(rid=st.sampled_from(sorted(TENANTS)), data=st.data())
+    def full_refresh(self, rid: str, data: st.DataObject) -> None:
+        """Reload a recipient from its start up to a window (usually the open one)."""
+        self.count("full_refresh")
+        windows = self.windows(rid)
+        window = data.draw(st.one_of(st.just(windows[-1]), st.sampled_from(windows)), label="window")
+        via = data.draw(VIA, label="via")
+        self.run(rid, window, full_refresh=True, via=via)
+
+    @rule(rid=st.sampled_from(sorted(TENANTS)), kind=st.sampled_from(["duplicate_key", "null_key", "null_last_modified"]), data=st.data())
+    def failing_run(self, rid: str, kind: str, data: st.DataObject) -> None:
+        """A batch breaking the model's contract fails its transfer, and nothing a reader sees changes."""
+        start_r = RECIPIENT_START[rid]
+        windows = [w for w in self.windows(rid) if max(w, start_r) <= min(w + WINDOW - 1, self.now)]
+        if not windows:
+            return
+        self.count("failing_run")
+        window = data.draw(st.sampled_from(windows), label="window")
+        t = max(window, start_r)
+        tenant = TENANTS[rid]
+        bad_id = 10_000_000 + self.next_id
+        bad = {"id": bad_id, "organization_id": tenant, "status": "bad", "amount": 0.0, "updated_at": dt(t)}
+        if kind == "duplicate_key":
+            self.bad_rows = [bad, {**bad, "status": "bad twin"}]
+            message = f"occur more than once in the batch: ({bad_id})"
+        elif kind == "null_key":
+            self.bad_rows = [{**bad, "id": None}]
+            message = "have a NULL primary key ['id']"
+        else:
+            self.bad_rows = [{**bad, "updated_at": None}]
+            message = f"NULL last-modified column updated_at (keys ({bad_id}))"
+        self.write_source()
+        before = self.visible(rid), self.delta_version(rid)
+        via = data.draw(VIA, label="via")
+        try:
+            if via == "dagster":
+                key = window_key_for(self.model, dt(window))
+                result = materialize_partition(self.dagster_defs(), self.instance, window=key, recipient=rid, raise_on_error=False)
+                assert not result.success
+                errors = [e.event_specific_data.error.to_string() for e in result.all_events if e.is_step_failure]
+                assert errors and message in errors[0], errors
+            else:
+                with pytest.raises(ValidationError) as info:
+                    run_transfer(self.request(rid, window_key_for(self.model, dt(window)), scheduled=False, full_refresh=False), staging_root=self.staging)
+                assert message in str(info.value)
+                assert f"model orders, recipient {rid}" in str(info.value)
+        finally:
+            self.bad_rows = []
+            self.write_source()
+        assert (self.visible(rid), self.delta_version(rid)) == before, f"the failed {kind} run of {rid} changed the destination"
+
+    @rule(rid=st.sampled_from(sorted(TENANTS)), data=st.data())
+    def catch_up(self, rid: str, data: st.DataObject) -> None:
+        """Every window up to now, in random order: the destination then holds exactly the source's rows."""
+        self.count("catch_up")
+        for window in data.draw(st.permutations(self.windows(rid)), label="order"):
+            self.run(rid, window)
+        rows, _ = self.visible(rid)
+        want = {k: r for k, r in self.source_rows.items() if r[0] == TENANTS[rid] and r[3] >= RECIPIENT_START[rid]}
+        assert rows == want, f"{rid} after catching up: destination differs from the source"
+
+    def delta_version(self, rid: str) -> int | None:
+        from deltalake import DeltaTable
+        from deltalake.exceptions import TableNotFoundError
+
+        try:
+            return DeltaTable(str(self.root / "out" / rid / "orders")).version()
+        except TableNotFoundError:
+            return None
+
+    # ---- invariants ------------------------------------------------------------------------------
+
+    @invariant()
+    def destination_matches_reference(self) -> None:
+        for rid, ref in self.reference.items():
+            rows, state = self.visible(rid)
+            assert rows == ref.rows, f"{rid}: destination {sorted(rows.items())} != reference {sorted(ref.rows.items())}"
+            assert all(r[0] == TENANTS[rid] for r in rows.values()), f"{rid}: a row of another tenant"
+            hw = state.last_transfer.high_watermark_micros if state.last_transfer else None
+            assert hw == ref.high_watermark
+            assert hw == max((r[3] for r in rows.values()), default=None), f"{rid}: HW {hw} is not the max committed last-modified"
+
+    @invariant()
+    def staging_is_clean(self) -> None:
+        leftovers = list(self.staging.glob("*")) if self.staging.exists() else []
+        assert not leftovers, f"staging not cleaned: {leftovers}"
+
+
+def run_machine(spark: Any, tmp_path: Path, profile: str) -> dict[str, int]:
+    import dagster as dg
+
+    TransferMachine.spark = spark
+    TransferMachine.scratch = tmp_path
+    TransferMachine.stats = {}
+    (tmp_path / "dagster_home").mkdir()
+    with dg.instance_for_test(temp_dir=str(tmp_path / "dagster_home")) as instance:
+        TransferMachine.instance = instance
+        run_state_machine_as_test(TransferMachine, settings=settings.get_profile(profile))
+    return dict(TransferMachine.stats)
+
+
+def test_transfer_invariants_fast(spark, tmp_path: Path) -> None:
+    stats = run_machine(spark, tmp_path, "fast")
+    print("state machine (fast):", stats)
+    assert stats.get("engine", 0) > 0
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(os.environ.get(PROFILE_ENV) != "long", reason=f"set {PROFILE_ENV}=long (make test-long)")
+def test_transfer_invariants_long(spark, tmp_path: Path) -> None:
+    stats = run_machine(spark, tmp_path, "long")
+    print("state machine (long):", stats)
+    assert stats.get("dagster", 0) > 0 and stats.get("failing_run", 0) > 0 and stats.get("catch_up", 0) > 0
+
