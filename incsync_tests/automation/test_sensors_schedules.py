@@ -24,7 +24,7 @@ RECIPIENTS = [
         "id": "globex", "id_in_provider_system": "org_2", "destination": "globex_delta",
         "default_full_refresh_min_start_time_epoch": 1704153600,  # 2024-01-02
     },
-    {"id": "initech", "id_in_provider_system": "org_3", "destination": "acme_delta", "enabled": False},
+    {"id": "initech", "id_in_provider_system": "org_3", "destination": "initech_delta", "enabled": False},
 ]
 
 
