@@ -60,22 +60,24 @@ def compute_bounds(
 ) -> Bounds:
     """DESIGN "One transfer", step 2.
 
-    - first window of the recipient's grid: ``L = recipient_start``, no lookback below it;
-    - scheduled run of the window holding the HW: ``L = floor(HW) - lookback``, never below
-      ``window_start - lookback``;
+    - scheduled run of the window holding the HW (a repeat run of the open window):
+      ``L = floor(HW) - lookback``, never below ``window_start - lookback``;
+    - otherwise the first window of the recipient's grid: ``L = recipient_start``, no lookback below it;
     - anything else (backfills, hand-launched runs): ``L = window_start - lookback``.
 
     ``L`` never goes below the recipient's start (rows modified earlier are out of scope) and
-    never above ``U = window_end``.
+    never above ``U = window_end``. The repeat rule comes first even in the recipient's first
+    window, so a new recipient's open window is not re-read whole on every tick: the clamp at the
+    recipient's start keeps the first rule's "no lookback below it".
     """
     lookback = timedelta(seconds=lookback_seconds)
     upper = window_end
     is_first = recipient_start < window_end and (recipient_start >= window_start or window_start <= grid_start)
-    if is_first:
-        lower, reason = recipient_start, "first_window"
-    elif scheduled and high_watermark is not None and window_start <= high_watermark < window_end:
+    if scheduled and high_watermark is not None and window_start <= high_watermark < window_end:
         lower = max(floor_to_second(high_watermark) - lookback, window_start - lookback)
         reason = "repeat_of_open_window"
+    elif is_first:
+        lower, reason = recipient_start, "first_window"
     else:
         lower, reason = window_start - lookback, "whole_window"
     lower = min(max(lower, recipient_start), upper)

@@ -37,7 +37,9 @@ def bounds(window_day: int, *, start=GRID, hw=None, lookback=300, scheduled=Fals
 CASES = [
     # id, kwargs, expected lower, expected reason
     ("first-window", dict(window_day=1), ts(1), "first_window"),
-    ("first-window-no-lookback-even-scheduled", dict(window_day=1, hw=ts(1, 5), scheduled=True), ts(1), "first_window"),
+    ("first-window-scheduled-repeat-reads-from-hw", dict(window_day=1, hw=ts(1, 5), scheduled=True), ts(1, 4, 55), "repeat_of_open_window"),
+    ("first-window-repeat-never-below-start", dict(window_day=1, hw=ts(1, 0, 2), scheduled=True), ts(1), "repeat_of_open_window"),
+    ("first-window-backfill-from-start", dict(window_day=1, hw=ts(1, 5)), ts(1), "first_window"),
     ("start-before-first-boundary", dict(window_day=1, start=ts(1) - timedelta(hours=3)), ts(1) - timedelta(hours=3), "first_window"),
     ("recipient-start-inside-window", dict(window_day=3, start=ts(3, 12)), ts(3, 12), "first_window"),
     ("backfill-whole-window", dict(window_day=3), ts(3) - timedelta(seconds=300), "whole_window"),

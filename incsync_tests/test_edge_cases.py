@@ -265,9 +265,7 @@ def test_microseconds_round_trip_and_window_edges(spark, tmp_path: Path) -> None
 
 
 def test_rows_sharing_the_watermark_timestamp_are_not_skipped(spark, tmp_path: Path) -> None:
-    """Rows that arrive after a run with exactly the HW's timestamp are caught: the lower bound is floor(HW) - lookback.
-
-    (Day 2, not day 1: the grid's first window is always read whole.)"""
+    """Rows that arrive after a run with exactly the HW's timestamp are caught: the lower bound is floor(HW) - lookback."""
     lake = Lake(tmp_path, spark)
     shared, sub = ts(2, 10), ts(2, 11, 0, 0, 400_000)
     first = [order(i, "org_1", shared) for i in range(1, 101)]

@@ -115,10 +115,10 @@ class ReferenceDestination:
             return start_r, e
         first = (s <= start_r < e) or (start_r < GRID0 and s == GRID0)
         hw = self.high_watermark
-        if first:
-            lower = start_r
-        elif scheduled and hw is not None and s <= hw < e:
+        if scheduled and hw is not None and s <= hw < e:
             lower = max(floor_second(hw) - LOOKBACK, s - LOOKBACK)
+        elif first:
+            lower = start_r
         else:
             lower = s - LOOKBACK
         return min(max(lower, start_r), e), e
