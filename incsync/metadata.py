@@ -24,6 +24,7 @@ DESTINATION = "destination"
 STAGED_BYTES = "staged_bytes"
 DURATION_SECONDS = "duration_seconds"
 RECIPIENT = "recipient"
+COLUMN_SCHEMA = "dagster/column_schema"
 
 
 def _ts(iso: str) -> dg.MetadataValue:
@@ -51,6 +52,10 @@ def transfer_metadata(outcome: TransferOutcome, *, destination: str) -> dict[str
         STAGED_BYTES: dg.MetadataValue.int(outcome.staged_bytes),
         DURATION_SECONDS: dg.MetadataValue.float(round(outcome.duration_seconds, 3)),
     }
+    if outcome.columns:
+        metadata[COLUMN_SCHEMA] = dg.MetadataValue.table_schema(
+            dg.TableSchema(columns=[dg.TableColumn(name=name, type=kind) for name, kind in outcome.columns])
+        )
     if outcome.full_refresh_reason:
         metadata[FULL_REFRESH_REASON] = dg.MetadataValue.text(outcome.full_refresh_reason)
     for key, value in outcome.destination_metadata.items():

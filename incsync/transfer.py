@@ -89,6 +89,7 @@ class TransferOutcome:
     duration_seconds: float
     full_refresh_reason: str | None
     destination_metadata: dict[str, object] = field(default_factory=dict)
+    columns: tuple[tuple[str, str], ...] = ()  # (name, Arrow type) of the published batch
 
 
 def run_transfer(request: TransferRequest, *, staging_root: Path) -> TransferOutcome:
@@ -153,6 +154,7 @@ def run_transfer(request: TransferRequest, *, staging_root: Path) -> TransferOut
             model=model, recipient=recipient, batch=batch, record=record, expected=state
         )
         staged_bytes = batch.bytes
+        columns = tuple((f.name, str(f.type)) for f in batch.schema)
         crash_point("after_publish")
     return TransferOutcome(
         record=record,
@@ -161,6 +163,7 @@ def run_transfer(request: TransferRequest, *, staging_root: Path) -> TransferOut
         duration_seconds=time.monotonic() - started,
         full_refresh_reason=reason,
         destination_metadata=destination_metadata,
+        columns=columns,
     )
 
 

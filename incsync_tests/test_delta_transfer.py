@@ -67,6 +67,11 @@ def test_first_window_exact_rows_and_metadata(project: Path, dagster_instance) -
     duration = md.pop("duration_seconds")
     staged = md.pop("staged_bytes")
     assert duration > 0 and staged > 0 and len(transfer_id) == 29
+    schema = md.pop("dagster/column_schema")
+    assert [(c.name, c.type) for c in schema.columns] == [
+        ("id", "int64"), ("organization_id", "string"), ("status", "string"), ("amount", "double"),
+        ("updated_at", "timestamp[us, tz=UTC]"),
+    ]
     assert md == {
         "rows_transferred": 2,
         "delta_rows_transferred": 2,
