@@ -3,10 +3,16 @@
 from __future__ import annotations
 
 import logging
+from datetime import timedelta
+
+import pyarrow as pa
+from deltalake import DeltaTable
 
 from incsync.changes import Bounds
-from incsync.config import load_config
+from incsync.config import DeltaDestinationConfig, ModelConfig, RecipientConfig, load_config
 from incsync.destinations import build_destination
+from incsync.destinations.base import INCREMENTAL, TransferRecord
+from incsync.destinations.delta import DeltaDestination
 from incsync.sources import build_source
 from incsync.staging import spark_parquet_schema, stage
 from incsync_tests.jdbc_support import jdbc_config, pg_database
@@ -84,3 +90,57 @@ def test_empty_batch_schema_is_the_one_spark_writes(spark, tmp_path):
     assert written.rows == 0
     assert skipped.schema.equals(written.schema) and skipped.schema.equals(spark_parquet_schema(df))
     assert str(skipped.schema.field("t").type) == "timestamp[us, tz=UTC]"
+
+
+def _orders(ids: range, *, status: str, day: int) -> pa.Table:
+    return pa.table({
+        "id": pa.array(list(ids), pa.int64()),
+        "organization_id": pa.array(["org_1"] * len(ids)),
+        "status": pa.array([status] * len(ids)),
+        "amount": pa.array([i / 100 for i in ids], pa.float64()),
+        "updated_at": pa.array([ts(day) + timedelta(seconds=i) for i in ids], pa.timestamp("us", tz="UTC")),
+    })
+
+
+def _record(transfer_id: str, rows: int, hw: int) -> TransferRecord:
+    return TransferRecord(
+        transfer_id=transfer_id, model_name="orders", recipient_id="acme", window_start="2024-01-01T00:00:00+00:00",
+        window_end="2024-01-02T00:00:00+00:00", lower_bound="2024-01-01T00:00:00+00:00",
+        upper_bound="2024-01-02T00:00:00+00:00", rows_transferred=rows, delta_rows_transferred=rows,
+        high_watermark_micros=hw, transfer_type=INCREMENTAL, fingerprint="f", lookback_seconds=0, committed_at="now",
+    )
+
+
+def test_small_merge_into_a_many_file_table_rewrites_few_files(tmp_path):
+    config = DeltaDestinationConfig(name="acme_delta", kind="delta", path=str(tmp_path / "out"), target_file_size=256 << 10)
+    destination = DeltaDestination(config)
+    model = ModelConfig(model_name="orders", source="db", source_table="orders", primary_key=["id"],
+                        last_modified_column="updated_at", organization_column="organization_id", min_start_time_epoch=0)
+    recipient = RecipientConfig(id="acme", id_in_provider_system="org_1", destination="acme_delta")
+
+    def publish(table: pa.Table, transfer_id: str) -> None:
+        batch = stage(table, tmp_path / transfer_id)
+        expected = destination.read_state(model=model, recipient=recipient)
+        hw = int(table["updated_at"].cast(pa.int64()).to_pylist()[-1])
+        destination.publish(model=model, recipient=recipient, batch=batch, record=_record(transfer_id, table.num_rows, hw),
+                            expected=expected)
+
+    publish(_orders(range(1, 200_001), status="new", day=1), "t1")
+    dt = DeltaTable(destination.table_path(model))
+    files = len(dt.file_uris())
+    assert files >= 8, f"the backfill wrote {files} files; the layout should split 200k rows into many"
+    assert dt.metadata().configuration["delta.targetFileSize"] == str(256 << 10)
+
+    publish(_orders(range(150_001, 151_001), status="changed", day=2), "t2")  # 0.5% changed, recent keys
+    dt = DeltaTable(destination.table_path(model))
+    merge = dt.history(1)[0]
+    assert merge["operation"] == "MERGE"
+    metrics = merge["operationMetrics"]
+    assert metrics["num_target_rows_updated"] == 1_000 and metrics["num_target_rows_inserted"] == 0
+    assert metrics["num_target_files_removed"] <= 2, metrics
+    assert metrics["num_target_rows_copied"] < 200_000 / files * 2, metrics
+    rows = dt.to_pyarrow_table(columns=["id", "status"]).sort_by("id")
+    assert rows.num_rows == 200_000
+    statuses = rows["status"].to_pylist()
+    assert statuses[150_000:151_000] == ["changed"] * 1_000
+    assert statuses.count("changed") == 1_000
