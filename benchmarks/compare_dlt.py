@@ -11,6 +11,8 @@ Tools, each run as a fresh process per transfer, as a user runs them:
          incremental on updated_at, tenant filter pushed into the query
   cold   ``incsync transfer`` with an embedded Spark (a JVM starts in every process)
   warm   ``incsync transfer`` against a Spark Connect server the harness starts once (and warms up)
+  warm1p (workload C) every tenant's backfill in one incsync process (``benchmarks/incsync_loop.py``),
+         against the same server: what a long-lived worker pays, without a Python start per transfer
 
 Per transfer it measures wall time, peak RSS of the Python process (VmHWM) and of its process tree
 (the cold run's JVM included), and prints medians of ``--repeat`` repetitions with ratios to dlt.
@@ -232,7 +234,15 @@ class Bench:
     def c(self, destination: str, tool: str, rep: int, sizes: dict[str, int]) -> None:
         name = f"{tool}_c{destination[:2]}_{rep}_{uuid.uuid4().hex[:4]}"
         tenants = [t for t in sizes if t != BIG]
-        config = None if tool == "dlt" else self.incsync_config(name, destination, tenants, warm=tool == "warm")
+        config = None if tool == "dlt" else self.incsync_config(name, destination, tenants, warm=tool in ("warm", "warm1p"))
+        if tool == "warm1p":  # every tenant in one process: no Python start-up per transfer
+            env = {**os.environ, "DAGSTER_HOME": str(config.parent / ".dagster"), "INCSYNC_STAGING_DIR": str(config.parent / "staging"),
+                   "BENCH_DEST_DSN": self.dsn(self.dest_db)}
+            command = [str(BIN / "python"), str(ROOT / "benchmarks" / "incsync_loop.py"), "-c", str(config), "orders", *tenants]
+            wall, py, tree, out = measure(command, env)
+            rows = sum(int(n) for n in re.findall(r"(?<!_)rows_transferred=(\d+)", out))
+            self.record("C", destination, tool, rep, (wall, rows, py, tree))
+            return
         wall = rows = py = tree = 0
         for tenant in tenants:
             w, r, p, t = self.dlt(name, destination, tenant) if tool == "dlt" else self.incsync(config, tenant, backfill=True)
@@ -248,7 +258,7 @@ def summarize(samples: list[Sample], sizes: dict[str, int]) -> list[str]:
     medians = {k: statistics.median(s.wall for s in v) for k, v in groups.items()}
     lines = ["| workload | destination | tool | n | wall s, median (min–max) | rows | rows/s | py RSS MB | tree RSS MB | wall ÷ dlt |",
              "|---|---|---|---|---|---|---|---|---|---|"]
-    order = {"dlt": 0, "cold": 1, "warm": 2}
+    order = {"dlt": 0, "cold": 1, "warm": 2, "warm1p": 3}
     for key in sorted(groups, key=lambda k: (k[0], k[1], order.get(k[2], 9))):
         runs, wall = groups[key], medians[key]
         walls = sorted(s.wall for s in runs)
@@ -272,7 +282,8 @@ def main() -> None:
     parser.add_argument("--workloads", default="A,C", help="A (A then B), C")
     parser.add_argument("--destinations", default="delta,postgres")
     parser.add_argument("--tools", default="dlt,cold,warm")
-    parser.add_argument("--c-tools", default="dlt,warm", help="tools for workload C (cold pays a JVM per tenant)")
+    parser.add_argument("--c-tools", default="dlt,warm,warm1p",
+                        help="tools for workload C (cold pays a JVM per tenant; warm1p: every tenant in one incsync process)")
     parser.add_argument("--port", type=int, default=15077, help="Spark Connect port for the warm runs")
     parser.add_argument("--workdir")
     parser.add_argument("--json", help="also write the samples here")
@@ -303,7 +314,7 @@ def main() -> None:
         print(f"generated {sum(sizes.values()):,} rows ({len(sizes)} tenants) in {time.monotonic() - t0:.0f} s", flush=True)
         bench = Bench(args, work, user, source_db, dest_db, today - timedelta(days=1))
         bench.data_end = now - timedelta(minutes=10)
-        if "warm" in tools or "warm" in c_tools:
+        if {"warm", "warm1p"} & {*tools, *c_tools}:
             from incsync.spark_server import start_server
 
             t = time.monotonic()
