@@ -127,8 +127,8 @@ def run_transfer(request: TransferRequest, *, staging_root: Path) -> TransferOut
         transfer_id, model.model_name, recipient.id, window.start, window.end, bounds.lower, bounds.upper, bounds.reason,
     )
     with claim(staging):  # removes the staging folder on the way out, success or not
-        # A cheap probe first: a repeat run with nothing new then costs no Spark job (an empty batch is still
-        # validated, counted and recorded like any other).
+        # A cheap probe first: a window with no row in bounds then costs no Spark write job (the empty batch
+        # is still validated, counted and recorded like any other).
         known_empty = request.source.has_rows(model=model, recipient=recipient, bounds=bounds) is False
         df = request.source.read(request.spark(), model=model, recipient=recipient, bounds=bounds)
         batch = stage(df, staging, known_empty=known_empty)

@@ -211,7 +211,7 @@ class JdbcSource(Source):
             with psycopg.connect(
                 **target, user=self.config.user, password=password.get_secret_value() if password else None,
                 connect_timeout=10, autocommit=True, application_name="incsync",
-                options=f"-c search_path={schema}" if schema else None,
+                options="-c default_transaction_read_only=on" + (f" -c search_path={schema}" if schema else ""),
             ) as conn:
                 conn.execute("SET TIME ZONE 'UTC'")
                 lm = self.dialect.ident(model.last_modified_column)
