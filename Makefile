@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha1sum | cut -c1-12)
 PYTEST_ARGS ?=
 
-.PHONY: demo test test-long system-deps venv clean dev
+.PHONY: demo test test-long bench system-deps venv clean dev
 
 $(STAMP): pyproject.toml
 	@bash scripts/system-deps.sh
@@ -24,6 +24,12 @@ test: $(STAMP)
 
 test-long: $(STAMP)
 	INCSYNC_HYPOTHESIS_PROFILE=long $(BIN)/python -m pytest -q -s incsync_tests/test_invariants.py $(PYTEST_ARGS)
+
+# incsync (cold and warm) against dlt on the same PostgreSQL data; see benchmarks/README.md.
+BENCH_ARGS ?=
+bench: $(STAMP)
+	$(BIN)/pip install --quiet -e '.[test,bench]'
+	$(BIN)/python benchmarks/compare_dlt.py $(BENCH_ARGS)
 
 # The UI over the demo's instance (after `make demo`), or over INCSYNC_CONFIG / DAGSTER_HOME you set.
 INCSYNC_CONFIG ?= demo/incsync.yaml

@@ -105,6 +105,11 @@ class DeltaDestinationConfig(_Strict):
     kind: Literal["delta"]
     path: str
     max_concurrent_transfers: int = Field(default=1, ge=1)
+    target_file_size: int = Field(
+        default=4 << 20, ge=1 << 16,
+        description="Bytes per data file (delta.targetFileSize), set when the table is created: many files let "
+        "a MERGE rewrite only those holding changed keys.",
+    )
 
 
 class PostgresDestinationConfig(_Strict):

@@ -44,14 +44,19 @@ class StagedBatch:
         return self.dataset().to_table(columns=columns)
 
 
-def stage(df: DataFrame | pa.Table, path: Path) -> StagedBatch:
+def stage(df: DataFrame | pa.Table, path: Path, *, known_empty: bool = False) -> StagedBatch:
     """Write ``df`` once (UTC microsecond timestamps) and describe the files.
 
-    An Arrow table (from a source read without Spark) is written as one Parquet file.
+    An Arrow table (from a source read without Spark) is written as one Parquet file. ``known_empty``
+    (the source said no row is in bounds) skips Spark's write job: the batch is empty, with the schema
+    Spark's empty Parquet file would have had.
     """
     path.parent.mkdir(parents=True, exist_ok=True)
     if isinstance(df, pa.Table):
         return _stage_arrow(df, path)
+    if known_empty:
+        path.mkdir(parents=True, exist_ok=True)
+        return StagedBatch(path=path, files=(), schema=spark_parquet_schema(df), rows=0, bytes=0)
     df.write.mode("overwrite").option("outputTimestampType", "TIMESTAMP_MICROS").parquet(str(path))
     files = tuple(sorted(p for p in path.glob("*.parquet")))
     schema = _utc_schema(df, ds.dataset([str(f) for f in files], format="parquet").schema if files else None)
@@ -75,9 +80,14 @@ def _stage_arrow(table: pa.Table, path: Path) -> StagedBatch:
 def _utc_schema(df: DataFrame, file_schema: pa.Schema | None) -> pa.Schema:
     if file_schema is not None:
         return file_schema.remove_metadata()
+    return spark_parquet_schema(df)
+
+
+def spark_parquet_schema(df: DataFrame) -> pa.Schema:
+    """The Arrow schema of the Parquet files Spark writes for ``df``: UTC timestamps, Spark's nullability."""
     from pyspark.sql.pandas.types import to_arrow_schema
 
-    return to_arrow_schema(df.schema).remove_metadata()
+    return pa.schema([pa.field(f.name, f.type, f.nullable) for f in to_arrow_schema(df.schema, timezone="UTC")])
 
 
 def remove(path: Path) -> None:

@@ -128,8 +128,13 @@ def run_transfer(request: TransferRequest, *, staging_root: Path) -> TransferOut
         transfer_id, model.model_name, recipient.id, window.start, window.end, bounds.lower, bounds.upper, bounds.reason,
     )
     with claim(staging):  # removes the staging folder on the way out, success or not
+        # A cheap probe first: a window with no row in bounds then costs no Spark write job (the empty batch
+        # is still validated, counted and recorded like any other).
+        known_empty = request.source.has_rows(model=model, recipient=recipient, bounds=bounds) is False
         df = request.source.read(request.spark(), model=model, recipient=recipient, bounds=bounds)
-        batch = stage(df, staging)
+        batch = stage(df, staging, known_empty=known_empty)
+        if known_empty:
+            log.info("transfer %s: the source has no row in bounds; Spark staging skipped", transfer_id)
         facts = validate_and_count(batch, model=model, recipient_id=recipient.id, delta_threshold=delta_threshold(previous_hw))
         crash_point("after_staging")
         hw = new_high_watermark(previous_hw, facts.max_last_modified)

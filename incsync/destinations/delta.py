@@ -86,11 +86,11 @@ class DeltaDestination(Destination):
             self._check_lease(dt, model=model, recipient=recipient, expected=expected)
             try:
                 if dt is None:
-                    write_deltalake(path, _reader(batch), mode="append", commit_properties=props)
+                    write_deltalake(path, _reader(batch), mode="append", commit_properties=props, configuration=self._layout())
                 elif record.transfer_type == FULL_REFRESH:
                     same = _same_columns(dt.schema().to_arrow(), batch.schema)
                     write_deltalake(
-                        dt, _reader(batch), mode="overwrite",
+                        dt, _reader(batch), mode="overwrite", target_file_size=self.config.target_file_size,
                         schema_mode=None if same else "overwrite", commit_properties=props,
                     )
                 else:
@@ -110,9 +110,13 @@ class DeltaDestination(Destination):
             "attempts in a row; nothing was published. Lower the destination's concurrency or re-run the window."
         )
 
+    def _layout(self) -> dict[str, str | None]:
+        """Table properties of a new table: files small enough that a MERGE rewrites only a few of them."""
+        return {"delta.targetFileSize": str(self.config.target_file_size)}
+
     def _merge(self, dt: DeltaTable, *, model: ModelConfig, batch: StagedBatch, props: CommitProperties) -> None:
         before = dt.version()
-        on = " AND ".join(f"t.{_quote(c)} = s.{_quote(c)}" for c in model.primary_key)
+        on = " AND ".join(f"t.{_quote(c)} = s.{_quote(c)}" + _key_range(batch, c) for c in model.primary_key)
         lm = _quote(model.last_modified_column)
         (
             dt.merge(_reader(batch), predicate=on, source_alias="s", target_alias="t", merge_schema=True, commit_properties=props)
@@ -154,6 +158,20 @@ def _reader(batch: StagedBatch) -> pa.RecordBatchReader:
         crash_point("mid_publish")
 
     return pa.RecordBatchReader.from_batches(reader.schema, batches())
+
+
+def _key_range(batch: StagedBatch, column: str) -> str:
+    """`` AND t.k >= min AND t.k <= max`` of the batch's integer key: delta-rs prunes the files no
+    changed key can be in before it joins (it still copies every row of each file it rewrites)."""
+    if batch.rows == 0 or not pa.types.is_integer(batch.schema.field(column).type):
+        return ""
+    import pyarrow.compute as pc
+
+    bounds = pc.min_max(batch.table(columns=[column])[column])
+    low, high = bounds["min"].as_py(), bounds["max"].as_py()
+    if low is None:
+        return ""
+    return f" AND t.{_quote(column)} >= {int(low)} AND t.{_quote(column)} <= {int(high)}"
 
 
 def _same_columns(current: pa.Schema, incoming: pa.Schema) -> bool:

@@ -25,6 +25,13 @@ class Source(ABC):
     ) -> DataFrame:
         """Rows of ``recipient`` with ``bounds.lower <= last_modified < bounds.upper``."""
 
+    def has_rows(self, *, model: ModelConfig, recipient: RecipientConfig, bounds: Bounds) -> bool | None:
+        """Whether ``read`` could return a row, asked of the source without Spark; None: cannot tell cheaply.
+
+        False must be certain (the transfer then skips Spark's staging job); True may be a false alarm.
+        """
+        return None
+
     def check(self, spark: SparkSession, *, model: ModelConfig, recipient: RecipientConfig) -> None:
         """Raise SourceError/SchemaError when the model cannot be read (default: read zero rows)."""
         self.read(spark, model=model, recipient=recipient, bounds=_nothing()).limit(0).collect()

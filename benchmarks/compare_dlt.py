@@ -1,0 +1,353 @@
+"""Benchmark: incsync (cold and warm) against dlt on the same PostgreSQL data, into Delta and PostgreSQL.
+
+Workloads, all on one generated ``public.orders`` table (``id`` PK, tenant column, ``updated_at``):
+  A  backfill of one tenant of ``--tenant-rows`` rows (default 500,000)
+  B  1% of that tenant changed, then an incremental load
+  C  ``--c-tenants`` tenants (default 200) with ``--c-rows`` rows (default 5,000,000) in all, skewed
+     (tenant k has weight 1/(k+1)); one backfill per tenant, one after the other
+
+Tools, each run as a fresh process per transfer, as a user runs them:
+  dlt    ``benchmarks/dlt_load.py``: sql_table, pyarrow backend, merge on the primary key,
+         incremental on updated_at, tenant filter pushed into the query
+  cold   ``incsync transfer`` with an embedded Spark (a JVM starts in every process)
+  warm   ``incsync transfer`` against a Spark Connect server the harness starts once (and warms up)
+  warm1p (workload C) every tenant's backfill in one incsync process (``benchmarks/incsync_loop.py``),
+         against the same server: what a long-lived worker pays, without a Python start per transfer
+
+Per transfer it measures wall time, peak RSS of the Python process (VmHWM) and of its process tree
+(the cold run's JVM included), and prints medians of ``--repeat`` repetitions with ratios to dlt.
+Each repetition loads into a fresh destination. Not part of `make test`; run with `make bench`:
+
+    .venv/bin/python benchmarks/compare_dlt.py [--repeat 3 --c-tenants 200 --c-rows 5000000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from dataclasses import asdict, dataclass
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import psycopg
+import yaml
+from psycopg import sql
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from jdbc_postgres import HOST, PORT, pg_user, tree_rss  # noqa: E402 - sibling script
+
+ROOT = Path(__file__).resolve().parent.parent
+BIN = Path(sys.executable).parent
+BIG = "big"
+
+
+@dataclass
+class Sample:
+    workload: str
+    destination: str
+    tool: str
+    repetition: int
+    wall: float
+    rows: int
+    py_rss: int
+    tree_rss: int
+
+
+def vm_hwm(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            return next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmHWM:"))
+    except (OSError, StopIteration):
+        return 0
+
+
+def measure(command: list[str], env: dict[str, str]) -> tuple[float, int, int, str]:
+    """Run ``command``; wall seconds, peak RSS of the process itself and of its tree, stdout."""
+    started = time.monotonic()
+    process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    peaks = {"py": 0, "tree": 0}
+    done = threading.Event()
+
+    def sample() -> None:
+        while not done.is_set():
+            peaks["py"] = max(peaks["py"], vm_hwm(process.pid))
+            peaks["tree"] = max(peaks["tree"], tree_rss(process.pid))
+            done.wait(0.1)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    out, err = process.communicate()
+    wall = time.monotonic() - started
+    done.set()
+    sampler.join()
+    if process.returncode != 0:
+        raise RuntimeError(f"{' '.join(command[:4])} ... failed ({process.returncode}):\n{out[-2000:]}\n{err[-4000:]}")
+    return wall, peaks["py"], max(peaks["tree"], peaks["py"]), out
+
+
+def generate(conn: psycopg.Connection, *, tenant_rows: int, c_tenants: int, c_rows: int, start: datetime, end: datetime) -> dict[str, int]:
+    """``orders``: tenant ``big`` and ``c_000..`` (skewed), updated_at spread over [start, end)."""
+    conn.execute(
+        """CREATE TABLE orders (id bigint PRIMARY KEY, organization_id text NOT NULL, status text,
+           amount numeric(12,2), payload jsonb, updated_at timestamptz(6) NOT NULL)"""
+    )
+    sizes = {BIG: tenant_rows}
+    weights = [1 / (k + 1) for k in range(c_tenants)]
+    counts = [max(1, int(c_rows * w / sum(weights))) for w in weights]
+    if counts:
+        counts[0] += c_rows - sum(counts)
+    sizes.update({f"c_{k:03d}": c for k, c in enumerate(counts)})
+    span = int((end - start).total_seconds())
+    acc = 0
+    with conn.cursor() as cur:
+        for tenant, n in sizes.items():
+            cur.execute(
+                """INSERT INTO orders
+                   SELECT g, %s, (ARRAY['new','paid','shipped'])[1 + g %% 3], (g %% 10000) / 100.0,
+                          jsonb_build_object('n', g, 'tag', 'x' || (g %% 7)),
+                          %s::timestamptz + ((g * 7919) %% %s) * interval '1 second' + (g %% 999983) * interval '1 microsecond'
+                   FROM generate_series(%s::bigint, %s::bigint) g""",
+                (tenant, start, span - 1, acc + 1, acc + n),
+            )
+            acc += n
+    conn.execute("CREATE INDEX orders_tenant_lm ON orders (organization_id, updated_at)")
+    conn.execute("VACUUM ANALYZE orders")
+    return sizes
+
+
+class Bench:
+    def __init__(self, args: argparse.Namespace, work: Path, user: str, source_db: str, dest_db: str, start: datetime):
+        self.args, self.work, self.user = args, work, user
+        self.source_db, self.dest_db, self.start = source_db, dest_db, start
+        self.samples: list[Sample] = []
+        self.data_end = start
+        self.rounds = 0
+
+    def dsn(self, db: str) -> str:
+        return f"postgresql://{self.user}@{HOST}:{PORT}/{db}"
+
+    # --- incsync -------------------------------------------------------------------------------------
+    def incsync_config(self, name: str, destination: str, recipients: list[str], *, warm: bool) -> Path:
+        folder = self.work / name
+        folder.mkdir(parents=True)
+        destinations, entries = [], []
+        for r in recipients:
+            if destination == "delta":
+                destinations.append({"name": f"d_{r}", "kind": "delta", "path": str(folder / "out" / r)})
+            else:
+                destinations.append({"name": f"d_{r}", "kind": "postgres", "dsn_env": "BENCH_DEST_DSN", "schema": f"{name}_{r}"})
+            entries.append({"id": r, "id_in_provider_system": r, "destination": f"d_{r}"})
+        config = {
+            "sources": [{"name": "app_db", "vendor": "postgres", "jdbc_url": f"jdbc:postgresql://{HOST}:{PORT}/{self.source_db}",
+                         "user": self.user}],
+            "destinations": destinations,
+            "models": [{"model_name": "orders", "source": "app_db", "source_table": "public.orders", "primary_key": ["id"],
+                        "last_modified_column": "updated_at", "organization_column": "organization_id",
+                        "max_transfer_time_window_seconds": 86400, "min_start_time_epoch": int(self.start.timestamp())}],
+            "recipients": entries,
+        }
+        if warm:
+            config["spark"] = {"spark.remote": f"sc://127.0.0.1:{self.args.port}"}
+        path = folder / "incsync.yaml"
+        path.write_text(yaml.safe_dump(config, sort_keys=False))
+        return path
+
+    def incsync(self, config: Path, recipient: str, *, backfill: bool) -> tuple[float, int, int, int]:
+        env = {**os.environ, "DAGSTER_HOME": str(config.parent / ".dagster"), "INCSYNC_STAGING_DIR": str(config.parent / "staging"),
+               "BENCH_DEST_DSN": self.dsn(self.dest_db)}
+        command = [str(BIN / "incsync"), "transfer", "orders", "--recipient", recipient, "-c", str(config)]
+        wall, py, tree, out = measure([*command, "--backfill"] if backfill else command, env)
+        rows = sum(int(n) for n in re.findall(r"(?<!_)rows_transferred=(\d+)", out))
+        return wall, rows, py, tree
+
+    # --- dlt -----------------------------------------------------------------------------------------
+    def dlt(self, name: str, destination: str, tenant: str) -> tuple[float, int, int, int]:
+        folder = self.work / name
+        folder.mkdir(parents=True, exist_ok=True)
+        command = [str(BIN / "python"), str(ROOT / "benchmarks" / "dlt_load.py"), "--source-dsn", self.dsn(self.source_db),
+                   "--tenant", tenant, "--destination", destination, "--dataset", f"{name}_{tenant}",
+                   "--pipelines-dir", str(folder / "pipelines")]
+        # dlt insists on a password; the server's trust authentication ignores it.
+        dest_dsn = self.dsn(self.dest_db).replace(f"//{self.user}@", f"//{self.user}:unused@")
+        command += ["--delta-path", str(folder / "out")] if destination == "delta" else ["--dest-dsn", dest_dsn]
+        env = {**os.environ, "DLT_DATA_DIR": str(folder / "data")}
+        wall, py, tree, out = measure(command, env)
+        return wall, int(re.search(r"rows=(\d+)", out).group(1)), py, tree
+
+    # --- checks and changes --------------------------------------------------------------------------
+    def landed(self, tool: str, name: str, destination: str, tenant: str) -> int:
+        if destination == "delta":
+            from deltalake import DeltaTable
+
+            path = self.work / name / "out" / (f"{name}_{tenant}/orders" if tool == "dlt" else f"{tenant}/orders")
+            return DeltaTable(str(path)).to_pyarrow_dataset().count_rows()
+        with psycopg.connect(self.dsn(self.dest_db)) as conn:
+            return conn.execute(sql.SQL("SELECT count(*) FROM {}.orders").format(sql.Identifier(f"{name}_{tenant}"))).fetchone()[0]
+
+    def change(self, tenant: str, fraction: float, tenant_rows: int) -> int:
+        """Change ``fraction`` of the tenant's rows, a minute past the previous round. The previous round's
+        rows sit at the HW, so incsync's 30 s lookback reads them again: its B moves about twice the rows."""
+        n = max(1, int(tenant_rows * fraction))
+        self.rounds += 1
+        stamp = self.data_end + timedelta(minutes=self.rounds)
+        with psycopg.connect(self.dsn(self.source_db), autocommit=True) as conn:
+            conn.execute(
+                """UPDATE orders SET status = 'changed', amount = amount + 1,
+                          updated_at = %s::timestamptz + (id %% 1000) * interval '1 millisecond'
+                   WHERE id IN (SELECT id FROM orders WHERE organization_id = %s ORDER BY id OFFSET %s LIMIT %s)""",
+                (stamp, tenant, (self.rounds * n) % max(1, tenant_rows - n), n),
+            )
+        return n
+
+    def record(self, workload: str, destination: str, tool: str, rep: int, result: tuple[float, int, int, int]) -> None:
+        wall, rows, py, tree = result
+        self.samples.append(Sample(workload, destination, tool, rep, wall, rows, py, tree))
+        print(f"  {workload} {destination:<8} {tool:<5} rep {rep}: {wall:6.1f} s  {rows:>9,} rows  "
+              f"py {py / 2**20:,.0f} MB  tree {tree / 2**20:,.0f} MB", flush=True)
+
+    # --- workloads -----------------------------------------------------------------------------------
+    def a_and_b(self, destination: str, tool: str, rep: int, tenant_rows: int) -> None:
+        name = f"{tool}_{destination[:2]}_{rep}_{uuid.uuid4().hex[:4]}"
+        if tool == "dlt":
+            run = lambda backfill: self.dlt(name, destination, BIG)  # noqa: E731 - dlt's state decides
+        else:
+            config = self.incsync_config(name, destination, [BIG], warm=tool == "warm")
+            run = lambda backfill: self.incsync(config, BIG, backfill=backfill)  # noqa: E731
+        self.record("A", destination, tool, rep, run(True))
+        landed = self.landed(tool, name, destination, BIG)
+        assert landed == tenant_rows, f"{tool} {destination}: destination holds {landed} rows, the tenant has {tenant_rows}"
+        changed = self.change(BIG, 0.01, tenant_rows)
+        result = run(False)
+        assert result[1] >= changed, f"{tool} {destination}: incremental moved {result[1]} rows, {changed} changed"
+        self.record("B", destination, tool, rep, result)
+
+    def c(self, destination: str, tool: str, rep: int, sizes: dict[str, int]) -> None:
+        name = f"{tool}_c{destination[:2]}_{rep}_{uuid.uuid4().hex[:4]}"
+        tenants = [t for t in sizes if t != BIG]
+        config = None if tool == "dlt" else self.incsync_config(name, destination, tenants, warm=tool in ("warm", "warm1p"))
+        if tool == "warm1p":  # every tenant in one process: no Python start-up per transfer
+            env = {**os.environ, "DAGSTER_HOME": str(config.parent / ".dagster"), "INCSYNC_STAGING_DIR": str(config.parent / "staging"),
+                   "BENCH_DEST_DSN": self.dsn(self.dest_db)}
+            command = [str(BIN / "python"), str(ROOT / "benchmarks" / "incsync_loop.py"), "-c", str(config), "orders", *tenants]
+            wall, py, tree, out = measure(command, env)
+            rows = sum(int(n) for n in re.findall(r"(?<!_)rows_transferred=(\d+)", out))
+            self.record("C", destination, tool, rep, (wall, rows, py, tree))
+            return
+        wall = rows = py = tree = 0
+        for tenant in tenants:
+            w, r, p, t = self.dlt(name, destination, tenant) if tool == "dlt" else self.incsync(config, tenant, backfill=True)
+            wall, rows, py, tree = wall + w, rows + r, max(py, p), max(tree, t)
+        self.record("C", destination, tool, rep, (wall, rows, py, tree))
+
+
+def summarize(samples: list[Sample], sizes: dict[str, int]) -> list[str]:
+    """The results table, one line per (workload, destination, tool), with ratios to dlt."""
+    groups: dict[tuple[str, str, str], list[Sample]] = {}
+    for s in samples:
+        groups.setdefault((s.workload, s.destination, s.tool), []).append(s)
+    medians = {k: statistics.median(s.wall for s in v) for k, v in groups.items()}
+    lines = ["| workload | destination | tool | n | wall s, median (min–max) | rows | rows/s | py RSS MB | tree RSS MB | wall ÷ dlt |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    order = {"dlt": 0, "cold": 1, "warm": 2, "warm1p": 3}
+    for key in sorted(groups, key=lambda k: (k[0], k[1], order.get(k[2], 9))):
+        runs, wall = groups[key], medians[key]
+        walls = sorted(s.wall for s in runs)
+        rows = int(statistics.median(s.rows for s in runs))
+        py = statistics.median(s.py_rss for s in runs) / 2**20
+        tree = statistics.median(s.tree_rss for s in runs) / 2**20
+        peer = medians.get((key[0], key[1], "dlt"))
+        ratio = "–" if key[2] == "dlt" or peer is None else f"{wall / peer:.2f}"
+        lines.append(f"| {key[0]} | {key[1]} | {key[2]} | {len(runs)} | {wall:.1f} ({walls[0]:.1f}–{walls[-1]:.1f}) | "
+                     f"{rows:,} | {rows / wall:,.0f} | {py:,.0f} | {tree:,.0f} | {ratio} |")
+    return lines
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--tenant-rows", type=int, default=500_000, help="workload A/B tenant size")
+    parser.add_argument("--c-tenants", type=int, default=200)
+    parser.add_argument("--c-rows", type=int, default=5_000_000)
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--c-repeat", type=int, default=1, help="repetitions of workload C")
+    parser.add_argument("--workloads", default="A,C", help="A (A then B), C")
+    parser.add_argument("--destinations", default="delta,postgres")
+    parser.add_argument("--tools", default="dlt,cold,warm")
+    parser.add_argument("--c-tools", default="dlt,warm,warm1p",
+                        help="tools for workload C (cold pays a JVM per tenant; warm1p: every tenant in one incsync process)")
+    parser.add_argument("--port", type=int, default=15077, help="Spark Connect port for the warm runs")
+    parser.add_argument("--workdir")
+    parser.add_argument("--json", help="also write the samples here")
+    args = parser.parse_args()
+
+    work = Path(args.workdir or tempfile.mkdtemp(prefix="incsync-vs-dlt-"))
+    work.mkdir(parents=True, exist_ok=True)
+    user = pg_user()
+    source_db, dest_db = f"incsync_vsdlt_src_{uuid.uuid4().hex[:6]}", f"incsync_vsdlt_dst_{uuid.uuid4().hex[:6]}"
+    # Daily windows; the grid starts yesterday and all rows lie in today's (open) window up to 10 minutes
+    # ago, so a backfill is 2 windows and a scheduled incremental reads today's window from the HW.
+    now = datetime.now(timezone.utc)
+    today = now.replace(hour=0, minute=0, second=0, microsecond=0)
+    if now - today < timedelta(minutes=40) or today + timedelta(days=1) - now < timedelta(minutes=90):
+        sys.exit("run this between 00:40 and 22:30 UTC: the data must fit in today's window with the run")
+    admin = psycopg.connect(host=HOST, port=PORT, user=user, dbname="postgres", autocommit=True)
+    for db in (source_db, dest_db):
+        admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(db)))
+    server = None
+    tools, c_tools = args.tools.split(","), args.c_tools.split(",")
+    workloads, destinations = args.workloads.split(","), args.destinations.split(",")
+    try:
+        t0 = time.monotonic()
+        c_tenants = args.c_tenants if "C" in workloads else 0
+        with psycopg.connect(host=HOST, port=PORT, user=user, dbname=source_db, autocommit=True) as conn:
+            sizes = generate(conn, tenant_rows=args.tenant_rows, c_tenants=c_tenants, c_rows=args.c_rows if c_tenants else 0,
+                             start=today, end=now - timedelta(minutes=10))
+        print(f"generated {sum(sizes.values()):,} rows ({len(sizes)} tenants) in {time.monotonic() - t0:.0f} s", flush=True)
+        bench = Bench(args, work, user, source_db, dest_db, today - timedelta(days=1))
+        bench.data_end = now - timedelta(minutes=10)
+        if {"warm", "warm1p"} & {*tools, *c_tools}:
+            from incsync.spark_server import start_server
+
+            t = time.monotonic()
+            server = start_server(port=args.port, master="local[*]", log_file=work / "spark-server.log")
+            print(f"Spark Connect server up in {time.monotonic() - t:.0f} s; warming it up with one transfer", flush=True)
+            bench.incsync(bench.incsync_config("warmup", "delta", [BIG], warm=True), BIG, backfill=True)
+        for rep in range(args.repeat if "A" in workloads else 0):
+            for destination in destinations:
+                for tool in tools:
+                    bench.a_and_b(destination, tool, rep, args.tenant_rows)
+        for rep in range(args.c_repeat if "C" in workloads else 0):
+            for destination in destinations:
+                for tool in c_tools:
+                    bench.c(destination, tool, rep, sizes)
+    finally:
+        if server is not None:
+            from incsync.spark_server import stop_server
+
+            stop_server(server)
+        for db in (source_db, dest_db):
+            admin.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(db)))
+        admin.close()
+        if not args.workdir:
+            shutil.rmtree(work, ignore_errors=True)
+
+    c_sizes = sorted((n for t, n in sizes.items() if t != BIG), reverse=True)
+    print(f"\n{os.cpu_count()} cores, load average {' '.join(f'{x:.1f}' for x in os.getloadavg())}; "
+          f"A/B tenant {args.tenant_rows:,} rows, B changes 1%"
+          + (f"; C {len(c_sizes)} tenants, {sum(c_sizes):,} rows (largest {c_sizes[0]:,}, smallest {c_sizes[-1]:,})" if c_sizes else ""))
+    print("\n".join(summarize(bench.samples, sizes)))
+    if args.json:
+        Path(args.json).write_text(json.dumps([asdict(s) for s in bench.samples], indent=1))
+
+
+if __name__ == "__main__":
+    main()
