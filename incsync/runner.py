@@ -66,7 +66,12 @@ def recipient_windows(model: ModelConfig, recipient: RecipientConfig, *, until: 
 
 
 def scheduled_windows(model: ModelConfig, *, now: datetime | None = None, previous_tick: datetime | None = None) -> list[str]:
-    """What a schedule tick runs: the open window, plus the window that closed since the previous tick."""
+    """What a schedule tick runs: the open window, plus the window that closed since the previous tick.
+
+    Unlike the schedule (automation/windows.tick_span), a command-line run has no previous tick of its
+    own; without one it includes the previous window, so a run launched off-tick just after a window
+    closed still gives that window its final pass. That costs one extra (usually no-change) transfer.
+    """
     windows = window_partitions(model)
     with dg.partition_loading_context(effective_dt=now):
         keys = windows.get_partition_keys()
