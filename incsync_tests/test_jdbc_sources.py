@@ -321,7 +321,7 @@ def test_wrong_password_is_one_clear_error_without_the_secret(spark, dagster_ins
             )
             assert not result.success
             text = _failure_text(result)
-            assert f"SourceError: source db: model orders, recipient acme: " in text
+            assert "SourceError: source db: model orders, recipient acme: " in text
             assert f"check `user` ({user}) and the password in the variable named by `password_env` (DB_PASSWORD)" in text
             assert "Access denied" in text
             logged = [repr(e) for e in dagster_instance.all_logs(result.run_id)]

@@ -20,7 +20,7 @@ from dagster._core.storage.tags import (
 from incsync.automation.tags import RECIPIENT_TAG, USER_TAG_PREFIX, validate_tag
 from incsync.changes import UTC
 from incsync.config import IncsyncConfig, ModelConfig
-from incsync.errors import IncsyncError, InputError
+from incsync.errors import InputError
 from incsync.metadata import DELTA_ROWS_TRANSFERRED, ROWS_TRANSFERRED
 from incsync.partitions import RECIPIENT_DIM, RECIPIENTS_PARTITIONS, model_partitions
 

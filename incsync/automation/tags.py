@@ -7,7 +7,7 @@ from collections.abc import Iterable
 
 from incsync.assets import FULL_REFRESH_TAG, MODE_TAG
 from incsync.config import ID_PATTERN, IncsyncConfig, ModelConfig, RecipientConfig
-from incsync.errors import IncsyncError, InputError
+from incsync.errors import InputError
 
 PREFIX = "incsync/"
 MODEL_TAG = "incsync/model"

@@ -5,7 +5,6 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
-import pytest
 
 from incsync.assets import model_fingerprint
 from incsync.config import load_config

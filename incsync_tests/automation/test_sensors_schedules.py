@@ -106,7 +106,6 @@ def test_schedule_requests_the_open_window_and_the_one_closed_since_the_last_tic
     config_file = lake_config(tmp_path, recipients=RECIPIENTS, model={"frequency": "*/15 * * * *"})
     model = load_config(config_file).models[0]
     schedule = build_model_schedule(str(config_file), model)
-    defs = _defs_with(schedule=schedule, config_file=config_file)
     instance.add_dynamic_partitions(RECIPIENTS_PARTITIONS, ["acme", "globex", "initech"])
 
     def tick(at: datetime) -> list[dg.RunRequest]:
