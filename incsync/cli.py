@@ -3,11 +3,26 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from incsync.config import config_path, load_config
+# Standard library and incsync.errors only at import time: `incsync transfer --worker` stays a thin client.
 from incsync.errors import ConfigError, IncsyncError, InputError
+from incsync.paths import config_path
+
+if TYPE_CHECKING:
+    import dagster as dg
+
+Resident = Callable[[Path], "tuple[dg.Definitions, dg.DagsterInstance]"]
+
+
+def load_config(path: str | None):  # noqa: ANN201 - IncsyncConfig, imported lazily with pydantic
+    from incsync.config import load_config as load
+
+    return load(path)
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
@@ -29,6 +44,13 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 
 def cmd_transfer(args: argparse.Namespace) -> int:
+    resident: Resident | None = args.resident
+    worker = None if resident else (args.worker or os.environ.get("INCSYNC_WORKER"))
+    if worker:
+        from incsync.worker import forward
+
+        return forward(worker, argv=args.argv, config=args.config)
+
     from incsync.automation.tags import parse_tags, user_run_tags
     from incsync.project import build_definitions
     from incsync.runner import dagster_instance, failure_message, recipient_windows, run_transfers, scheduled_windows
@@ -49,8 +71,7 @@ def cmd_transfer(args: argparse.Namespace) -> int:
     if not windows:
         print(f"model {model.model_name}: no window has started yet (min_start_time_epoch is in the future)")
         return 0
-    defs = build_definitions(file)
-    instance = dagster_instance(file)
+    defs, instance = resident(file) if resident else (build_definitions(file), dagster_instance(file))
     print(f"transfer {model.model_name} → {recipient.id}: {len(windows)} window(s) {windows[0]} .. {windows[-1]}", flush=True)
     lines = run_transfers(
         defs, instance, config=config, model=model, recipient=recipient, windows=windows, scheduled=scheduled,
@@ -126,6 +147,16 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return run_demo(Path(args.workdir), rows=args.rows)
 
 
+def cmd_worker(args: argparse.Namespace) -> int:
+    from incsync.worker import default_socket, serve
+
+    file = config_path(args.config)
+    socket_path = Path(args.socket) if args.socket else default_socket(file)
+    print(f"starting an incsync worker for {file.resolve()} on {socket_path} ...", flush=True)
+    serve(file, socket_path, warm=not args.no_warm, announce=lambda text: print(text, flush=True))
+    return 0
+
+
 def cmd_spark_server(args: argparse.Namespace) -> int:
     import signal
 
@@ -161,8 +192,16 @@ def build_parser() -> argparse.ArgumentParser:
     group.add_argument("--backfill", action="store_true", help="every window from the recipient's start")
     p.add_argument("--full-refresh", action="store_true", help="reload the recipient's model from its start")
     p.add_argument("--tag", action="append", help="run tag key=value (repeatable)")
+    p.add_argument("--worker", metavar="SOCKET",
+                   help="hand the transfer to the `incsync worker` at SOCKET (default $INCSYNC_WORKER; unset: run here)")
     p.add_argument("-c", "--config")
     p.set_defaults(func=cmd_transfer)
+
+    p = sub.add_parser("worker", help="keep Dagster and Spark loaded; `transfer --worker` hands it transfers")
+    p.add_argument("-c", "--config")
+    p.add_argument("--socket", help="Unix socket to listen on (default .incsync-worker.sock beside the config file)")
+    p.add_argument("--no-warm", action="store_true", help="do not start Spark before the first request")
+    p.set_defaults(func=cmd_worker)
 
     p = sub.add_parser("janitor", help="remove object-storage files no manifest lists, once older than a grace period")
     p.add_argument("--destination", help="one object_storage destination (default: every one)")
@@ -199,8 +238,10 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
+def run_command(argv: list[str], *, resident: Resident | None = None) -> int:
+    """Run one command line; ``resident`` (from a worker) supplies loaded definitions and instance."""
     args = build_parser().parse_args(argv)
+    args.argv, args.resident = list(argv), resident
     try:
         return args.func(args)
     except (ConfigError, InputError) as exc:
@@ -209,6 +250,10 @@ def main(argv: list[str] | None = None) -> int:
     except IncsyncError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_command(sys.argv[1:] if argv is None else argv)
 
 
 if __name__ == "__main__":

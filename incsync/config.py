@@ -15,9 +15,8 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, m
 from pydantic import ValidationError as PydanticValidationError
 
 from incsync.errors import ConfigError
+from incsync.paths import CONFIG_ENV_VAR, DEFAULT_CONFIG_FILE, config_path  # noqa: F401 - re-exported
 
-DEFAULT_CONFIG_FILE = "incsync.yaml"
-CONFIG_ENV_VAR = "INCSYNC_CONFIG"
 
 ID_PATTERN = r"^[A-Za-z0-9_-]+$"
 _ID_RE = re.compile(ID_PATTERN)
@@ -375,10 +374,6 @@ def parse_config(data: Any, *, path: str = "<memory>") -> IncsyncConfig:
     if problems:
         raise ConfigError(path, problems)
     return cfg
-
-
-def config_path(path: str | os.PathLike[str] | None = None) -> Path:
-    return Path(path or os.environ.get(CONFIG_ENV_VAR) or DEFAULT_CONFIG_FILE)
 
 
 def load_config(path: str | os.PathLike[str] | None = None) -> IncsyncConfig:

@@ -16,6 +16,7 @@ from incsync.automation.tags import INCREMENTAL, transfer_run_tags
 from incsync.changes import UTC
 from incsync.config import IncsyncConfig, ModelConfig, RecipientConfig
 from incsync.metadata import DELTA_ROWS_TRANSFERRED, HIGH_WATERMARK, ROWS_TRANSFERRED, TRANSFER_TYPE
+from incsync.paths import dagster_home
 from incsync.partitions import RECIPIENTS_PARTITIONS, partition_key, split_key, window_partitions
 from incsync.transfer import recipient_start
 
@@ -24,9 +25,8 @@ MANUAL = "manual"
 
 def dagster_instance(config_file: Path) -> dg.DagsterInstance:
     """The instance in $DAGSTER_HOME, else ``.dagster`` beside the config file (created on first use)."""
-    if not os.environ.get("DAGSTER_HOME"):
-        os.environ["DAGSTER_HOME"] = str(config_file.resolve().parent / ".dagster")
-    home = Path(os.environ["DAGSTER_HOME"])
+    home = dagster_home(config_file)
+    os.environ["DAGSTER_HOME"] = str(home)
     home.mkdir(parents=True, exist_ok=True)
     if not (home / "dagster.yaml").exists():
         (home / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")

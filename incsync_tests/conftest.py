@@ -27,6 +27,28 @@ def spark():
     session.stop()
 
 
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def connect_port(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
+    """A local Spark Connect server (local[2]) for the tests that keep Spark warm across processes."""
+    from incsync.spark_server import port_open, start_server, stop_server
+
+    port = free_port()
+    process = start_server(port=port, master="local[2]", log_file=tmp_path_factory.mktemp("connect") / "server.log")
+    try:
+        yield port
+    finally:
+        stop_server(process)
+    assert not port_open(port)
+
+
 @pytest.fixture
 def workdir(tmp_path: Path) -> Path:
     return tmp_path

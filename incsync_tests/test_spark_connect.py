@@ -8,31 +8,10 @@ import sys
 import time
 from pathlib import Path
 
-import pytest
 import yaml
 
-from incsync.spark_server import port_open, server_command, start_server, stop_server
+from incsync.spark_server import server_command
 from incsync_tests.support import delta_rows, lake_config, order, ts, write_table
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-@pytest.fixture(scope="module")
-def connect_port(tmp_path_factory: pytest.TempPathFactory):
-    port = _free_port()
-    log = tmp_path_factory.mktemp("connect") / "server.log"
-    process = start_server(port=port, master="local[2]", log_file=log)
-    try:
-        yield port
-    finally:
-        stop_server(process)
-    assert not port_open(port)
 
 
 def test_server_command_binds_loopback_and_ships_jdbc_drivers() -> None:

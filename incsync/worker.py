@@ -1,0 +1,233 @@
+"""A resident worker: ``incsync worker`` keeps Python, Dagster's definitions and instance, and the
+Spark session loaded; ``incsync transfer --worker SOCKET`` (or ``$INCSYNC_WORKER``) hands its
+arguments to it over a Unix socket and prints what it answers.
+
+A fresh ``incsync transfer`` process spends ~1.5 s importing Dagster, pyspark and delta-rs before its
+first row, more than a small incremental moves data. Through a worker the client is a standard-library
+process (~0.05 s) and the transfer is the same Dagster run, recorded in the same instance.
+
+Protocol: one JSON request line from the client, then JSON lines from the worker, ``{"out": text}``,
+``{"err": text}``, and a last ``{"exit": code}``. The worker serves one request at a time (others wait
+in the socket's backlog) and only the configuration file it was started with. The socket is created
+mode 0600: only its owner can hand it work.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import signal
+import socket
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from incsync.errors import IncsyncError
+from incsync.paths import config_path, dagster_home
+
+if TYPE_CHECKING:
+    import dagster as dg
+
+WORKER_ENV_VAR = "INCSYNC_WORKER"
+PROTOCOL_VERSION = 1
+MAX_SOCKET_PATH = 107  # sun_path holds 108 bytes, with the terminating NUL
+
+
+class WorkerError(IncsyncError):
+    """The worker could not be reached, or refused or dropped the request."""
+
+
+def default_socket(config_file: Path) -> Path:
+    return config_file.resolve().parent / ".incsync-worker.sock"
+
+
+def _check_socket_path(path: Path) -> None:
+    if len(os.fsencode(str(path))) > MAX_SOCKET_PATH:
+        raise WorkerError(f"worker socket path {path} is longer than {MAX_SOCKET_PATH} bytes; pass a shorter --socket")
+
+
+# --- client (standard library only) -------------------------------------------------------------------
+
+
+def forward(socket_path: str | os.PathLike[str], *, argv: list[str], config: str | None) -> int:
+    """Send a ``transfer`` command line to the worker at ``socket_path``; relay its output; its exit code."""
+    path = Path(socket_path)
+    config_file = config_path(config).resolve()
+    _check_socket_path(path)
+    request = {
+        "version": PROTOCOL_VERSION,
+        "argv": argv,
+        "config": str(config_file),
+        "dagster_home": str(dagster_home(config_file).resolve()),
+    }
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        try:
+            sock.connect(str(path))
+        except (FileNotFoundError, ConnectionRefusedError):
+            raise WorkerError(
+                f"no incsync worker answers at {path}: start one with `incsync worker -c {config_file} --socket {path}`, "
+                f"or run in this process by dropping --worker and unsetting {WORKER_ENV_VAR}"
+            ) from None
+        sock.sendall(json.dumps(request).encode() + b"\n")
+        try:
+            for line in sock.makefile("r", encoding="utf-8"):
+                message = json.loads(line)
+                if "out" in message:
+                    sys.stdout.write(message["out"])
+                    sys.stdout.flush()
+                elif "err" in message:
+                    sys.stderr.write(message["err"])
+                    sys.stderr.flush()
+                elif "exit" in message:
+                    return int(message["exit"])
+        except KeyboardInterrupt:
+            print(
+                "\ninterrupted: the worker carries on with the transfer (a publish is atomic); "
+                "`incsync transfers` shows how it ended",
+                file=sys.stderr,
+            )
+            return 130
+    finally:
+        sock.close()
+    raise WorkerError(
+        f"the incsync worker at {path} closed the connection before the transfer ended (it stopped or crashed); "
+        "whatever it published is complete, see `incsync transfers`"
+    )
+
+
+# --- server -------------------------------------------------------------------------------------------
+
+
+class _Relay(io.TextIOBase):
+    """A text stream whose writes become ``{name: text}`` lines on the client's connection.
+
+    A client that went away (Ctrl-C) stops the relay, not the transfer.
+    """
+
+    def __init__(self, conn: socket.socket, name: str):
+        self.conn, self.name, self.connected = conn, name, True
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, text: str) -> int:
+        if text and self.connected:
+            try:
+                self.conn.sendall(json.dumps({self.name: text}).encode() + b"\n")
+            except OSError:
+                self.connected = False
+        return len(text)
+
+
+class Worker:
+    """Holds the definitions and the instance of one configuration file between requests."""
+
+    def __init__(self, config_file: Path):
+        self.config_file = config_file.resolve()
+        self.home = dagster_home(self.config_file).resolve()
+        self._loaded: tuple[float, dg.Definitions] | None = None
+        self._instance: dg.DagsterInstance | None = None
+
+    def resident(self, file: Path) -> tuple[dg.Definitions, dg.DagsterInstance]:
+        """Definitions (rebuilt when the file changes) and the one instance, for ``cli.cmd_transfer``."""
+        from incsync.project import build_definitions
+        from incsync.runner import dagster_instance
+
+        assert file.resolve() == self.config_file
+        mtime = self.config_file.stat().st_mtime
+        if self._loaded is None or self._loaded[0] != mtime:
+            self._loaded = (mtime, build_definitions(self.config_file))
+        if self._instance is None:
+            self._instance = dagster_instance(self.config_file)
+        return self._loaded[1], self._instance
+
+    def warm_up(self) -> None:
+        """Start (or connect to) Spark now, so the first transfer does not pay for it."""
+        from incsync.config import load_config
+        from incsync.resources import spark_resource
+        from incsync.sources.jdbc import driver_jars, driver_packages
+
+        config = load_config(self.config_file)
+        resource = spark_resource(config.spark, extra_jars=driver_jars(config.sources), packages=driver_packages(config.sources))
+        resource.spark_session.sql("SELECT 1").collect()  # the runs' getOrCreate() finds this session
+
+    def refusal(self, request: dict[str, Any]) -> str | None:
+        if request.get("version") != PROTOCOL_VERSION:
+            return f"the worker speaks protocol {PROTOCOL_VERSION}, the client {request.get('version')}; use one incsync install"
+        if request.get("config") != str(self.config_file):
+            return (f"this worker serves {self.config_file}, not {request.get('config')}; "
+                    f"start a worker for that file or drop --worker")
+        if request.get("dagster_home") != str(self.home):
+            return (f"this worker records runs in the Dagster instance at {self.home}, the client expects "
+                    f"{request.get('dagster_home')}; give both the same DAGSTER_HOME")
+        argv = request.get("argv")
+        if not isinstance(argv, list) or not argv or argv[0] != "transfer" or not all(isinstance(a, str) for a in argv):
+            return "the worker runs `transfer` commands only"
+        return None
+
+    def handle(self, conn: socket.socket) -> None:
+        from incsync.cli import run_command
+
+        out, err = _Relay(conn, "out"), _Relay(conn, "err")
+        try:
+            request = json.loads(conn.makefile("r", encoding="utf-8").readline() or "null")
+        except (ValueError, OSError):
+            return
+        if not isinstance(request, dict):
+            return
+        problem = self.refusal(request)
+        if problem:
+            err.write(f"error: {problem}\n")
+            code = 2
+        else:
+            with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+                code = run_command([*request["argv"], "-c", str(self.config_file)], resident=self.resident)
+        with contextlib.suppress(OSError):
+            conn.sendall(json.dumps({"exit": code}).encode() + b"\n")
+
+
+def serve(config_file: Path, socket_path: Path, *, warm: bool = True, announce: Callable[[str], None] = print) -> None:
+    """Answer ``transfer`` requests on ``socket_path`` until SIGTERM or Ctrl-C; the socket is removed on exit."""
+    from incsync.config import load_config
+
+    load_config(config_file)  # a broken file fails here, not on the first request
+    _check_socket_path(socket_path)
+    os.environ.pop(WORKER_ENV_VAR, None)  # the worker runs transfers itself
+    if socket_path.exists():
+        probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            probe.connect(str(socket_path))
+        except OSError:
+            socket_path.unlink()  # left by a worker that died
+        else:
+            raise WorkerError(f"another incsync worker already answers at {socket_path}; stop it or pass another --socket")
+        finally:
+            probe.close()
+    worker = Worker(config_file)
+    worker.resident(worker.config_file)
+    if warm:
+        worker.warm_up()
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    old_umask = os.umask(0o177)
+    try:
+        server.bind(str(socket_path))
+    finally:
+        os.umask(old_umask)
+    server.listen(64)
+    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+    announce(f"incsync worker ready for {worker.config_file}\n  export {WORKER_ENV_VAR}={socket_path}")
+    try:
+        while True:
+            conn, _ = server.accept()
+            with conn:
+                worker.handle(conn)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.close()
+        socket_path.unlink(missing_ok=True)
+

@@ -1,0 +1,165 @@
+"""`incsync worker`: transfers handed over a Unix socket run in the resident process, with the same
+results, output and Dagster records as in-process ones, from a client that imports neither Dagster nor
+pydantic."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import yaml
+
+from incsync_tests.support import delta_rows, lake_config, order, ts, write_table
+
+INCSYNC = str(Path(sys.executable).with_name("incsync"))
+
+
+@dataclass
+class RunningWorker:
+    config: Path
+    socket: Path
+    env: dict[str, str]
+    process: subprocess.Popen[str]
+
+
+def _client(*args: str, env: dict[str, str]) -> tuple[subprocess.CompletedProcess[str], float]:
+    started = time.monotonic()
+    out = subprocess.run([INCSYNC, *args], capture_output=True, text=True, timeout=300, env=env)
+    return out, time.monotonic() - started
+
+
+def _transfer_lines(stdout: str) -> list[tuple[str, ...]]:
+    return [tuple(line.split()[2:6]) for line in stdout.splitlines() if line.startswith("orders")]
+
+
+@pytest.fixture
+def worker(connect_port: int, tmp_path: Path) -> Iterator[RunningWorker]:
+    write_table(tmp_path / "src", "orders", [
+        order(1, "org_1", ts(1, 1)), order(2, "org_1", ts(1, 23, 59, 59, 999_999)),
+        order(3, "org_1", ts(2)), order(4, "org_2", ts(1, 5)),
+        order(5, "org_1", ts(3, 1)), order(5, "org_1", ts(3, 2)),  # a duplicate key in window 2024-01-03
+    ])
+    file = lake_config(tmp_path)
+    doc = yaml.safe_load(file.read_text())
+    doc["spark"] = {"spark.remote": f"sc://127.0.0.1:{connect_port}"}
+    file.write_text(yaml.safe_dump(doc))
+    socket_path = tmp_path / "w.sock"
+    env = {k: v for k, v in os.environ.items() if k != "INCSYNC_WORKER"} | {"DAGSTER_HOME": str(tmp_path / "home")}
+    process = subprocess.Popen([INCSYNC, "worker", "-c", str(file), "--socket", str(socket_path)], env=env,
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    lines = []
+    assert process.stdout is not None
+    for line in process.stdout:
+        lines.append(line)
+        if line.strip().startswith("export INCSYNC_WORKER="):
+            break
+    assert lines[-1].strip() == f"export INCSYNC_WORKER={socket_path}", "".join(lines)
+    assert oct(socket_path.stat().st_mode & 0o777) == "0o600"
+    try:
+        yield RunningWorker(file, socket_path, env, process)
+    finally:
+        process.terminate()
+        assert process.wait(timeout=60) == 0
+        assert not socket_path.exists()
+
+
+def test_transfers_through_the_worker_match_in_process_ones(worker: RunningWorker, tmp_path: Path) -> None:
+    env, sock, file = worker.env, str(worker.socket), str(worker.config)
+    first, first_s = _client("transfer", "orders", "--recipient", "acme", "--window", "2024-01-01", "-c", file,
+                             "--worker", sock, env=env)
+    assert first.returncode == 0, first.stderr
+    second, second_s = _client("transfer", "orders", "--recipient", "acme", "--window", "2024-01-02", "-c", file,
+                               env=env | {"INCSYNC_WORKER": sock})
+    assert second.returncode == 0, second.stderr
+    assert first.stdout.splitlines()[0] == "transfer orders → acme: 1 window(s) 2024-01-01 .. 2024-01-01"
+    assert _transfer_lines(first.stdout + second.stdout) == [
+        ("2024-01-01", "rows_transferred=2", "delta_rows_transferred=2", "high_watermark=2024-01-01T23:59:59.999999+00:00"),
+        ("2024-01-02", "rows_transferred=2", "delta_rows_transferred=2", "high_watermark=2024-01-02T00:00:00+00:00"),
+    ]
+    assert [(r["id"], r["updated_at"]) for r in delta_rows(tmp_path / "out" / "acme" / "orders")] == [
+        (1, ts(1, 1)), (2, ts(1, 23, 59, 59, 999_999)), (3, ts(2))
+    ]
+    # The runs are in the instance the client's DAGSTER_HOME names, as if it had run them itself.
+    listing, _ = _client("transfers", "-c", file, env=env)
+    rows = [line.split()[2:8] for line in listing.stdout.splitlines()[1:-1]]
+    assert rows == [["SUCCESS", "orders", "acme", "1", "2", "2"]] * 2
+    assert listing.stdout.splitlines()[-1] == "orders: SUCCESS 2"
+    print(f"worker client processes: {first_s:.2f} s and {second_s:.2f} s")
+
+
+def test_the_client_imports_neither_dagster_nor_pydantic(worker: RunningWorker) -> None:
+    probe = (
+        "import sys; from incsync.cli import main; code = main(sys.argv[1:]); "
+        "print('heavy imports:', sorted(m for m in ('dagster', 'pydantic', 'pyspark', 'deltalake') if m in sys.modules)); "
+        "sys.exit(code)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", probe, "transfer", "orders", "--recipient", "acme", "--window", "2024-01-01",
+         "-c", str(worker.config), "--worker", str(worker.socket)],
+        capture_output=True, text=True, timeout=300, env=worker.env,
+    )
+    assert out.returncode == 0, out.stderr
+    assert _transfer_lines(out.stdout) == [
+        ("2024-01-01", "rows_transferred=2", "delta_rows_transferred=2", "high_watermark=2024-01-01T23:59:59.999999+00:00")
+    ]
+    assert out.stdout.splitlines()[-1] == "heavy imports: []"
+
+
+def test_a_failed_transfer_reports_its_error_and_the_worker_carries_on(worker: RunningWorker, tmp_path: Path) -> None:
+    env, sock, file = worker.env, str(worker.socket), str(worker.config)
+    failed, _ = _client("transfer", "orders", "--recipient", "acme", "--window", "2024-01-03", "-c", file,
+                        "--worker", sock, env=env)
+    assert failed.returncode == 1
+    assert failed.stdout.splitlines()[-1].split()[2:4] == ["2024-01-03", "FAILED"]
+    assert failed.stderr.strip() == (
+        "error: ValidationError: model orders, recipient acme: 1 primary key value(s) ['id'] occur more than once in "
+        "the batch: (5); nothing was published. Fix the source or choose a primary_key that is unique."
+    )
+    assert not (tmp_path / "out" / "acme" / "orders").exists()
+    ok, _ = _client("transfer", "orders", "--recipient", "acme", "--window", "2024-01-02", "-c", file,
+                    "--worker", sock, env=env)
+    assert ok.returncode == 0, ok.stderr
+    assert _transfer_lines(ok.stdout) == [
+        ("2024-01-02", "rows_transferred=2", "delta_rows_transferred=2", "high_watermark=2024-01-02T00:00:00+00:00")
+    ]
+
+
+def test_the_worker_refuses_another_file_another_instance_and_a_second_worker(worker: RunningWorker, tmp_path: Path) -> None:
+    env, sock = worker.env, str(worker.socket)
+    other = tmp_path / "other"
+    other.mkdir()
+    other_file = lake_config(other)
+    wrong_file, _ = _client("transfer", "orders", "--recipient", "acme", "-c", str(other_file), "--worker", sock, env=env)
+    assert (wrong_file.returncode, wrong_file.stderr.strip()) == (2, (
+        f"error: this worker serves {worker.config.resolve()}, not {other_file.resolve()}; "
+        "start a worker for that file or drop --worker"
+    ))
+    wrong_home, _ = _client("transfer", "orders", "--recipient", "acme", "-c", str(worker.config), "--worker", sock,
+                            env=env | {"DAGSTER_HOME": str(other / "home")})
+    assert (wrong_home.returncode, wrong_home.stderr.strip()) == (2, (
+        f"error: this worker records runs in the Dagster instance at {(tmp_path / 'home').resolve()}, the client "
+        f"expects {(other / 'home').resolve()}; give both the same DAGSTER_HOME"
+    ))
+    second, _ = _client("worker", "-c", str(worker.config), "--socket", sock, "--no-warm", env=env)
+    assert (second.returncode, second.stderr.strip()) == (
+        1, f"error: another incsync worker already answers at {sock}; stop it or pass another --socket"
+    )
+    assert worker.process.poll() is None and worker.socket.exists()
+
+
+def test_no_worker_at_the_socket_is_a_clear_error(tmp_path: Path) -> None:
+    file = lake_config(tmp_path)
+    sock = tmp_path / "nobody.sock"
+    env = dict(os.environ, DAGSTER_HOME=str(tmp_path / "home"))
+    out, _ = _client("transfer", "orders", "--recipient", "acme", "-c", str(file), "--worker", str(sock), env=env)
+    assert (out.returncode, out.stderr.strip()) == (1, (
+        f"error: no incsync worker answers at {sock}: start one with `incsync worker -c {file.resolve()} --socket {sock}`, "
+        "or run in this process by dropping --worker and unsetting INCSYNC_WORKER"
+    ))
+    assert out.stdout == ""
