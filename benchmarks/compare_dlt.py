@@ -11,8 +11,11 @@ Tools, each run as a fresh process per transfer, as a user runs them:
          incremental on updated_at, tenant filter pushed into the query
   cold   ``incsync transfer`` with an embedded Spark (a JVM starts in every process)
   warm   ``incsync transfer`` against a Spark Connect server the harness starts once (and warms up)
+  worker ``incsync transfer --worker SOCKET``: a standard-library client hands the transfer to an
+         ``incsync worker`` (started per destination before the timing, against the same Connect
+         server), which runs it as the same Dagster run; the reported RSS is the worker's
   warm1p (workload C) every tenant's backfill in one incsync process (``benchmarks/incsync_loop.py``),
-         against the same server: what a long-lived worker pays, without a Python start per transfer
+         against the same server
 
 Per transfer it measures wall time, peak RSS of the Python process (VmHWM) and of its process tree
 (the cold run's JVM included), and prints medians of ``--repeat`` repetitions with ratios to dlt.
@@ -95,6 +98,22 @@ def measure(command: list[str], env: dict[str, str]) -> tuple[float, int, int, s
     return wall, peaks["py"], max(peaks["tree"], peaks["py"]), out
 
 
+def reset_peak_rss(pid: int) -> None:
+    """Start VmHWM afresh (Linux clear_refs 5), so a resident process's peak is per transfer."""
+    with open(f"/proc/{pid}/clear_refs", "w") as f:
+        f.write("5")
+
+
+def worker_socket(config: Path) -> Path:
+    return config.parent / "w.sock"
+
+
+def stop(process: subprocess.Popen[str] | None) -> None:
+    if process is not None:
+        process.terminate()
+        process.wait(timeout=60)
+
+
 def generate(conn: psycopg.Connection, *, tenant_rows: int, c_tenants: int, c_rows: int, start: datetime, end: datetime) -> dict[str, int]:
     """``orders``: tenant ``big`` and ``c_000..`` (skewed), updated_at spread over [start, end)."""
     conn.execute(
@@ -162,13 +181,35 @@ class Bench:
         path.write_text(yaml.safe_dump(config, sort_keys=False))
         return path
 
-    def incsync(self, config: Path, recipient: str, *, backfill: bool) -> tuple[float, int, int, int]:
-        env = {**os.environ, "DAGSTER_HOME": str(config.parent / ".dagster"), "INCSYNC_STAGING_DIR": str(config.parent / "staging"),
-               "BENCH_DEST_DSN": self.dsn(self.dest_db)}
+    def incsync_env(self, config: Path) -> dict[str, str]:
+        return {**os.environ, "DAGSTER_HOME": str(config.parent / ".dagster"), "INCSYNC_STAGING_DIR": str(config.parent / "staging"),
+                "BENCH_DEST_DSN": self.dsn(self.dest_db)}
+
+    def incsync(self, config: Path, recipient: str, *, backfill: bool, worker: subprocess.Popen[str] | None = None
+                ) -> tuple[float, int, int, int]:
         command = [str(BIN / "incsync"), "transfer", "orders", "--recipient", recipient, "-c", str(config)]
-        wall, py, tree, out = measure([*command, "--backfill"] if backfill else command, env)
+        if backfill:
+            command.append("--backfill")
+        if worker is not None:
+            command += ["--worker", str(worker_socket(config))]
+            reset_peak_rss(worker.pid)
+        wall, py, tree, out = measure(command, self.incsync_env(config))
+        if worker is not None:  # the work happens in the worker: its peak counts, beside the client's
+            worker_peak = vm_hwm(worker.pid)
+            py, tree = max(py, worker_peak), py + worker_peak
         rows = sum(int(n) for n in re.findall(r"(?<!_)rows_transferred=(\d+)", out))
         return wall, rows, py, tree
+
+    def start_worker(self, config: Path) -> subprocess.Popen[str]:
+        """``incsync worker`` for ``config``, ready (Spark session connected) before any timing starts."""
+        process = subprocess.Popen([str(BIN / "incsync"), "worker", "-c", str(config), "--socket", str(worker_socket(config))],
+                                   env=self.incsync_env(config), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        assert process.stdout is not None
+        for line in process.stdout:
+            if line.strip().startswith("export INCSYNC_WORKER="):
+                threading.Thread(target=process.stdout.read, daemon=True).start()  # keep draining its output
+                return process
+        raise RuntimeError(f"incsync worker for {config} exited with {process.wait()} before it was ready")
 
     # --- dlt -----------------------------------------------------------------------------------------
     def dlt(self, name: str, destination: str, tenant: str) -> tuple[float, int, int, int]:
@@ -220,21 +261,26 @@ class Bench:
         name = f"{tool}_{destination[:2]}_{rep}_{uuid.uuid4().hex[:4]}"
         if tool == "dlt":
             run = lambda backfill: self.dlt(name, destination, BIG)  # noqa: E731 - dlt's state decides
-        else:
-            config = self.incsync_config(name, destination, [BIG], warm=tool == "warm")
-            run = lambda backfill: self.incsync(config, BIG, backfill=backfill)  # noqa: E731
-        self.record("A", destination, tool, rep, run(True))
-        landed = self.landed(tool, name, destination, BIG)
-        assert landed == tenant_rows, f"{tool} {destination}: destination holds {landed} rows, the tenant has {tenant_rows}"
-        changed = self.change(BIG, 0.01, tenant_rows)
-        result = run(False)
-        assert result[1] >= changed, f"{tool} {destination}: incremental moved {result[1]} rows, {changed} changed"
-        self.record("B", destination, tool, rep, result)
+        worker = None
+        if tool != "dlt":
+            config = self.incsync_config(name, destination, [BIG], warm=tool in ("warm", "worker"))
+            worker = self.start_worker(config) if tool == "worker" else None
+            run = lambda backfill: self.incsync(config, BIG, backfill=backfill, worker=worker)  # noqa: E731
+        try:
+            self.record("A", destination, tool, rep, run(True))
+            landed = self.landed(tool, name, destination, BIG)
+            assert landed == tenant_rows, f"{tool} {destination}: destination holds {landed} rows, the tenant has {tenant_rows}"
+            changed = self.change(BIG, 0.01, tenant_rows)
+            result = run(False)
+            assert result[1] >= changed, f"{tool} {destination}: incremental moved {result[1]} rows, {changed} changed"
+            self.record("B", destination, tool, rep, result)
+        finally:
+            stop(worker)
 
     def c(self, destination: str, tool: str, rep: int, sizes: dict[str, int]) -> None:
         name = f"{tool}_c{destination[:2]}_{rep}_{uuid.uuid4().hex[:4]}"
         tenants = [t for t in sizes if t != BIG]
-        config = None if tool == "dlt" else self.incsync_config(name, destination, tenants, warm=tool in ("warm", "warm1p"))
+        config = None if tool == "dlt" else self.incsync_config(name, destination, tenants, warm=tool in ("warm", "warm1p", "worker"))
         if tool == "warm1p":  # every tenant in one process: no Python start-up per transfer
             env = {**os.environ, "DAGSTER_HOME": str(config.parent / ".dagster"), "INCSYNC_STAGING_DIR": str(config.parent / "staging"),
                    "BENCH_DEST_DSN": self.dsn(self.dest_db)}
@@ -244,9 +290,14 @@ class Bench:
             self.record("C", destination, tool, rep, (wall, rows, py, tree))
             return
         wall = rows = py = tree = 0
-        for tenant in tenants:
-            w, r, p, t = self.dlt(name, destination, tenant) if tool == "dlt" else self.incsync(config, tenant, backfill=True)
-            wall, rows, py, tree = wall + w, rows + r, max(py, p), max(tree, t)
+        worker = self.start_worker(config) if tool == "worker" else None
+        try:
+            for tenant in tenants:
+                w, r, p, t = (self.dlt(name, destination, tenant) if tool == "dlt"
+                              else self.incsync(config, tenant, backfill=True, worker=worker))
+                wall, rows, py, tree = wall + w, rows + r, max(py, p), max(tree, t)
+        finally:
+            stop(worker)
         self.record("C", destination, tool, rep, (wall, rows, py, tree))
 
 
@@ -258,7 +309,7 @@ def summarize(samples: list[Sample], sizes: dict[str, int]) -> list[str]:
     medians = {k: statistics.median(s.wall for s in v) for k, v in groups.items()}
     lines = ["| workload | destination | tool | n | wall s, median (min–max) | rows | rows/s | py RSS MB | tree RSS MB | wall ÷ dlt |",
              "|---|---|---|---|---|---|---|---|---|---|"]
-    order = {"dlt": 0, "cold": 1, "warm": 2, "warm1p": 3}
+    order = {"dlt": 0, "cold": 1, "warm": 2, "worker": 3, "warm1p": 4}
     for key in sorted(groups, key=lambda k: (k[0], k[1], order.get(k[2], 9))):
         runs, wall = groups[key], medians[key]
         walls = sorted(s.wall for s in runs)
@@ -281,8 +332,8 @@ def main() -> None:
     parser.add_argument("--c-repeat", type=int, default=1, help="repetitions of workload C")
     parser.add_argument("--workloads", default="A,C", help="A (A then B), C")
     parser.add_argument("--destinations", default="delta,postgres")
-    parser.add_argument("--tools", default="dlt,cold,warm")
-    parser.add_argument("--c-tools", default="dlt,warm,warm1p",
+    parser.add_argument("--tools", default="dlt,cold,warm,worker")
+    parser.add_argument("--c-tools", default="dlt,worker",
                         help="tools for workload C (cold pays a JVM per tenant; warm1p: every tenant in one incsync process)")
     parser.add_argument("--port", type=int, default=15077, help="Spark Connect port for the warm runs")
     parser.add_argument("--workdir")
@@ -314,7 +365,7 @@ def main() -> None:
         print(f"generated {sum(sizes.values()):,} rows ({len(sizes)} tenants) in {time.monotonic() - t0:.0f} s", flush=True)
         bench = Bench(args, work, user, source_db, dest_db, today - timedelta(days=1))
         bench.data_end = now - timedelta(minutes=10)
-        if {"warm", "warm1p"} & {*tools, *c_tools}:
+        if {"warm", "warm1p", "worker"} & {*tools, *c_tools}:
             from incsync.spark_server import start_server
 
             t = time.monotonic()

@@ -44,12 +44,13 @@ class StagedBatch:
         return self.dataset().to_table(columns=columns)
 
 
-def stage(df: DataFrame | pa.Table, path: Path, *, known_empty: bool = False) -> StagedBatch:
+def stage(df: DataFrame | pa.Table, path: Path, *, known_empty: bool = False, collect: bool = False) -> StagedBatch:
     """Write ``df`` once (UTC microsecond timestamps) and describe the files.
 
     An Arrow table (from a source read without Spark) is written as one Parquet file. ``known_empty``
     (the source said no row is in bounds) skips Spark's write job: the batch is empty, with the schema
-    Spark's empty Parquet file would have had.
+    Spark's empty Parquet file would have had. ``collect`` (the source counted a small batch) brings the
+    rows through Arrow and writes them here, with that same schema, instead of running a write job.
     """
     path.parent.mkdir(parents=True, exist_ok=True)
     if isinstance(df, pa.Table):
@@ -57,6 +58,9 @@ def stage(df: DataFrame | pa.Table, path: Path, *, known_empty: bool = False) ->
     if known_empty:
         path.mkdir(parents=True, exist_ok=True)
         return StagedBatch(path=path, files=(), schema=spark_parquet_schema(df), rows=0, bytes=0)
+    if collect:
+        schema = spark_parquet_schema(df)
+        return _stage_arrow(df.toArrow().cast(schema), path, schema=schema)
     df.write.mode("overwrite").option("outputTimestampType", "TIMESTAMP_MICROS").parquet(str(path))
     files = tuple(sorted(p for p in path.glob("*.parquet")))
     schema = _utc_schema(df, ds.dataset([str(f) for f in files], format="parquet").schema if files else None)
@@ -64,7 +68,7 @@ def stage(df: DataFrame | pa.Table, path: Path, *, known_empty: bool = False) ->
     return StagedBatch(path=path, files=files, schema=schema, rows=rows, bytes=sum(f.stat().st_size for f in files))
 
 
-def _stage_arrow(table: pa.Table, path: Path) -> StagedBatch:
+def _stage_arrow(table: pa.Table, path: Path, *, schema: pa.Schema | None = None) -> StagedBatch:
     import pyarrow.parquet as pq
 
     path.mkdir(parents=True, exist_ok=True)
@@ -73,7 +77,7 @@ def _stage_arrow(table: pa.Table, path: Path) -> StagedBatch:
         file = path / "part-00000.parquet"
         pq.write_table(table, file, coerce_timestamps="us")
         files = (file,)
-    schema = table.schema.remove_metadata()
+    schema = (schema or table.schema).remove_metadata()
     return StagedBatch(path=path, files=files, schema=schema, rows=table.num_rows, bytes=sum(f.stat().st_size for f in files))
 
 

@@ -27,7 +27,7 @@ def bounds(lower, upper) -> Bounds:
     return Bounds(lower=lower, upper=upper, lookback_seconds=0, reason="test")
 
 
-def test_postgres_row_probe_answers_false_only_when_the_read_would_be_empty(tmp_path):
+def test_postgres_row_count_is_an_upper_bound_of_the_read_capped_at_cap_plus_one(tmp_path):
     with pg_database() as db:
         db.execute(ORDERS)
         db.execute(
@@ -37,20 +37,22 @@ def test_postgres_row_probe_answers_false_only_when_the_read_would_be_empty(tmp_
         config = load_config(jdbc_config(tmp_path, db))
         source, model, recipient = build_source(config.source("db")), config.model("orders"), config.recipient("acme")
 
-        def probe(lower, upper):
-            return source.has_rows(model=model, recipient=recipient, bounds=bounds(lower, upper))
+        def probe(lower, upper, cap=10):
+            return source.count_rows(model=model, recipient=recipient, bounds=bounds(lower, upper), cap=cap)
 
-        assert probe(ts(1), ts(2)) is True
-        assert probe(ts(1, 10), ts(1, 10, 0, 0, 1)) is True  # lower bound inclusive, to the microsecond
-        assert probe(ts(1), ts(1, 10)) is False  # upper bound exclusive
-        assert probe(ts(2), ts(3)) is False  # only org_2 has a row there
+        assert probe(ts(1), ts(2)) == 1
+        assert probe(ts(1, 10), ts(1, 10, 0, 0, 1)) == 1  # lower bound inclusive, to the microsecond
+        assert probe(ts(1), ts(1, 10)) == 0  # upper bound exclusive
+        assert probe(ts(2), ts(3)) == 0  # only org_2 has a row there
         db.execute("INSERT INTO orders VALUES (3, 'org_1', 'new', 3.00, '{}', NULL)")
-        assert probe(ts(2), ts(3)) is True  # a NULL last-modified row must reach validation
-        # Anything it cannot answer cheaply and exactly is "don't know", never "empty".
+        assert probe(ts(2), ts(3)) == 1  # a NULL last-modified row must reach validation
+        db.execute("INSERT INTO orders SELECT g, 'org_1', 'new', 1.00, '{}', %s FROM generate_series(10, 29) g", [ts(2, 1)])
+        assert (probe(ts(2), ts(3), cap=100), probe(ts(2), ts(3), cap=5)) == (21, 6)  # counted up to cap + 1
+        # Anything it cannot answer cheaply and exactly is "don't know", never a count.
         with_options = config.source("db").model_copy(update={"jdbc_url": db.jdbc_url + "?sslmode=disable"})
-        assert build_source(with_options).has_rows(model=model, recipient=recipient, bounds=bounds(ts(2), ts(3))) is None
+        assert build_source(with_options).count_rows(model=model, recipient=recipient, bounds=bounds(ts(2), ts(3)), cap=10) is None
         wrong = config.source("db").model_copy(update={"user": "no_such_user_x"})
-        assert build_source(wrong).has_rows(model=model, recipient=recipient, bounds=bounds(ts(2), ts(3))) is None
+        assert build_source(wrong).count_rows(model=model, recipient=recipient, bounds=bounds(ts(2), ts(3)), cap=10) is None
 
 
 def test_empty_window_skips_spark_staging_and_is_still_recorded(spark, dagster_instance, tmp_path, caplog):
@@ -90,6 +92,52 @@ def test_empty_batch_schema_is_the_one_spark_writes(spark, tmp_path):
     assert written.rows == 0
     assert skipped.schema.equals(written.schema) and skipped.schema.equals(spark_parquet_schema(df))
     assert str(skipped.schema.field("t").type) == "timestamp[us, tz=UTC]"
+
+
+def test_a_collected_small_batch_is_the_batch_spark_writes(spark, tmp_path):
+    df = spark.sql(
+        """SELECT CAST(id AS INT) i, id b, CAST(id / 7 AS DECIMAL(12,2)) n, CAST(id AS STRING) s, id % 2 = 0 bo,
+                  date_add(DATE'2024-01-01', CAST(id AS INT)) d,
+                  TIMESTAMP'2024-01-01 00:00:00' + make_interval(0, 0, 0, 0, 0, 0, id / 1000.0) t,
+                  TIMESTAMP_NTZ'2024-01-01 00:00:00' ntz, array(id, 2) arr, X'00' by,
+                  IF(id % 3 = 0, NULL, 'x') maybe
+           FROM range(1, 2001)"""
+    )
+    written = stage(df, tmp_path / "spark")
+    collected = stage(df, tmp_path / "collected", collect=True)
+    assert (collected.rows, len(collected.files)) == (2000, 1)
+    assert collected.schema.equals(written.schema) and collected.schema.equals(spark_parquet_schema(df))
+    assert collected.table().sort_by("b").equals(written.table().sort_by("b"))
+
+
+def test_small_and_large_jdbc_windows_land_the_same_rows(spark, dagster_instance, tmp_path, monkeypatch):
+    import incsync.transfer
+
+    with pg_database() as db:
+        db.execute(ORDERS)
+        db.execute(
+            """INSERT INTO orders SELECT g, 'org_1', 'new', g / 7.0, jsonb_build_object('g', g),
+                      %s::timestamptz + g * interval '1 second' FROM generate_series(1, 300) g""",
+            [ts(2)],
+        )
+        config = jdbc_config(tmp_path, db)
+        from incsync.project import build_definitions
+
+        defs = build_definitions(config)
+        monkeypatch.setattr(incsync.transfer, "COLLECT_MAX_ROWS", 299)  # 300 rows: a Spark write job
+        materialize_partition(defs, dagster_instance, window="2024-01-02", recipient="acme", model_key=MODEL_KEY)
+        through_spark = delta_rows(tmp_path / "out/acme/orders")
+        db.execute("UPDATE orders SET status = 'changed', updated_at = updated_at + interval '1 hour' WHERE id <= 100")
+        monkeypatch.setattr(incsync.transfer, "COLLECT_MAX_ROWS", 300)  # the whole window again: collected
+        materialize_partition(defs, dagster_instance, window="2024-01-02", recipient="acme", model_key=MODEL_KEY)
+        meta = latest_metadata(dagster_instance, MODEL_KEY)
+        assert (meta["rows_transferred"], meta["delta_rows_transferred"]) == (300, 100)
+        collected = delta_rows(tmp_path / "out/acme/orders")
+        assert len(through_spark) == len(collected) == 300
+        assert [r for r in collected if r["id"] > 100] == [r for r in through_spark if r["id"] > 100]
+        assert {(r["status"], r["updated_at"] - ts(2) - timedelta(seconds=r["id"])) for r in collected if r["id"] <= 100} == {
+            ("changed", timedelta(hours=1))
+        }
 
 
 def _orders(ids: range, *, status: str, day: int) -> pa.Table:

@@ -25,10 +25,12 @@ class Source(ABC):
     ) -> DataFrame:
         """Rows of ``recipient`` with ``bounds.lower <= last_modified < bounds.upper``."""
 
-    def has_rows(self, *, model: ModelConfig, recipient: RecipientConfig, bounds: Bounds) -> bool | None:
-        """Whether ``read`` could return a row, asked of the source without Spark; None: cannot tell cheaply.
+    def count_rows(self, *, model: ModelConfig, recipient: RecipientConfig, bounds: Bounds, cap: int) -> int | None:
+        """An upper bound on the rows ``read`` returns, counted up to ``cap + 1`` and asked of the source
+        without Spark; None: cannot tell cheaply.
 
-        False must be certain (the transfer then skips Spark's staging job); True may be a false alarm.
+        The answer must never be below the read's count (0 makes the transfer skip Spark's staging job;
+        up to ``cap`` makes it collect the rows through Arrow instead of a Parquet write job).
         """
         return None
 
