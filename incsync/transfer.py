@@ -135,7 +135,7 @@ def run_transfer(request: TransferRequest, *, staging_root: Path) -> TransferOut
         # A cheap count first: a window with no row in bounds then costs no Spark job, a small one a collect
         # through Arrow instead of a Parquet write job (either batch is validated, counted and recorded alike).
         count = request.source.count_rows(model=model, recipient=recipient, bounds=bounds, cap=COLLECT_MAX_ROWS)
-        df = request.source.read(request.spark(), model=model, recipient=recipient, bounds=bounds)
+        df = request.source.read(request.spark(), model=model, recipient=recipient, bounds=bounds, rows_hint=count)
         batch = stage(df, staging, known_empty=count == 0, collect=count is not None and count <= COLLECT_MAX_ROWS)
         if count == 0:
             log.info("transfer %s: the source has no row in bounds; Spark staging skipped", transfer_id)

@@ -138,7 +138,8 @@ class ArrowLakeSource(Source):
     def __init__(self, config: LakeSourceConfig):
         self.config = config
 
-    def read(self, spark: object, *, model: ModelConfig, recipient: RecipientConfig, bounds: Bounds) -> pa.Table:
+    def read(self, spark: object, *, model: ModelConfig, recipient: RecipientConfig, bounds: Bounds,
+             rows_hint: int | None = None) -> pa.Table:
         assert model.source_table and model.organization_column and self.config.path
         data = ds.dataset(str(Path(self.config.path) / model.source_table), format="parquet")
         lm = ds.field(model.last_modified_column)

@@ -279,6 +279,10 @@ def test_partitioned_read_pushes_the_predicate_and_hides_the_password(spark, tmp
         source, model, recipient = build_source(config.source("db")), config.model("orders"), config.recipients[0]
         df = source.read(spark, model=model, recipient=recipient, bounds=Bounds(lower=ts(1), upper=ts(2), lookback_seconds=0, reason="t"))
         assert df.rdd.getNumPartitions() == 3
+        window = Bounds(lower=ts(1), upper=ts(2), lookback_seconds=0, reason="t")
+        # With the transfer's row count in hand: a small read is one query (no MIN/MAX), a large one split.
+        assert source.read(spark, model=model, recipient=recipient, bounds=window, rows_hint=2000).rdd.getNumPartitions() == 1
+        assert source.read(spark, model=model, recipient=recipient, bounds=window, rows_hint=50_001).rdd.getNumPartitions() == 3
         ids = sorted(r["id"] for r in df.collect())
         assert ids == [g for g in range(1, 3001) if g % 3 != 0]
         plan = df._jdf.queryExecution().toString()

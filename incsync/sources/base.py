@@ -21,9 +21,13 @@ class Source(ABC):
 
     @abstractmethod
     def read(
-        self, spark: SparkSession, *, model: ModelConfig, recipient: RecipientConfig, bounds: Bounds
+        self, spark: SparkSession, *, model: ModelConfig, recipient: RecipientConfig, bounds: Bounds,
+        rows_hint: int | None = None,
     ) -> DataFrame:
-        """Rows of ``recipient`` with ``bounds.lower <= last_modified < bounds.upper``."""
+        """Rows of ``recipient`` with ``bounds.lower <= last_modified < bounds.upper``.
+
+        ``rows_hint``: the source's own ``count_rows`` answer, when there was one (it may plan by it).
+        """
 
     def count_rows(self, *, model: ModelConfig, recipient: RecipientConfig, bounds: Bounds, cap: int) -> int | None:
         """An upper bound on the rows ``read`` returns, counted up to ``cap + 1`` and asked of the source

@@ -31,6 +31,9 @@ _IDENTIFIER_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _NUMERIC_KEYS = ("IntegerType", "LongType", "ShortType", "ByteType", "DecimalType")
 
 
+PARTITIONED_READ_MIN_ROWS = 50_000  # at most the transfer's count cap (transfer.COLLECT_MAX_ROWS) + 1
+
+
 def driver_jars(sources: Sequence[object]) -> list[str]:
     """Jars named by JDBC sources' ``driver_jar``: they must be on Spark's classpath when the JVM starts."""
     return [s.driver_jar for s in sources if isinstance(s, JdbcSourceConfig) and s.driver_jar]
@@ -164,7 +167,8 @@ class JdbcSource(Source):
             )
 
     def read(
-        self, spark: SparkSession, *, model: ModelConfig, recipient: RecipientConfig, bounds: Bounds
+        self, spark: SparkSession, *, model: ModelConfig, recipient: RecipientConfig, bounds: Bounds,
+        rows_hint: int | None = None,
     ) -> DataFrame:
         from pyspark.sql import functions as F
         from pyspark.sql.types import StringType, TimestampType
@@ -174,7 +178,10 @@ class JdbcSource(Source):
         sql = self.relation_sql(model, recipient, bounds_where=self._bounds_where(model, bounds, zoned=zoned))
         options = self._options(model, recipient)
         what = f"model {model.model_name}, recipient {recipient.id}"
-        df = self._load(spark, sql, options, what=what, extra=self._partitioning(spark, model, fields, sql, options, what))
+        # A range split costs a MIN/MAX query and pays off only for large reads.
+        split = rows_hint is None or rows_hint >= PARTITIONED_READ_MIN_ROWS
+        extra = self._partitioning(spark, model, fields, sql, options, what) if split else {}
+        df = self._load(spark, sql, options, what=what, extra=extra)
         if model.organization_column and isinstance(fields[model.organization_column], StringType):
             # Case-insensitive or PAD SPACE collations match more than the exact value; Spark compares exactly.
             df = df.where(F.col(model.organization_column) == F.lit(recipient.id_in_provider_system))

@@ -47,7 +47,8 @@ class LakeSource(Source):
             self._table(spark, [*([schema] if schema else []), folder.name]).createOrReplaceTempView(folder.name)
 
     def read(
-        self, spark: SparkSession, *, model: ModelConfig, recipient: RecipientConfig, bounds: Bounds
+        self, spark: SparkSession, *, model: ModelConfig, recipient: RecipientConfig, bounds: Bounds,
+        rows_hint: int | None = None,
     ) -> DataFrame:
         from pyspark.sql import functions as F
 
