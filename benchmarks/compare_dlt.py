@@ -9,6 +9,7 @@ Workloads, all on one generated ``public.orders`` table (``id`` PK, tenant colum
 Tools, each run as a fresh process per transfer, as a user runs them:
   dlt    ``benchmarks/dlt_load.py``: sql_table, pyarrow backend, merge on the primary key,
          incremental on updated_at, tenant filter pushed into the query
+  dlt1p  (workload C) every tenant's dlt pipeline in one process, one after the other
   cold   ``incsync transfer`` with an embedded Spark (a JVM starts in every process)
   warm   ``incsync transfer`` against a Spark Connect server the harness starts once (and warms up)
   worker ``incsync transfer --worker SOCKET``: a standard-library client hands the transfer to an
@@ -167,8 +168,9 @@ class Bench:
                 destinations.append({"name": f"d_{r}", "kind": "postgres", "dsn_env": "BENCH_DEST_DSN", "schema": f"{name}_{r}"})
             entries.append({"id": r, "id_in_provider_system": r, "destination": f"d_{r}"})
         config = {
+            # Two range queries for large reads (benchmarks/extraction.py: 1.21 -> 0.81 s for 500k rows on 2 cores).
             "sources": [{"name": "app_db", "vendor": "postgres", "jdbc_url": f"jdbc:postgresql://{HOST}:{PORT}/{self.source_db}",
-                         "user": self.user}],
+                         "user": self.user, "max_concurrent_queries_per_transfer": self.args.queries}],
             "destinations": destinations,
             "models": [{"model_name": "orders", "source": "app_db", "source_table": "public.orders", "primary_key": ["id"],
                         "last_modified_column": "updated_at", "organization_column": "organization_id",
@@ -208,22 +210,26 @@ class Bench:
         for line in process.stdout:
             if line.strip().startswith("export INCSYNC_WORKER="):
                 threading.Thread(target=process.stdout.read, daemon=True).start()  # keep draining its output
+                print(f"  worker ready, resident before any transfer: {vm_hwm(process.pid) / 2**20:,.0f} MB", flush=True)
                 return process
         raise RuntimeError(f"incsync worker for {config} exited with {process.wait()} before it was ready")
 
     # --- dlt -----------------------------------------------------------------------------------------
-    def dlt(self, name: str, destination: str, tenant: str) -> tuple[float, int, int, int]:
+    def dlt(self, name: str, destination: str, tenant: str | list[str]) -> tuple[float, int, int, int]:
+        """One dlt process: one tenant, or (a list) each tenant's pipeline in turn in the same process."""
         folder = self.work / name
         folder.mkdir(parents=True, exist_ok=True)
+        tenants = [tenant] if isinstance(tenant, str) else tenant
+        datasets = ["--dataset", f"{name}_{tenant}"] if isinstance(tenant, str) else ["--dataset-prefix", name]
         command = [str(BIN / "python"), str(ROOT / "benchmarks" / "dlt_load.py"), "--source-dsn", self.dsn(self.source_db),
-                   "--tenant", tenant, "--destination", destination, "--dataset", f"{name}_{tenant}",
+                   *(a for t in tenants for a in ("--tenant", t)), "--destination", destination, *datasets,
                    "--pipelines-dir", str(folder / "pipelines")]
         # dlt insists on a password; the server's trust authentication ignores it.
         dest_dsn = self.dsn(self.dest_db).replace(f"//{self.user}@", f"//{self.user}:unused@")
         command += ["--delta-path", str(folder / "out")] if destination == "delta" else ["--dest-dsn", dest_dsn]
         env = {**os.environ, "DLT_DATA_DIR": str(folder / "data")}
         wall, py, tree, out = measure(command, env)
-        return wall, int(re.search(r"rows=(\d+)", out).group(1)), py, tree
+        return wall, sum(int(n) for n in re.findall(r"rows=(\d+)", out)), py, tree
 
     # --- checks and changes --------------------------------------------------------------------------
     def landed(self, tool: str, name: str, destination: str, tenant: str) -> int:
@@ -280,7 +286,10 @@ class Bench:
     def c(self, destination: str, tool: str, rep: int, sizes: dict[str, int]) -> None:
         name = f"{tool}_c{destination[:2]}_{rep}_{uuid.uuid4().hex[:4]}"
         tenants = [t for t in sizes if t != BIG]
-        config = None if tool == "dlt" else self.incsync_config(name, destination, tenants, warm=tool in ("warm", "warm1p", "worker"))
+        config = None if tool.startswith("dlt") else self.incsync_config(name, destination, tenants, warm=tool in ("warm", "warm1p", "worker"))
+        if tool == "dlt1p":  # every tenant's pipeline in one dlt process
+            self.record("C", destination, tool, rep, self.dlt(name, destination, tenants))
+            return
         if tool == "warm1p":  # every tenant in one process: no Python start-up per transfer
             env = {**os.environ, "DAGSTER_HOME": str(config.parent / ".dagster"), "INCSYNC_STAGING_DIR": str(config.parent / "staging"),
                    "BENCH_DEST_DSN": self.dsn(self.dest_db)}
@@ -309,7 +318,7 @@ def summarize(samples: list[Sample], sizes: dict[str, int]) -> list[str]:
     medians = {k: statistics.median(s.wall for s in v) for k, v in groups.items()}
     lines = ["| workload | destination | tool | n | wall s, median (min–max) | rows | rows/s | py RSS MB | tree RSS MB | wall ÷ dlt |",
              "|---|---|---|---|---|---|---|---|---|---|"]
-    order = {"dlt": 0, "cold": 1, "warm": 2, "worker": 3, "warm1p": 4}
+    order = {"dlt": 0, "dlt1p": 1, "cold": 2, "warm": 3, "worker": 4, "warm1p": 5}
     for key in sorted(groups, key=lambda k: (k[0], k[1], order.get(k[2], 9))):
         runs, wall = groups[key], medians[key]
         walls = sorted(s.wall for s in runs)
@@ -317,7 +326,10 @@ def summarize(samples: list[Sample], sizes: dict[str, int]) -> list[str]:
         py = statistics.median(s.py_rss for s in runs) / 2**20
         tree = statistics.median(s.tree_rss for s in runs) / 2**20
         peer = medians.get((key[0], key[1], "dlt"))
-        ratio = "–" if key[2] == "dlt" or peer is None else f"{wall / peer:.2f}"
+        ratio = "–" if key[2].startswith("dlt") or peer is None else f"{wall / peer:.2f}"
+        peer_1p = medians.get((key[0], key[1], "dlt1p"))
+        if peer_1p and not key[2].startswith("dlt"):
+            ratio += f" ({wall / peer_1p:.2f} of dlt1p)"
         lines.append(f"| {key[0]} | {key[1]} | {key[2]} | {len(runs)} | {wall:.1f} ({walls[0]:.1f}–{walls[-1]:.1f}) | "
                      f"{rows:,} | {rows / wall:,.0f} | {py:,.0f} | {tree:,.0f} | {ratio} |")
     return lines
@@ -333,8 +345,9 @@ def main() -> None:
     parser.add_argument("--workloads", default="A,C", help="A (A then B), C")
     parser.add_argument("--destinations", default="delta,postgres")
     parser.add_argument("--tools", default="dlt,cold,warm,worker")
-    parser.add_argument("--c-tools", default="dlt,worker",
-                        help="tools for workload C (cold pays a JVM per tenant; warm1p: every tenant in one incsync process)")
+    parser.add_argument("--c-tools", default="dlt,dlt1p,worker",
+                        help="tools for workload C (cold pays a JVM per tenant; dlt1p / warm1p: every tenant in one process)")
+    parser.add_argument("--queries", type=int, default=2, help="incsync's max_concurrent_queries_per_transfer")
     parser.add_argument("--port", type=int, default=15077, help="Spark Connect port for the warm runs")
     parser.add_argument("--workdir")
     parser.add_argument("--json", help="also write the samples here")

@@ -21,6 +21,7 @@ import os
 import signal
 import socket
 import sys
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -188,6 +189,21 @@ class Worker:
                 code = run_command([*request["argv"], "-c", str(self.config_file)], resident=self.resident)
         with contextlib.suppress(OSError):
             conn.sendall(json.dumps({"exit": code}).encode() + b"\n")
+        release_memory()
+
+
+def release_memory() -> None:
+    """Hand memory freed by the last transfer back to the OS, so one large batch does not stay resident
+    in a process that lives on (Arrow's pool and glibc's heap both keep freed pages by default)."""
+    import ctypes
+    import gc
+
+    import pyarrow as pa
+
+    gc.collect()
+    pa.default_memory_pool().release_unused()
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
 
 
 def serve(config_file: Path, socket_path: Path, *, warm: bool = True, announce: Callable[[str], None] = print) -> None:
@@ -218,16 +234,38 @@ def serve(config_file: Path, socket_path: Path, *, warm: bool = True, announce: 
     finally:
         os.umask(old_umask)
     server.listen(64)
-    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+    # accept() wakes twice a second to look at the flag; the OS may deliver a signal to any thread.
+    server.settimeout(0.5)
+    stopping = threading.Event()
     announce(f"incsync worker ready for {worker.config_file}\n  export {WORKER_ENV_VAR}={socket_path}")
     try:
-        while True:
-            conn, _ = server.accept()
+        while not stopping.is_set():
+            # Between requests SIGTERM and Ctrl-C stop the worker. A Dagster run installs its own handlers
+            # (an interrupt then stops that run, as in any Dagster process) and leaves them changed, so
+            # ours go back in place before every wait.
+            for signum in (signal.SIGTERM, signal.SIGINT):
+                signal.signal(signum, lambda *_: stopping.set())
+            try:
+                conn, _ = server.accept()
+            except TimeoutError:
+                continue
             with conn:
                 worker.handle(conn)
-    except KeyboardInterrupt:
-        pass
     finally:
         server.close()
         socket_path.unlink(missing_ok=True)
+        _close_spark_client()
+
+
+def _close_spark_client() -> None:
+    """Close a Spark Connect client without its exit-time RPCs (pyspark's atexit cleanup), which can hold
+    the process on a busy or stopped server. The server runs on for others; a local session ends with us."""
+    if "pyspark.sql.connect.session" not in sys.modules:
+        return
+    from pyspark.sql.connect.session import SparkSession
+
+    session = SparkSession._get_default_session()
+    if session is not None:
+        with contextlib.suppress(Exception):
+            session.client.close()
 
