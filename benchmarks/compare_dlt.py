@@ -3,6 +3,7 @@
 Workloads, all on one generated ``public.orders`` table (``id`` PK, tenant column, ``updated_at``):
   A  backfill of one tenant of ``--tenant-rows`` rows (default 500,000)
   B  1% of that tenant changed, then an incremental load
+  N  (``--no-change``) the same incremental again with nothing changed: the fixed cost of a transfer
   C  ``--c-tenants`` tenants (default 200) with ``--c-rows`` rows (default 5,000,000) in all, skewed
      (tenant k has weight 1/(k+1)); one backfill per tenant, one after the other
 
@@ -280,6 +281,8 @@ class Bench:
             result = run(False)
             assert result[1] >= changed, f"{tool} {destination}: incremental moved {result[1]} rows, {changed} changed"
             self.record("B", destination, tool, rep, result)
+            if self.args.no_change:  # N: the same incremental again, nothing changed since
+                self.record("N", destination, tool, rep, run(False))
         finally:
             stop(worker)
 
@@ -347,6 +350,7 @@ def main() -> None:
     parser.add_argument("--tools", default="dlt,cold,warm,worker")
     parser.add_argument("--c-tools", default="dlt,dlt1p,worker",
                         help="tools for workload C (cold pays a JVM per tenant; dlt1p / warm1p: every tenant in one process)")
+    parser.add_argument("--no-change", action="store_true", help="after B, one more incremental with nothing changed (N)")
     parser.add_argument("--queries", type=int, default=2, help="incsync's max_concurrent_queries_per_transfer")
     parser.add_argument("--port", type=int, default=15077, help="Spark Connect port for the warm runs")
     parser.add_argument("--workdir")
