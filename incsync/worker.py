@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import logging
 import os
 import signal
 import socket
@@ -35,6 +36,9 @@ if TYPE_CHECKING:
 WORKER_ENV_VAR = "INCSYNC_WORKER"
 PROTOCOL_VERSION = 1
 MAX_SOCKET_PATH = 107  # sun_path holds 108 bytes, with the terminating NUL
+REQUEST_TIMEOUT_SECONDS = 10.0
+
+log = logging.getLogger(__name__)
 
 
 class WorkerError(IncsyncError):
@@ -174,10 +178,12 @@ class Worker:
         from incsync.cli import run_command
 
         out, err = _Relay(conn, "out"), _Relay(conn, "err")
+        conn.settimeout(REQUEST_TIMEOUT_SECONDS)  # a client that connects and says nothing does not hold the worker
         try:
             request = json.loads(conn.makefile("r", encoding="utf-8").readline() or "null")
         except (ValueError, OSError):
             return
+        conn.settimeout(None)
         if not isinstance(request, dict):
             return
         problem = self.refusal(request)
@@ -185,8 +191,13 @@ class Worker:
             err.write(f"error: {problem}\n")
             code = 2
         else:
-            with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-                code = run_command([*request["argv"], "-c", str(self.config_file)], resident=self.resident)
+            try:
+                with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+                    code = run_command([*request["argv"], "-c", str(self.config_file)], resident=self.resident)
+            except Exception as exc:  # noqa: BLE001 - a bug in one request must not end the worker
+                log.exception("incsync worker: request %s failed", request["argv"])  # to the worker's own stderr
+                err.write(f"error: the worker failed on this request ({type(exc).__name__}: {exc}); its log has the traceback\n")
+                code = 1
         with contextlib.suppress(OSError):
             conn.sendall(json.dumps({"exit": code}).encode() + b"\n")
         release_memory()

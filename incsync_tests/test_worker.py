@@ -163,3 +163,22 @@ def test_no_worker_at_the_socket_is_a_clear_error(tmp_path: Path) -> None:
         "or run in this process by dropping --worker and unsetting INCSYNC_WORKER"
     ))
     assert out.stdout == ""
+
+
+def test_garbage_and_silent_clients_do_not_hold_the_worker(worker: RunningWorker) -> None:
+    import socket
+
+    with socket.socket(socket.AF_UNIX) as garbage:
+        garbage.connect(str(worker.socket))
+        garbage.sendall(b"not json\n")
+        assert garbage.recv(100) == b""  # the worker hangs up
+    silent = socket.socket(socket.AF_UNIX)
+    silent.connect(str(worker.socket))  # and never says a word
+    try:
+        out, seconds = _client("transfer", "orders", "--recipient", "acme", "--window", "2024-01-01",
+                               "-c", str(worker.config), "--worker", str(worker.socket), env=worker.env)
+    finally:
+        silent.close()
+    assert out.returncode == 0, out.stderr
+    assert _transfer_lines(out.stdout)[0][1] == "rows_transferred=2"
+    assert seconds < 60, f"the silent client held the worker for {seconds:.0f} s"
