@@ -44,11 +44,11 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 
 def cmd_transfer(args: argparse.Namespace) -> int:
-    resident: Resident | None = args.resident
-    worker = None if resident else (args.worker or os.environ.get("INCSYNC_WORKER"))
-    if worker:
-        from incsync.worker import forward
+    from incsync.worker import WORKER_ENV_VAR, forward  # standard library only
 
+    resident: Resident | None = args.resident
+    worker = None if resident else (args.worker or os.environ.get(WORKER_ENV_VAR))
+    if worker:
         return forward(worker, argv=args.argv, config=args.config)
 
     from incsync.automation.tags import parse_tags, user_run_tags
