@@ -158,6 +158,11 @@ class ModelConfig(_Strict):
     min_start_time_epoch: int = Field(ge=0)
     frequency: str = "*/15 * * * *"
     lookback_seconds: int | None = Field(default=None, ge=0)
+    max_rows_per_batch: int = Field(
+        default=1_000_000, ge=1,
+        description="A transfer over many windows is read once and committed in batches of at most this many "
+        "rows, split at window boundaries (a window is never split).",
+    )
 
     @model_validator(mode="after")
     def _shape(self) -> ModelConfig:

@@ -269,8 +269,16 @@ class PostgresDestination(Destination):
         insert = sql.SQL("INSERT INTO {target} AS t ({cols}) SELECT {cols} FROM {stage}").format(
             target=target, cols=cols, stage=sql.Identifier("pg_temp", STAGE_TABLE))
         if updates:
-            insert = insert + sql.SQL(" ON CONFLICT ({pk}) DO UPDATE SET {sets} WHERE t.{lm} <= EXCLUDED.{lm}").format(
-                pk=pk, lm=lm,
+            # Newer, or as new with other values: a replayed or no-change batch updates no row (no dead
+            # tuples, no WAL). Values compare as text, so every type (json too) has an equality.
+            values = [c for c in updates if c != model.last_modified_column]
+            differ = sql.SQL(" OR (t.{lm} = EXCLUDED.{lm} AND ROW({old})::text IS DISTINCT FROM ROW({new})::text)").format(
+                lm=lm,
+                old=sql.SQL(", ").join(sql.SQL("t.{}").format(sql.Identifier(c)) for c in values),
+                new=sql.SQL(", ").join(sql.SQL("EXCLUDED.{}").format(sql.Identifier(c)) for c in values),
+            ) if values else sql.SQL("")
+            insert = insert + sql.SQL(" ON CONFLICT ({pk}) DO UPDATE SET {sets} WHERE t.{lm} < EXCLUDED.{lm}{differ}").format(
+                pk=pk, lm=lm, differ=differ,
                 sets=sql.SQL(", ").join(sql.SQL("{c} = EXCLUDED.{c}").format(c=sql.Identifier(c)) for c in updates),
             )
         else:
