@@ -206,6 +206,11 @@ class IncsyncConfig(_Strict):
     models: list[ModelConfig] = Field(default_factory=list)
     recipients: list[RecipientConfig] = Field(default_factory=list)
     staging_dir: str | None = Field(default=None, description="Root of per-transfer staging folders.")
+    recipients_per_run: int = Field(
+        default=256, ge=1,
+        description="Schedules, the sensor and the CLI launch one run per this many recipients of a model; "
+        "the run reads them with one query and publishes each recipient's rows to its own destination.",
+    )
     spark: dict[str, str] = Field(default_factory=dict, description="Extra Spark settings (spark.master, ...).")
 
     def source(self, name: str) -> SourceConfig:
