@@ -92,7 +92,8 @@ def cmd_transfer(args: argparse.Namespace) -> int:
     first = min(k[0] for k in windows.values())
     last = max(k[-1] for k in windows.values())
     who = recipients[0].id if len(windows) == 1 else f"{len(windows)} recipients"
-    print(f"transfer {model.model_name} → {who}: {n_windows} window(s) {first} .. {last} in {len(specs)} run(s)", flush=True)
+    runs = f" in {len(specs)} runs" if len(specs) > 1 else ""
+    print(f"transfer {model.model_name} → {who}: {n_windows} window(s) {first} .. {last}{runs}", flush=True)
     results = execute_runs(defs, instance, specs, windows=windows, progress=lambda line: print(line, flush=True))
     failed = [r for r in results if not r.success]
     for result in failed:

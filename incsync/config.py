@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import re
+from functools import cached_property
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -31,6 +32,8 @@ DEFAULT_LOOKBACK_SECONDS: dict[str, int] = {
     "mariadb": 5,
 }
 FALLBACK_LOOKBACK_SECONDS = 300
+# libyaml's safe loader parses a 10,000-recipient file ~5x faster than the pure-Python one.
+_YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 class _Strict(BaseModel):
@@ -217,7 +220,7 @@ class IncsyncConfig(_Strict):
         return next(s for s in self.sources if s.name == name)
 
     def destination(self, name: str) -> DestinationConfig:
-        return next(d for d in self.destinations if d.name == name)
+        return self._destinations_by_name[name]
 
     def model(self, name: str) -> ModelConfig:
         for m in self.models:
@@ -226,10 +229,19 @@ class IncsyncConfig(_Strict):
         raise KeyError(f'unknown model "{name}"; known: {", ".join(m.model_name for m in self.models)}')
 
     def recipient(self, rid: str) -> RecipientConfig:
-        for r in self.recipients:
-            if r.id == rid:
-                return r
-        raise KeyError(f'unknown recipient "{rid}"; known: {", ".join(r.id for r in self.recipients)}')
+        found = self._recipients_by_id.get(rid)
+        if found is None:
+            known = ", ".join(r.id for r in self.recipients[:20]) + (", ..." if len(self.recipients) > 20 else "")
+            raise KeyError(f'unknown recipient "{rid}"; known: {known}')
+        return found
+
+    @cached_property
+    def _recipients_by_id(self) -> dict[str, RecipientConfig]:
+        return {r.id: r for r in self.recipients}
+
+    @cached_property
+    def _destinations_by_name(self) -> dict[str, DestinationConfig]:
+        return {d.name: d for d in self.destinations}
 
     def lookback_seconds(self, model: ModelConfig) -> int:
         """Model override, else source override, else the vendor default."""
@@ -337,8 +349,9 @@ def _cross_check(cfg: IncsyncConfig) -> list[str]:
                 f'destinations[{i}]: "{d.name}" is used by recipients {", ".join(users[d.name])}; a {d.kind} '
                 "destination holds one recipient's copy, so give each recipient its own (object_storage may be shared)"
             )
+    known_destinations = set(destination_names)
     for i, r in enumerate(cfg.recipients):
-        if r.destination not in destination_names:
+        if r.destination not in known_destinations:
             problems.append(
                 f'recipients[{i}].destination: "{r.destination}" is not a configured destination; '
                 f'known: [{", ".join(destination_names)}]'
@@ -395,7 +408,7 @@ def load_config(path: str | os.PathLike[str] | None = None) -> IncsyncConfig:
     if not file.exists():
         raise ConfigError(str(file), [f"file not found; create it or point {CONFIG_ENV_VAR} at it"])
     try:
-        data = yaml.safe_load(file.read_text())
+        data = yaml.load(file.read_text(), Loader=_YAML_LOADER)  # noqa: S506 - a safe loader, in C when built
     except yaml.YAMLError as exc:
         raise ConfigError(str(file), [f"not valid YAML: {exc}"]) from None
     cfg = parse_config(data, path=str(file))
@@ -404,9 +417,9 @@ def load_config(path: str | os.PathLike[str] | None = None) -> IncsyncConfig:
 
 def _resolve_paths(cfg: IncsyncConfig, base: Path) -> IncsyncConfig:
     def resolve(p: str | None) -> str | None:
-        if p is None or "://" in p or Path(p).is_absolute():
+        if p is None or "://" in p or os.path.isabs(p):
             return p
-        return str((base / p).resolve())
+        return os.path.normpath(os.path.join(base, p))  # no per-path stat: cheap for 10,000 destinations
 
     sources = [s.model_copy(update={"path": resolve(s.path)}) if isinstance(s, LakeSourceConfig) else s for s in cfg.sources]
     destinations = [

@@ -7,6 +7,7 @@ from pathlib import Path
 import dagster as dg
 from pydantic import Field
 
+from incsync.dagster_compat import add_partition_metadata
 from incsync.errors import IncsyncError
 from incsync.execute import SpanFailure, TransferFailures, execute
 from incsync.metadata import transfer_metadata
@@ -25,19 +26,21 @@ class TransferIOManager(dg.ConfigurableIOManager):
 
         def on_commit(request: TransferRequest, outcome: TransferOutcome) -> None:
             metadata = transfer_metadata(outcome, destination=request.destination.name)
-            context.log.info(
-                "transfer %s committed window %s of recipient %s: %s rows (%s new), high watermark %s",
-                outcome.record.transfer_id, request.partition.window_key, request.recipient.id,
-                outcome.record.rows_transferred, outcome.record.delta_rows_transferred, outcome.record.high_watermark,
-            )
+            if outcome.first_of_commit:  # one line per commit: every event costs a write to the event log
+                context.log.info(
+                    "transfer %s committed %s rows of recipient %s from window %s (%s window(s) in the transfer), "
+                    "high watermark %s",
+                    outcome.record.transfer_id, outcome.commit_rows, request.recipient.id, request.partition.window_key,
+                    outcome.windows_in_transfer, outcome.record.high_watermark,
+                )
             committed.append((request, metadata))
             if single:
                 context.add_output_metadata(metadata)
-            else:
-                context.step_context.add_asset_metadata(metadata, partition_key=request.partition.key)
 
         failures = execute(obj, staging_root=Path(self.staging_dir), on_commit=on_commit)
         if not failures:
+            if not single:
+                add_partition_metadata(context, {str(r.partition.key): md for r, md in committed})
             return
         if not single:
             _record_committed(context, committed)

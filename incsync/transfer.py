@@ -113,6 +113,8 @@ class TransferOutcome:
     columns: tuple[tuple[str, str], ...] = ()  # (name, Arrow type) of the published batch
     windows_in_transfer: int = 1
     batch: str | None = None  # "k/n" when the transfer was split into several commits
+    commit_rows: int = 0  # rows of the commit holding the window (all its windows)
+    first_of_commit: bool = True  # the first window of its commit (one log line per commit, not per window)
 
 
 OnCommit = Callable[[TransferRequest, TransferOutcome], None]
@@ -282,6 +284,8 @@ def publish_span(span: PreparedSpan, batch: StagedBatch, *, on_commit: OnCommit)
                 columns=columns,
                 windows_in_transfer=len(windows),
                 batch=None if len(splits) == 1 else f"{k + 1}/{len(splits)}",
+                commit_rows=record.rows_transferred,
+                first_of_commit=i == lo,
             ))
 
 

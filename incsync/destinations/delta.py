@@ -117,7 +117,6 @@ class DeltaDestination(Destination):
     def _merge(self, dt: DeltaTable, *, model: ModelConfig, batch: StagedBatch, props: CommitProperties) -> None:
         before = dt.version()
         on = " AND ".join(f"t.{_quote(c)} = s.{_quote(c)}" + _key_range(batch, c) for c in model.primary_key)
-        lm = _quote(model.last_modified_column)
         (
             dt.merge(_reader(batch), predicate=on, source_alias="s", target_alias="t", merge_schema=True, commit_properties=props)
             .when_matched_update_all(predicate=_newer_or_different(batch, model))
