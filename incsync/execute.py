@@ -40,6 +40,7 @@ log = logging.getLogger(__name__)
 # over from the new state; a stale writer never publishes, it redoes its work against fresh state.
 LEASE_ATTEMPTS = 4
 MAX_PARALLEL_PUBLISHES = 4
+MAX_PARALLEL_STATE_READS = 8
 
 
 @dataclass(frozen=True)
@@ -127,11 +128,17 @@ def _fan_out(
 ) -> list[SpanFailure]:
     failures: list[SpanFailure] = []
     prepared: list[PreparedSpan] = []
-    for span in spans:
+
+    def prepare_one(span: Span[TransferRequest]) -> PreparedSpan | SpanFailure:
         try:
-            prepared.append(prepare(span.windows, staging_root=staging_root))
+            return prepare(span.windows, staging_root=staging_root)
         except Exception as exc:  # noqa: BLE001 - e.g. an unreachable destination fails its recipient only
-            failures.append(SpanFailure(span.recipient_id, span.windows, exc))
+            return SpanFailure(span.recipient_id, span.windows, exc)
+
+    # Reading each destination's state is I/O (a Delta log, a PostgreSQL query): overlap them.
+    with ThreadPoolExecutor(max_workers=min(MAX_PARALLEL_STATE_READS, len(spans))) as pool:
+        for result in pool.map(prepare_one, spans):
+            (failures if isinstance(result, SpanFailure) else prepared).append(result)  # type: ignore[arg-type]
     if not prepared:
         return failures
     first = prepared[0].first
