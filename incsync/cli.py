@@ -31,6 +31,10 @@ def cmd_validate(args: argparse.Namespace) -> int:
         f"{config_path(args.config)}: OK ({len(config.sources)} sources, {len(config.destinations)} destinations, "
         f"{len(config.models)} models, {len(config.recipients)} recipients)"
     )
+    from incsync.locations import location_notes
+
+    for note in location_notes(config, Path.cwd()):
+        print(f"note: {note}")
     if args.connect:
         from incsync.checks import check_connectivity
 

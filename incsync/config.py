@@ -350,8 +350,11 @@ def _format_loc(loc: tuple[Any, ...]) -> str:
     return out or "(top level)"
 
 
-def parse_config(data: Any, *, path: str = "<memory>") -> IncsyncConfig:
-    """Validate a loaded YAML document; raise ConfigError with every problem at once."""
+def parse_config(data: Any, *, path: str = "<memory>", base: Path | None = None) -> IncsyncConfig:
+    """Validate a loaded YAML document; raise ConfigError with every problem at once.
+
+    ``base`` is the folder relative paths are taken against (the file's; default the working directory).
+    """
     if data is None:
         data = {}
     if not isinstance(data, dict):
@@ -371,6 +374,10 @@ def parse_config(data: Any, *, path: str = "<memory>") -> IncsyncConfig:
             problems.append(f"{_format_loc(err['loc'])}: {msg}")
         raise ConfigError(path, problems) from None
     problems = _cross_check(cfg)
+    if not problems:
+        from incsync.locations import shared_location_problems
+
+        problems = shared_location_problems(cfg, base or Path.cwd())
     if problems:
         raise ConfigError(path, problems)
     return cfg
@@ -388,7 +395,7 @@ def load_config(path: str | os.PathLike[str] | None = None) -> IncsyncConfig:
         data = yaml.safe_load(file.read_text())
     except yaml.YAMLError as exc:
         raise ConfigError(str(file), [f"not valid YAML: {exc}"]) from None
-    cfg = parse_config(data, path=str(file))
+    cfg = parse_config(data, path=str(file), base=file.resolve().parent)
     return _resolve_paths(cfg, file.resolve().parent)
 
 
