@@ -239,6 +239,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--workdir", default="demo")
     p.add_argument("--rows", type=int, default=120_000)
     p.set_defaults(func=cmd_demo)
+    from incsync.handover import add_parser as add_transfer_ownership
+
+    add_transfer_ownership(sub)
     return parser
 
 

@@ -106,6 +106,8 @@ def run_transfer(request: TransferRequest, *, staging_root: Path) -> TransferOut
     reason = None
     if request.full_refresh:
         reason = "requested"
+    elif state.reset_reason:  # data and transfer log disagree: never continue from a stale HW
+        reason = state.reset_reason
     elif state.last_transfer is not None and state.last_transfer.fingerprint != request.fingerprint:
         reason = f"model_changed ({state.last_transfer.fingerprint} -> {request.fingerprint})"
 
