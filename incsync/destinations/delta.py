@@ -9,12 +9,14 @@ from pathlib import Path
 from urllib.parse import unquote
 
 import pyarrow as pa
-from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
+from deltalake import CommitProperties, DeltaTable, write_deltalake
 from deltalake.exceptions import CommitFailedError, TableNotFoundError
 
 from incsync.config import DeltaDestinationConfig, ModelConfig, RecipientConfig
 from incsync.crashpoints import crash_point
 from incsync.destinations.base import FULL_REFRESH, Destination, DestinationState, TransferRecord, reset_reason
+from incsync.destinations.delta_state import RECORD_KEY, find_record, transactions
+from incsync.destinations.delta_state import app_id as delta_app_id
 from incsync.destinations.ownership import METADATA_KEY as OWNER_KEY
 from incsync.destinations.ownership import (
     OWNER_PROPERTY,
@@ -28,14 +30,12 @@ from incsync.destinations.ownership import (
 from incsync.errors import LeaseError, PublishError
 from incsync.staging import StagedBatch
 
-RECORD_KEY = "incsync.transfer"
-HISTORY_SCAN = 100
 # Commits of other recipients to the same table make a publish re-check its lease and try again.
 PUBLISH_ATTEMPTS = 8
 
 
 def app_id(model: ModelConfig, recipient: RecipientConfig) -> str:
-    return f"incsync:{model.model_name}:{recipient.id}"
+    return delta_app_id(model.model_name, recipient.id)
 
 
 def _quote(column: str) -> str:
@@ -87,15 +87,8 @@ class DeltaDestination(Destination):
         """The last transfer of (model, recipient) as of the version ``dt`` was loaded at."""
         if dt is None:
             return DestinationState()
-        version = str(dt.version())
-        for commit in dt.history(limit=HISTORY_SCAN):
-            raw = commit.get(RECORD_KEY)
-            if raw is None:
-                continue
-            record = TransferRecord.from_json(raw if isinstance(raw, str) else json.dumps(raw))
-            if record.recipient_id == recipient.id and record.model_name == model.model_name:
-                return DestinationState(last_transfer=record, version=version)
-        return DestinationState(version=version)
+        record = find_record(dt, model=model.model_name, recipient=recipient.id)
+        return DestinationState(last_transfer=record, version=str(dt.version()))
 
     def publish(
         self,
@@ -106,12 +99,6 @@ class DeltaDestination(Destination):
         record: TransferRecord,
         expected: DestinationState,
     ) -> dict[str, object]:
-        txns = [Transaction(app_id(model, recipient), record.high_watermark_micros)] if record.high_watermark_micros is not None else []
-        # max_commit_retries=0 turns each commit into a compare-and-swap on the table version the
-        # lease was checked at: delta-rs refuses the commit when any other writer committed since.
-        props = CommitProperties(
-            custom_metadata={RECORD_KEY: record.to_json()}, app_transactions=txns, max_commit_retries=0
-        )
         path = self.table_path(model)
         me = owner_of(model, recipient)
         for _ in range(PUBLISH_ATTEMPTS):
@@ -122,6 +109,13 @@ class DeltaDestination(Destination):
             if self._claim(dt, me, model=model, recipient=recipient, transfer_id=record.transfer_id):
                 continue  # the adoption stamp committed a version of its own: publish against the new one
             self._check_lease(dt, model=model, recipient=recipient, expected=expected)
+            # max_commit_retries=0 turns each commit into a compare-and-swap on the table version the
+            # lease was checked at: delta-rs refuses the commit when any other writer committed since,
+            # so the record's commit is exactly the next version, which its transactions point at.
+            props = CommitProperties(
+                custom_metadata={RECORD_KEY: record.to_json()},
+                app_transactions=transactions(record, commit_version=dt.version() + 1), max_commit_retries=0,
+            )
             try:
                 if dt.version() == 0 and record.transfer_type != FULL_REFRESH and not dt.file_uris():
                     write_deltalake(dt, _reader(batch), mode="append", commit_properties=props)  # the stamped, empty table
