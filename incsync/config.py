@@ -373,7 +373,9 @@ def parse_config(data: Any, *, path: str = "<memory>", base: Path | None = None)
                 msg = f'"{err["input"]}" must match {err["ctx"]["pattern"]} (letters, digits, _ and - only)'
             problems.append(f"{_format_loc(err['loc'])}: {msg}")
         raise ConfigError(path, problems) from None
-    problems = _cross_check(cfg)
+    from incsync.limits import length_problems
+
+    problems = _cross_check(cfg) + length_problems(cfg)
     if not problems:
         from incsync.locations import shared_location_problems
 
