@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING
 
@@ -134,16 +135,19 @@ def pg_stamp(conn: psycopg.Connection, schema: str, owner: Owner, *, reason: str
 
 
 def pg_claim(
-    conn: psycopg.Connection, schema: str, me: Owner, *, where: str, table_exists: bool, logged: list[str], transfer_id: str
+    conn: psycopg.Connection, schema: str, me: Owner, *, where: str, table_exists: Callable[[], bool],
+    recipients_logged: Callable[[], list[str]], transfer_id: str,
 ) -> None:
     """Check (and on a first transfer or an adoption, write) the owner of ``schema.model``, inside the
-    publish transaction; ``logged`` are the recipients the transfer log names for the model."""
+    publish transaction; only an unstamped table costs a look at the table and at the recipients its
+    transfer log names."""
     stamp = pg_owner(conn, schema, me.model)
     if stamp is not None:
         check_owner(stamp, me, where=where)
         return
+    logged = recipients_logged()
     others = sorted({r for r in logged if r != me.recipient})
-    if others or (table_exists and me.recipient not in logged):
+    if others or (me.recipient not in logged and table_exists()):
         raise refuse_unstamped(me, where=where, others=others)
     reason = f"adopted by transfer {transfer_id}: its log names only {me.recipient}" if logged else f"first transfer {transfer_id}"
     pg_stamp(conn, schema, me, reason=reason)

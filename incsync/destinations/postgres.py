@@ -310,13 +310,13 @@ class PostgresDestination(Destination):
 
     def _claim(self, conn: psycopg.Connection, *, model: ModelConfig, recipient: RecipientConfig, record: TransferRecord) -> None:
         """Refuse, before any row is written, a table that belongs to another recipient; stamp a new one."""
-        logged = conn.execute(
-            sql.SQL("SELECT DISTINCT recipient_id FROM {} WHERE model_name = %s").format(self._ident(TRANSFERS_TABLE)),
-            [model.model_name],
-        ).fetchall()
+        def logged() -> list[str]:
+            query = sql.SQL("SELECT DISTINCT recipient_id FROM {} WHERE model_name = %s").format(self._ident(TRANSFERS_TABLE))
+            return [r for (r,) in conn.execute(query, [model.model_name]).fetchall()]
+
         pg_claim(
             conn, self.schema, owner_of(model, recipient), where=self._where(model),
-            table_exists=self._columns(conn, model.model_name) is not None, logged=[r for (r,) in logged],
+            table_exists=lambda: self._columns(conn, model.model_name) is not None, recipients_logged=logged,
             transfer_id=record.transfer_id,
         )
 
