@@ -95,3 +95,27 @@ def test_a_reset_destination_is_resynced_from_the_start(
         assert sorted(r["id"] for r in target.rows()) == [1, 2, 4]
         assert target.state().reset_reason is None
         assert target.high_watermark() == ts(2, 5)
+
+
+def test_through_dagster_the_reset_reason_and_owner_reach_the_metadata(
+    spark, tmp_path: Path, dagster_instance, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from incsync.assets import MODE_TAG
+    from incsync.project import build_definitions
+    from incsync_tests.support import latest_metadata, materialize_partition
+
+    with destination_env("postgres", monkeypatch):
+        write_table(tmp_path / "src", "orders", SOURCE)
+        config = lake_config(tmp_path, recipients=[{"id": "acme", "id_in_provider_system": "org_1", "destination": "d"}],
+                             destinations=[destination_spec("postgres", name="d")])
+        for window in ("2024-01-01", "2024-01-02"):
+            materialize_partition(build_definitions(config), dagster_instance, window=window, recipient="acme")
+        _pg("DROP TABLE acme.orders")
+        materialize_partition(build_definitions(config), dagster_instance, window="2024-01-02", recipient="acme",
+                              tags={MODE_TAG: "incremental"})
+        meta = latest_metadata(dagster_instance)
+        assert meta["full_refresh_reason"].startswith(
+            "destination_reset: table acme.orders was dropped while its transfer log records transfer ")
+        assert (meta["transfer_type"], meta["rows_transferred"], meta["destination_owner"]) == ("FULL_REFRESH", 3, "acme")
+        assert meta["lower_bound"] == ts(1).timestamp()
+        assert sorted(r["id"] for r in Target(config).rows()) == [1, 2, 4]
