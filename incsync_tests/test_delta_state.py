@@ -4,9 +4,9 @@
 from __future__ import annotations
 
 import json
+from datetime import timedelta
 from pathlib import Path
 
-import pyarrow as pa
 from deltalake import CommitProperties, DeltaTable
 
 from incsync.destinations import INCREMENTAL
@@ -60,7 +60,7 @@ def test_state_survives_100_foreign_commits_a_checkpoint_and_log_cleanup(tmp_pat
     write_table(tmp_path / "src", "orders", [*SOURCE, order(4, "org_1", ts(1, 5))])
     again = arrow_transfer.run(config, "2024-01-01", scheduled=True)  # a repeat run of the window holding the HW
     assert again.record.transfer_type == INCREMENTAL and again.full_refresh_reason is None
-    assert again.bounds.lower == ts(1, 2) - __import__("datetime").timedelta(seconds=again.record.lookback_seconds)
+    assert again.bounds.lower == ts(1, 2) - timedelta(seconds=again.record.lookback_seconds)
     assert (again.record.rows_transferred, again.record.delta_rows_transferred) == (2, 1)
     assert sorted(r["id"] for r in target.rows()) == [1, 2, 4]
     assert Target(config).state().last_transfer == again.record
@@ -76,4 +76,4 @@ def test_the_transfer_commit_is_found_without_scanning_history(tmp_path: Path) -
     txns = {a["txn"]["appId"]: a["txn"]["version"] for a in actions if "txn" in a}
     assert txns["incsync:orders:acme:commit"] == first.destination_metadata["delta_table_version"]
     assert set(txns) == {"incsync:orders:acme", "incsync:orders:acme:commit", "incsync:orders:acme:fingerprint"}
-    assert pa.table(DeltaTable(str(table)).to_pyarrow_table()).num_rows == 2
+    assert DeltaTable(str(table)).to_pyarrow_table().num_rows == 2
