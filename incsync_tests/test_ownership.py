@@ -186,3 +186,34 @@ def test_transfer_ownership_is_explicit_and_logged(kind: str, tmp_path: Path, ca
     assert target.state().reset_reason is None
     again = arrow_transfer.run(second, "2024-01-01", scheduled=False, recipient_id=intruder)
     assert again.full_refresh_reason is None and again.record.transfer_type == "INCREMENTAL"
+
+
+@pytest.mark.parametrize("kind", ["delta", "postgres"], indirect=True)
+def test_two_first_transfers_racing_for_one_table_leave_one_owner(kind: str, tmp_path: Path) -> None:
+    import threading
+
+    write_table(tmp_path / "src", "orders", SOURCE)
+    configs = {"acme": _config(tmp_path, kind, "acme", "org_1", name="a.yaml"),
+               "globex": _config(tmp_path, kind, "globex", "org_2", name="b.yaml")}
+    start = threading.Barrier(2)
+    results: dict[str, object] = {}
+
+    def run(rid: str) -> None:
+        start.wait()
+        try:
+            results[rid] = arrow_transfer.run(configs[rid], "2024-01-01", scheduled=False, recipient_id=rid)
+        except OwnershipError as exc:
+            results[rid] = exc
+
+    threads = [threading.Thread(target=run, args=(rid,)) for rid in configs]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    winners = [rid for rid, r in results.items() if not isinstance(r, OwnershipError)]
+    losers = [rid for rid, r in results.items() if isinstance(r, OwnershipError)]
+    assert len(winners) == 1 and len(losers) == 1, results
+    rows = Target(configs[winners[0]], recipient=winners[0]).raw_rows()
+    tenant = {"acme": "org_1", "globex": "org_2"}
+    assert {r["organization_id"] for r in rows} == {tenant[winners[0]]}
+    assert f"belongs to recipient {winners[0]} (tenant {tenant[winners[0]]}); refusing to publish recipient {losers[0]}" in str(results[losers[0]])
