@@ -53,7 +53,7 @@ class SpanFailure:
 
 
 class TransferFailures(IncsyncError):
-    """Several recipients of one run failed; the others committed."""
+    """Recipients of one run failed: several, or one with an error that does not name it."""
 
 
 def execute(requests: Sequence[TransferRequest], *, staging_root: Path, on_commit: OnCommit) -> list[SpanFailure]:

@@ -112,7 +112,7 @@ def test_a_transfer_larger_than_max_rows_per_batch_commits_whole_windows_in_orde
 
     assert result.success
     table = DeltaTable(str(tmp_path / "out" / "acme" / "orders"))
-    assert table.version() == 2  # three commits: Jan 1 | Jan 2-4 | Jan 5
+    assert table.version() == 3  # the owner stamp (version 0), then three commits: Jan 1 | Jan 2-4 | Jan 5
     md = metadata_by_partition(dagster_instance)
     got = [(md[f"acme|2024-01-0{d}"]["transfer_batch"], md[f"acme|2024-01-0{d}"]["rows_transferred"],
             md[f"acme|2024-01-0{d}"]["high_watermark"]) for d in range(1, 6)]
