@@ -202,3 +202,26 @@ def test_a_full_refresh_over_many_windows_is_one_transfer_published_once(spark, 
     assert got == [("FULL_REFRESH", 1), ("FULL_REFRESH", 2)]  # the first window holds what lies below it too
     assert md["acme|2024-01-02"]["lower_bound"] == ts(1).timestamp()
     assert md["acme|2024-01-02"]["full_refresh_reason"] == "requested"
+
+
+def test_a_fan_out_staged_by_spark_splits_by_tenant_even_with_path_characters_in_its_values(
+    spark, tmp_path: Path, dagster_instance, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import incsync.execute
+
+    monkeypatch.setattr(incsync.execute, "COLLECT_MAX_ROWS", 0)  # every read goes through Spark's partitioned write
+    tenants = {"acme": "org/1 a=b%", "globex": "Org 2", "initech": "org_3"}
+    write_table(tmp_path / "src", "orders", [
+        order(1, tenants["acme"], ts(1, 1)), order(2, tenants["acme"], ts(2, 1)), order(3, tenants["globex"], ts(2, 2)),
+        order(4, "org 2", ts(2, 3)),  # not globex: another case
+    ])
+    recipients = [{"id": rid, "id_in_provider_system": org, "destination": f"{rid}_delta"} for rid, org in tenants.items()]
+    config = lake_config(tmp_path, recipients=recipients)
+    dagster_instance.add_dynamic_partitions(RECIPIENTS_PARTITIONS, list(tenants))
+
+    result = run_range(config, dagster_instance, ("2024-01-01", "acme"), ("2024-01-02", "initech"))
+
+    assert result.success
+    assert [r["id"] for r in delta_rows(tmp_path / "out" / "acme" / "orders")] == [1, 2]
+    assert [r["organization_id"] for r in delta_rows(tmp_path / "out" / "globex" / "orders")] == ["Org 2"]
+    assert delta_rows(tmp_path / "out" / "initech" / "orders") == []
