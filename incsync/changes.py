@@ -84,8 +84,14 @@ def compute_bounds(
     return Bounds(lower=lower, upper=upper, lookback_seconds=lookback_seconds, reason=reason)
 
 
-def new_high_watermark(previous: datetime | None, batch_max: datetime | None) -> datetime | None:
-    """The HW never moves backwards and never names data that is not in the batch or before it."""
+def new_high_watermark(
+    previous: datetime | None, batch_max: datetime | None, cap: datetime | None = None
+) -> datetime | None:
+    """``max(previous, min(batch_max, cap))``: the HW never moves backwards, never names data that is not
+    in the batch or before it, and never passes ``cap`` (the extraction's start and the source's safe
+    horizon, see ``incsync.horizon``), so rows beyond the cap are read again by the next run."""
+    if batch_max is not None and cap is not None:
+        batch_max = min(batch_max, cap)
     candidates = [ts for ts in (previous, batch_max) if ts is not None]
     return max(candidates) if candidates else None
 
