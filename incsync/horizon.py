@@ -8,6 +8,7 @@ run's ``floor(HW) - lookback`` still reaches those rows. Pure values; the source
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
@@ -16,9 +17,12 @@ if TYPE_CHECKING:
     from incsync.staging import StagedBatch
 
 TRANSACTIONS = "transactions"  # the oldest open transaction of other sessions holds the HW back
+REPLICA = "replica"  # a replica: its replay lag holds the HW back (the primary's sessions are not visible)
 LOOKBACK_ONLY = "lookback-only"  # other sessions cannot be seen (no grant, lake source): the lookback alone
 OFF = "off"  # turned off in the configuration (`safe_horizon: false`)
 DEFAULT_MAX_HORIZON_LAG_SECONDS = 3600
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -51,7 +55,7 @@ def horizon_cap(horizon: SourceHorizon) -> HorizonCap:
     cap, warnings = start, []
     max_lag = horizon.max_lag_seconds
     lag = horizon.replica_lag_seconds
-    if horizon.mode == TRANSACTIONS and lag is not None and lag > 0:
+    if horizon.mode in (TRANSACTIONS, REPLICA) and lag is not None and lag > 0:
         if lag <= max_lag:
             cap = start - timedelta(seconds=lag)
         else:
@@ -91,3 +95,30 @@ def future_dated_rows(batch: StagedBatch, *, column: str, extraction_start: date
 
     values = batch.table(columns=[column])[column]
     return int(pc.sum(pc.greater(values, pa.scalar(extraction_start, values.type))).as_py() or 0)
+
+
+SOURCE_HORIZON = "source_horizon"
+HORIZON = "horizon"
+HELD_BACK_SECONDS = "horizon_held_back_seconds"
+FUTURE_DATED_ROWS = "future_dated_rows"
+HORIZON_WARNING = "horizon_warning"
+
+
+def horizon_record(
+    horizon: SourceHorizon, cap: HorizonCap, *, previous: datetime | None, batch: StagedBatch, column: str,
+    batch_max: datetime | None,
+) -> dict[str, str]:
+    """What the transfer record (and so the materialization's metadata) says about the horizon."""
+    facts = {
+        HORIZON: horizon.mode,
+        SOURCE_HORIZON: cap.cap.isoformat(),
+        HELD_BACK_SECONDS: f"{held_back_seconds(previous, batch_max, cap.cap):.6f}",
+        FUTURE_DATED_ROWS: str(
+            future_dated_rows(batch, column=column, extraction_start=horizon.extraction_start, batch_max=batch_max)
+        ),
+    }
+    if cap.warning:
+        log.warning("safe horizon: %s", cap.warning)
+    if cap.warning or horizon.note:
+        facts[HORIZON_WARNING] = "; ".join(x for x in (horizon.note, cap.warning) if x)
+    return facts

@@ -24,6 +24,7 @@ from incsync.changes import (
 from incsync.config import ModelConfig, RecipientConfig
 from incsync.crashpoints import crash_point
 from incsync.destinations.base import FULL_REFRESH, INCREMENTAL, Destination, TransferRecord
+from incsync.horizon import horizon_cap, horizon_record
 from incsync.partitions import WindowPartition
 from incsync.sources.base import Source
 from incsync.staging import claim, remove_if_abandoned, stage, validate_and_count
@@ -134,6 +135,8 @@ def run_transfer(request: TransferRequest, *, staging_root: Path) -> TransferOut
     with claim(staging):  # removes the staging folder on the way out, success or not
         # A cheap count first: a window with no row in bounds then costs no Spark job, a small one a collect
         # through Arrow instead of a Parquet write job (either batch is validated, counted and recorded alike).
+        horizon = request.source.horizon(request.spark, model=model, recipient=recipient)  # safe horizon (issue 20)
+        cap = horizon_cap(horizon)
         count = request.source.count_rows(model=model, recipient=recipient, bounds=bounds, cap=COLLECT_MAX_ROWS)
         df = request.source.read(request.spark(), model=model, recipient=recipient, bounds=bounds, rows_hint=count)
         batch = stage(df, staging, known_empty=count == 0, collect=count is not None and count <= COLLECT_MAX_ROWS)
@@ -141,7 +144,10 @@ def run_transfer(request: TransferRequest, *, staging_root: Path) -> TransferOut
             log.info("transfer %s: the source has no row in bounds; Spark staging skipped", transfer_id)
         facts = validate_and_count(batch, model=model, recipient_id=recipient.id, delta_threshold=delta_threshold(previous_hw))
         crash_point("after_staging")
-        hw = new_high_watermark(previous_hw, facts.max_last_modified)
+        hw = new_high_watermark(previous_hw, facts.max_last_modified, cap.cap)
+        horizon_facts = horizon_record(
+            horizon, cap, previous=previous_hw, batch=batch, column=model.last_modified_column, batch_max=facts.max_last_modified
+        )
         record = TransferRecord(
             transfer_id=transfer_id,
             model_name=model.model_name,
@@ -157,7 +163,7 @@ def run_transfer(request: TransferRequest, *, staging_root: Path) -> TransferOut
             fingerprint=request.fingerprint,
             lookback_seconds=request.lookback_seconds,
             committed_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-            extra={"full_refresh_reason": reason} if reason else {},
+            extra={**({"full_refresh_reason": reason} if reason else {}), **horizon_facts},
         )
         destination_metadata = request.destination.publish(
             model=model, recipient=recipient, batch=batch, record=record, expected=state
