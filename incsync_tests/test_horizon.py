@@ -144,3 +144,36 @@ def test_future_dated_rows_are_counted_from_the_staged_batch(tmp_path: Path) -> 
     assert future_dated_rows(batch, column="updated_at", extraction_start=at(100), batch_max=at(5000)) == 2
     assert future_dated_rows(batch, column="updated_at", extraction_start=at(5000), batch_max=at(5000)) == 0
     assert future_dated_rows(batch, column="updated_at", extraction_start=at(1), batch_max=None) == 0
+
+
+def test_postgres_horizon_row_on_a_primary_a_replica_and_without_the_grant() -> None:
+    from incsync.horizon import REPLICA
+    from incsync.sources.jdbc_horizon import postgres_horizon
+
+    now_us = int(at(100).timestamp() * 1e6)
+    primary = {"now_us": now_us, "oldest_us": now_us - 45_000_000, "sees_all": True, "replica": False, "replica_lag_us": None}
+    got = postgres_horizon(primary, user="reader", max_lag_seconds=3600)
+    assert (got.mode, got.extraction_start, got.oldest_open, got.note) == (TRANSACTIONS, at(100), at(55), None)
+    assert horizon_cap(got).cap == at(55)
+
+    blind = postgres_horizon({**primary, "sees_all": False}, user="reader", max_lag_seconds=3600)
+    assert blind.mode == LOOKBACK_ONLY and horizon_cap(blind).cap == at(100)
+    assert blind.note is not None and "GRANT pg_read_all_stats TO reader" in blind.note
+
+    # A replica: its own sessions cannot write, so only the replay lag holds the HW back.
+    replica = postgres_horizon({**primary, "replica": True, "replica_lag_us": 7_500_000}, user="reader", max_lag_seconds=3600)
+    assert (replica.mode, replica.oldest_open, replica.replica_lag_seconds) == (REPLICA, None, 7.5)
+    assert horizon_cap(replica).cap == at(92.5)
+    caught_up = postgres_horizon({**primary, "replica": True, "replica_lag_us": 0}, user="reader", max_lag_seconds=3600)
+    assert horizon_cap(caught_up).cap == at(100)
+
+
+def test_mysql_horizon_row() -> None:
+    from incsync.sources.jdbc_horizon import INNODB_TRX_CACHE, mysql_horizon
+
+    now_us = int(at(100).timestamp() * 1e6)
+    got = mysql_horizon({"now_us": now_us, "oldest_age_us": 30_000_000}, max_lag_seconds=3600)
+    assert (got.mode, got.oldest_open) == (TRANSACTIONS, at(70))
+    assert got.extraction_start == at(100) - INNODB_TRX_CACHE  # innodb_trx is a cache up to 100 ms old
+    idle = mysql_horizon({"now_us": now_us, "oldest_age_us": None}, max_lag_seconds=3600)
+    assert idle.oldest_open is None and horizon_cap(idle).cap == at(99.9)

@@ -343,3 +343,50 @@ def test_mariadb_without_process_falls_back_to_the_lookback(spark, tmp_path: Pat
             assert record.rows_transferred == 1
         finally:
             mariadb_cli(f"DROP USER IF EXISTS '{user}'@'%'; DROP USER IF EXISTS '{user}'@'localhost';")
+
+
+def test_materialization_metadata_carries_the_horizon(spark, tmp_path: Path, dagster_instance) -> None:
+    from incsync.project import build_definitions
+    from incsync_tests.support import latest_metadata, materialize_partition
+
+    with database("postgres") as db, writers(db) as writer:
+        config = today_config(tmp_path, db)
+        long = writer()
+        started = long.begin_insert(999)
+        time.sleep(1.5)
+        commit_now(db, 1000)
+        window = window_key_for(load_config(config).model("orders"), datetime.now(UTC))
+        result = materialize_partition(
+            build_definitions(config), dagster_instance, window=window, recipient="acme", model_key=("db", "orders"),
+            tags={"incsync/mode": "incremental"},
+        )
+        assert result.success
+        meta = latest_metadata(dagster_instance, ("db", "orders"))
+        assert meta["horizon"] == "transactions"
+        assert meta["source_horizon"] == started.timestamp()
+        assert meta["high_watermark"] == started.timestamp()  # first transfer: held at the open transaction
+        assert 1.4 < meta["horizon_held_back_seconds"] < 30
+        assert meta["future_dated_rows"] == 0
+        assert "horizon_warning" not in meta
+
+
+def test_validate_connect_names_the_missing_grant(spark, tmp_path: Path, caplog) -> None:
+    from incsync.cli import main
+
+    with database("postgres") as db:
+        reader = f"incsync_ro_{uuid.uuid4().hex[:8]}"
+        db.execute(f"CREATE ROLE {reader} LOGIN; GRANT SELECT ON orders TO {reader}")
+        try:
+            (tmp_path / "out").mkdir()
+            config = today_config(tmp_path, db, user=reader)
+            with caplog.at_level("WARNING"):
+                assert main(["validate", "--connect", "-c", str(config)]) == 0
+            assert f"source db: {reader} cannot see other sessions' transactions" in caplog.text
+            assert f"GRANT pg_read_all_stats TO {reader}" in caplog.text
+            caplog.clear()
+            switched_off = today_config(tmp_path, db, user=reader, safe_horizon=False)
+            with caplog.at_level("WARNING"):
+                assert main(["validate", "--connect", "-c", str(switched_off)]) == 0
+            assert "pg_read_all_stats" not in caplog.text
+        finally:
+            db.execute(f"REVOKE ALL ON orders FROM {reader}; DROP ROLE {reader}")
