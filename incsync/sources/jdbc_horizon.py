@@ -109,8 +109,9 @@ def source_horizon(
         horizon = postgres_horizon(row, user=cfg.user, max_lag_seconds=max_lag)
     elif source.vendor in ("mysql", "mariadb"):
         try:
-            row = _spark_row(source, spark(), MYSQL_HORIZON_SQL, model, recipient)
-            horizon = mysql_horizon(row, max_lag_seconds=max_lag)
+            # Switched off: the clock alone (future-dated rows), which needs no PROCESS grant.
+            row = _spark_row(source, spark(), MYSQL_HORIZON_SQL if cfg.safe_horizon else MYSQL_CLOCK_SQL, model, recipient)
+            horizon = mysql_horizon({"oldest_age_us": None, **row}, max_lag_seconds=max_lag)
         except _MissingGrant:
             row = _spark_row(source, spark(), MYSQL_CLOCK_SQL, model, recipient)
             horizon = SourceHorizon(
