@@ -133,10 +133,12 @@ def run_transfer(request: TransferRequest, *, staging_root: Path) -> TransferOut
         transfer_id, model.model_name, recipient.id, window.start, window.end, bounds.lower, bounds.upper, bounds.reason,
     )
     with claim(staging):  # removes the staging folder on the way out, success or not
+        # The safe horizon, asked before anything is read: the HW will not pass it (DESIGN step 6, issue 20).
+        horizon = request.source.horizon(request.spark, model=model, recipient=recipient)
+        cap = horizon_cap(horizon)
+
         # A cheap count first: a window with no row in bounds then costs no Spark job, a small one a collect
         # through Arrow instead of a Parquet write job (either batch is validated, counted and recorded alike).
-        horizon = request.source.horizon(request.spark, model=model, recipient=recipient)  # safe horizon (issue 20)
-        cap = horizon_cap(horizon)
         count = request.source.count_rows(model=model, recipient=recipient, bounds=bounds, cap=COLLECT_MAX_ROWS)
         df = request.source.read(request.spark(), model=model, recipient=recipient, bounds=bounds, rows_hint=count)
         batch = stage(df, staging, known_empty=count == 0, collect=count is not None and count <= COLLECT_MAX_ROWS)
