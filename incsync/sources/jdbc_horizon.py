@@ -42,6 +42,8 @@ POSTGRES_HORIZON_SQL = """SELECT
        WHEN pg_last_wal_receive_lsn() IS NOT DISTINCT FROM pg_last_wal_replay_lsn() THEN 0
        ELSE (extract(epoch FROM now() - pg_last_xact_replay_timestamp()) * 1000000)::bigint END AS replica_lag_us"""
 
+POSTGRES_CLOCK_SQL = "SELECT (extract(epoch FROM now()) * 1000000)::bigint AS now_us"
+
 # The age is computed in the database, so the session's time zone cannot shift it; trx_started has
 # whole seconds (rounded down: earlier, the safe side).
 MYSQL_HORIZON_SQL = """SELECT
@@ -104,12 +106,16 @@ def source_horizon(
     """The horizon of ``source`` for one extraction (see the module's docstring)."""
     cfg = source.config
     max_lag = cfg.max_horizon_lag_seconds if model.max_horizon_lag_seconds is None else model.max_horizon_lag_seconds
+    # Switched off, only the clock is asked for (it still bounds future-dated rows): no grant, no catalog view.
     if source.vendor == "postgres":
-        row = _postgres_row(source, POSTGRES_HORIZON_SQL) or _spark_row(source, spark(), POSTGRES_HORIZON_SQL, model, recipient)
-        horizon = postgres_horizon(row, user=cfg.user, max_lag_seconds=max_lag)
+        sql = POSTGRES_HORIZON_SQL if cfg.safe_horizon else POSTGRES_CLOCK_SQL
+        row = _postgres_row(source, sql) or _spark_row(source, spark(), sql, model, recipient)
+        horizon = postgres_horizon(
+            {"oldest_us": None, "sees_all": True, "replica": False, "replica_lag_us": None, **row},
+            user=cfg.user, max_lag_seconds=max_lag,
+        )
     elif source.vendor in ("mysql", "mariadb"):
         try:
-            # Switched off: the clock alone (future-dated rows), which needs no PROCESS grant.
             row = _spark_row(source, spark(), MYSQL_HORIZON_SQL if cfg.safe_horizon else MYSQL_CLOCK_SQL, model, recipient)
             horizon = mysql_horizon({"oldest_age_us": None, **row}, max_lag_seconds=max_lag)
         except _MissingGrant:
