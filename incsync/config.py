@@ -76,6 +76,16 @@ class JdbcSourceConfig(_Strict):
     max_concurrent_transfers: int = Field(default=10, ge=1)
     max_concurrent_queries_per_transfer: int = Field(default=1, ge=1)
     fetch_size: int = Field(default=10_000, ge=1)
+    safe_horizon: bool = Field(
+        default=True,
+        description="Hold the high watermark at the start of the oldest transaction still open at extraction "
+        "(DESIGN step 6); false: the lookback alone.",
+    )
+    max_horizon_lag_seconds: int = Field(
+        default=3600, ge=0,
+        description="A transaction (or replica lag) older than this no longer holds the high watermark back; "
+        "the transfer's metadata warns with its age.",
+    )
 
     @field_validator("jdbc_url")
     @classmethod
@@ -167,6 +177,7 @@ class ModelConfig(_Strict):
         description="A transfer over many windows is read once and committed in batches of at most this many "
         "rows, split at window boundaries (a window is never split).",
     )
+    max_horizon_lag_seconds: int | None = Field(default=None, ge=0, description="Overrides the source's.")
 
     @model_validator(mode="after")
     def _shape(self) -> ModelConfig:
