@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import fcntl
+import functools
 import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -160,7 +161,8 @@ def validate_and_count(
         return BatchFacts(rows=0, delta_rows=0, max_last_modified=None)
     keys = batch.table(columns=list(dict.fromkeys([*pk, lm])))
 
-    null_pk = keys.filter(pc.or_kleene(*[pc.is_null(keys[c]) for c in pk]) if len(pk) > 1 else pc.is_null(keys[pk[0]]))
+    # or_kleene takes two arguments: fold it over keys of any width.
+    null_pk = keys.filter(functools.reduce(pc.or_kleene, [pc.is_null(keys[c]) for c in pk]))
     if null_pk.num_rows:
         raise ValidationError(
             f"{where}: {null_pk.num_rows} row(s) have a NULL primary key {pk} (e.g. {_keys_text(null_pk, pk)}); "

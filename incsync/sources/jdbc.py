@@ -18,8 +18,9 @@ from typing import TYPE_CHECKING
 from incsync.changes import UTC, Bounds
 from incsync.config import JdbcSourceConfig, ModelConfig, RecipientConfig
 from incsync.errors import ConfigError, SchemaError, SourceError
-from incsync.sources.base import Source, normalize_last_modified, select_columns
+from incsync.sources.base import Source, column, normalize_last_modified, select_columns
 from incsync.sources.jdbc_sql import DRIVERS, dialect_for, postgres_literal
+from incsync.sources.sql_text import pasted_query, split_qualified
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -78,11 +79,17 @@ class JdbcSource(Source):
             where.append(bounds_where)
         condition = " AND ".join(where) or "1=1"
         if model.source_query is not None:
-            return d.wrap(_strip_query(model.source_query), select, condition)
+            return d.wrap(pasted_query(model.source_query, vendor=self.vendor), select, condition)
+        return f"SELECT {select} FROM {d.relation(self.table_parts(model, recipient))} WHERE {condition}"
+
+    def table_parts(self, model: ModelConfig, recipient: RecipientConfig) -> list[str]:
+        """``[schema, table]`` or ``[table]`` as the database spells them (quoted when used, never folded)."""
         assert model.source_table is not None
+        parts = split_qualified(model.source_table)
+        if parts is None:  # the config check refuses such names; a programmatic model may still carry one
+            raise ConfigError("models", [f'{model.model_name}.source_table: "{model.source_table}" is not a table name'])
         schema = self.schema_of(model, recipient)
-        table = f"{schema}.{model.source_table}" if schema else model.source_table
-        return f"SELECT {select} FROM {table} WHERE {condition}"
+        return [schema, *parts] if schema else parts
 
     def _options(self, model: ModelConfig, recipient: RecipientConfig) -> dict[str, str]:
         cfg = self.config
@@ -156,8 +163,7 @@ class JdbcSource(Source):
 
     def _warn_if_writable(self, spark: SparkSession, model: ModelConfig, recipient: RecipientConfig) -> None:
         """Sources should be read with read-only credentials; say so when this user could write."""
-        schema = self.schema_of(model, recipient)
-        table = postgres_literal(f"{schema}.{model.source_table}" if schema else str(model.source_table))
+        table = postgres_literal(self.dialect.relation(self.table_parts(model, recipient)))
         probe = f"SELECT has_table_privilege({table}, 'INSERT,UPDATE,DELETE,TRUNCATE') AS writable"
         what = f"model {model.model_name}, recipient {recipient.id}"
         if self._load(spark, probe, self._options(model, recipient), what=what).collect()[0]["writable"]:
@@ -184,7 +190,7 @@ class JdbcSource(Source):
         df = self._load(spark, sql, options, what=what, extra=extra)
         if model.organization_column and isinstance(fields[model.organization_column], StringType):
             # Case-insensitive or PAD SPACE collations match more than the exact value; Spark compares exactly.
-            df = df.where(F.col(model.organization_column) == F.lit(recipient.id_in_provider_system))
+            df = df.where(column(model.organization_column) == F.lit(recipient.id_in_provider_system))
         df = normalize_last_modified(df, model=model, recipient=recipient, bounds=bounds)
         return select_columns(df, model)
 
@@ -305,10 +311,6 @@ def _postgres_target(jdbc_url: str) -> dict[str, object] | None:
         return None
     host, port, dbname = match.groups()
     return {"host": host, "port": int(port or 5432), "dbname": dbname}
-
-
-def _strip_query(query: str) -> str:
-    return query.strip().removesuffix(";").rstrip()
 
 
 def _url_without_query(url: str) -> str:

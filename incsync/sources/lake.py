@@ -8,7 +8,8 @@ from typing import TYPE_CHECKING
 from incsync.changes import Bounds
 from incsync.config import LakeSourceConfig, ModelConfig, RecipientConfig
 from incsync.errors import SourceError
-from incsync.sources.base import Source, normalize_last_modified, select_columns
+from incsync.sources.base import Source, column, normalize_last_modified, select_columns
+from incsync.sources.sql_text import pasted_query, split_qualified
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -56,16 +57,16 @@ class LakeSource(Source):
         if model.source_query is not None:
             self._register_views(spark, schema)
             # Wrapped, never edited; the tenant value is a bind parameter.
-            df = spark.sql(f"WITH q AS ({model.source_query}) SELECT * FROM q")
+            df = spark.sql(f"WITH q AS ({pasted_query(model.source_query, vendor='lake')}\n) SELECT * FROM q")
         else:
             assert model.source_table is not None
-            df = self._table(spark, [*([schema] if schema else []), *model.source_table.split(".")])
+            df = self._table(spark, [*([schema] if schema else []), *(split_qualified(model.source_table) or [model.source_table])])
         if model.organization_column:
             if model.organization_column not in df.columns:
                 raise SourceError(
                     f'model {model.model_name}: organization_column "{model.organization_column}" is not in the source; '
                     "fix `organization_column`"
                 )
-            df = df.where(F.col(model.organization_column) == F.lit(recipient.id_in_provider_system))
+            df = df.where(column(model.organization_column) == F.lit(recipient.id_in_provider_system))
         df = normalize_last_modified(df, model=model, recipient=recipient, bounds=bounds)
         return select_columns(df, model)
