@@ -186,6 +186,11 @@ class ModelConfig(_Strict):
     min_start_time_epoch: int = Field(ge=0)
     frequency: str = "*/15 * * * *"
     lookback_seconds: int | None = Field(default=None, ge=0)
+    column_types: dict[str, str] | None = Field(
+        default=None,
+        description="Column -> type to read it as, overriding the faithful default (docs/types.md): text, boolean, "
+        "smallint, integer, bigint, real, double, date, time or decimal(p,s).",
+    )
 
     @model_validator(mode="after")
     def _shape(self) -> ModelConfig:
@@ -322,6 +327,7 @@ def _cross_check(cfg: IncsyncConfig) -> list[str]:
                     if col not in m.columns:
                         problems.append(f'{where}.{field}: column "{col}" is not in columns [{listed}]')
             unique(f"{where}.columns", list(m.columns))
+        problems.extend(_column_types_problems(where, m))
         if m.last_modified_timezone:
             try:
                 from zoneinfo import ZoneInfo
@@ -358,6 +364,20 @@ def _cross_check(cfg: IncsyncConfig) -> list[str]:
                 f'recipients[{i}].destination: "{r.destination}" is not a configured destination; '
                 f'known: [{", ".join(destination_names)}]'
             )
+    return problems
+
+
+def _column_types_problems(where: str, m: ModelConfig) -> list[str]:
+    from incsync.typemap import OVERRIDE_HELP, override_arrow
+
+    problems = []
+    for col, kind in (m.column_types or {}).items():
+        if problem := column_name_problem(col):
+            problems.append(f"{where}.column_types: column {col!r} {problem}")
+        elif m.columns and col not in m.columns:
+            problems.append(f'{where}.column_types: column "{col}" is not in columns [{", ".join(m.columns)}]')
+        if not isinstance(kind, str) or override_arrow(kind) is None:
+            problems.append(f'{where}.column_types.{col}: "{kind}" is not a type incsync reads as; use {OVERRIDE_HELP}')
     return problems
 
 

@@ -18,6 +18,7 @@ import pyarrow.dataset as ds
 
 from incsync.config import ModelConfig
 from incsync.errors import ValidationError
+from incsync.typemap import METADATA_KEY, ColumnPlan, arrow_type, convert_table, field_metadata
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -56,17 +57,51 @@ def stage(df: DataFrame | pa.Table, path: Path, *, known_empty: bool = False, co
     path.parent.mkdir(parents=True, exist_ok=True)
     if isinstance(df, pa.Table):
         return _stage_arrow(df, path)
+    plans = column_plans(df)
     if known_empty:
         path.mkdir(parents=True, exist_ok=True)
-        return StagedBatch(path=path, files=(), schema=spark_parquet_schema(df), rows=0, bytes=0)
+        return StagedBatch(path=path, files=(), schema=faithful_schema(spark_parquet_schema(df), plans), rows=0, bytes=0)
     if collect:
         schema = spark_parquet_schema(df)
-        return _stage_arrow(df.toArrow().cast(schema), path, schema=schema)
+        table = convert_table(df.toArrow().cast(schema), plans)
+        return _stage_arrow(table, path, schema=faithful_schema(schema, plans))
     df.write.mode("overwrite").option("outputTimestampType", "TIMESTAMP_MICROS").parquet(str(path))
     files = tuple(sorted(p for p in path.glob("*.parquet")))
-    schema = _utc_schema(df, ds.dataset([str(f) for f in files], format="parquet").schema if files else None)
+    if any(plan.arrow for plan in plans.values()):
+        _convert_files(files, plans)
+    schema = faithful_schema(_utc_schema(df, ds.dataset([str(f) for f in files], format="parquet").schema if files else None), plans)
     rows = ds.dataset([str(f) for f in files], format="parquet", schema=schema).count_rows() if files else 0
     return StagedBatch(path=path, files=files, schema=schema, rows=rows, bytes=sum(f.stat().st_size for f in files))
+
+
+def column_plans(df: DataFrame) -> dict[str, ColumnPlan]:
+    """The plans a source attached to its columns (Spark column metadata); empty for sources without any."""
+    return {
+        f.name: ColumnPlan.from_json(f.metadata[METADATA_KEY])
+        for f in df.schema.fields
+        if f.metadata and METADATA_KEY in f.metadata
+    }
+
+
+def faithful_schema(schema: pa.Schema, plans: dict[str, ColumnPlan]) -> pa.Schema:
+    """``schema`` with each planned column's Arrow type and its source type as field metadata."""
+    fields = []
+    for f in schema:
+        plan = plans.get(f.name)
+        if plan is not None:
+            f = f.with_type(arrow_type(plan.arrow)) if plan.arrow else f
+            f = f.with_metadata(field_metadata(plan))
+        fields.append(f)
+    return pa.schema(fields)
+
+
+def _convert_files(files: tuple[Path, ...], plans: dict[str, ColumnPlan]) -> None:
+    """Rewrite Spark's files with the planned Arrow types (only batches that have such columns pay this)."""
+    import pyarrow.parquet as pq
+
+    for file in files:
+        table = convert_table(pq.read_table(file), plans).replace_schema_metadata(None)  # Spark's schema is stale
+        pq.write_table(table, file, coerce_timestamps="us")
 
 
 def _stage_arrow(table: pa.Table, path: Path, *, schema: pa.Schema | None = None) -> StagedBatch:

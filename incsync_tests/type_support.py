@@ -14,7 +14,7 @@ from incsync.destinations import build_destination
 from incsync.partitions import grid_start, partition_key, split_key
 from incsync.sources import build_source
 from incsync.transfer import TransferOutcome, TransferRequest, run_transfer
-from incsync_tests.destination_support import Target, destination_spec
+from incsync_tests.destination_support import PG_DSN_ENV, Target, destination_spec
 from incsync_tests.jdbc_support import MariaDatabase, PgDatabase
 from incsync_tests.support import JAN1_EPOCH
 
@@ -66,3 +66,36 @@ def rows_by(config_path: Path, *key: str) -> list[dict[str, Any]]:
     """The destination's current rows (object storage: newest per key), sorted by ``key``."""
     rows = Target(config_path).rows()
     return sorted(rows, key=lambda r: tuple(r[k] for k in key))
+
+
+def pg_destination_rows(table: str = "orders", schema: str = "acme") -> tuple[list[dict[str, Any]], dict[str, str]]:
+    """The PostgreSQL destination's rows (as psycopg reads them) and its column types (``format_type``)."""
+    import psycopg
+    from psycopg import sql
+
+    with psycopg.connect(os.environ[PG_DSN_ENV]) as conn:
+        conn.execute("SET TIME ZONE 'UTC'")
+        cur = conn.execute(sql.SQL("SELECT * FROM {} ORDER BY 1").format(sql.Identifier(schema, table)))
+        names = [d.name for d in cur.description or []]
+        rows = [dict(zip(names, r, strict=True)) for r in cur.fetchall()]
+        types = dict(conn.execute(
+            "SELECT attname, format_type(atttypid, atttypmod) FROM pg_attribute WHERE attrelid = %s::regclass "
+            "AND attnum > 0 AND NOT attisdropped", [f'"{schema}"."{table}"'],
+        ).fetchall())
+    return rows, types
+
+
+def delta_schema(root: Path) -> dict[str, str]:
+    """Column -> Arrow type of the Delta table ``orders`` under ``root/out/acme``."""
+    import pyarrow as pa
+    from deltalake import DeltaTable
+
+    return {f.name: str(f.type) for f in pa.schema(DeltaTable(str(root / "out/acme/orders")).schema().to_arrow())}
+
+
+def parquet_schema(root: Path) -> dict[str, str]:
+    """Column -> Arrow type of the object-storage files of ``orders`` under ``root/out/acme``."""
+    import pyarrow.parquet as pq
+
+    files = sorted((root / "out/acme/orders").rglob("*.parquet"))
+    return {f.name: str(f.type) for f in pq.read_schema(files[0])}

@@ -15,6 +15,7 @@ from incsync.crashpoints import crash_point
 from incsync.destinations.base import FULL_REFRESH, Destination, DestinationState, TransferRecord
 from incsync.errors import LeaseError, PublishError
 from incsync.staging import StagedBatch
+from incsync.typemap import delta_form, to_delta
 
 RECORD_KEY = "incsync.transfer"
 HISTORY_SCAN = 100
@@ -88,7 +89,7 @@ class DeltaDestination(Destination):
                 if dt is None:
                     write_deltalake(path, _reader(batch), mode="append", commit_properties=props, configuration=self._layout())
                 elif record.transfer_type == FULL_REFRESH:
-                    same = _same_columns(dt.schema().to_arrow(), batch.schema)
+                    same = _same_columns(dt.schema().to_arrow(), delta_form(batch.schema))
                     write_deltalake(
                         dt, _reader(batch), mode="overwrite", target_file_size=self.config.target_file_size,
                         schema_mode=None if same else "overwrite", commit_properties=props,
@@ -152,12 +153,14 @@ class DeltaDestination(Destination):
 def _reader(batch: StagedBatch) -> pa.RecordBatchReader:
     """The staged rows, with the ``mid_publish`` crash point once delta-rs has consumed them all."""
     reader = batch.reader()
+    schema = delta_form(reader.schema)  # Delta's own types for time of day and wide decimals (docs/types.md)
 
     def batches() -> Iterator[pa.RecordBatch]:
-        yield from reader
+        for record_batch in reader:
+            yield to_delta(record_batch, schema)
         crash_point("mid_publish")
 
-    return pa.RecordBatchReader.from_batches(reader.schema, batches())
+    return pa.RecordBatchReader.from_batches(schema, batches())
 
 
 def _key_range(batch: StagedBatch, column: str) -> str:

@@ -20,11 +20,14 @@ from incsync.config import JdbcSourceConfig, ModelConfig, RecipientConfig
 from incsync.errors import ConfigError, SchemaError, SourceError
 from incsync.sources.base import Source, column, normalize_last_modified, select_columns
 from incsync.sources.jdbc_sql import DRIVERS, dialect_for, postgres_literal
+from incsync.sources.jdbc_types import catalog_sql, plan_columns, select_list, with_plan_metadata
 from incsync.sources.sql_text import pasted_query, split_qualified
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
-    from pyspark.sql.types import DataType
+    from pyspark.sql.types import DataType, StructType
+
+    from incsync.typemap import ColumnPlan
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +56,7 @@ class JdbcSource(Source):
         self.vendor = config.vendor
         self.dialect = dialect_for(config.vendor)
         self.driver = DRIVERS[config.vendor]
+        self._catalogs: dict[tuple[object, ...], dict[str, str]] = {}
 
     def schema_of(self, model: ModelConfig, recipient: RecipientConfig) -> str | None:
         if model.tenancy != "schema":
@@ -68,10 +72,16 @@ class JdbcSource(Source):
             )
         return schema
 
-    def relation_sql(self, model: ModelConfig, recipient: RecipientConfig, *, bounds_where: str | None) -> str:
-        """The query the database runs: columns, tenant and (optionally) bounds, nothing left to Spark."""
+    def relation_sql(
+        self, model: ModelConfig, recipient: RecipientConfig, *, bounds_where: str | None,
+        plans: dict[str, ColumnPlan] | None = None, names: list[str] | None = None,
+    ) -> str:
+        """The query the database runs: columns (each in its planned form), tenant and (optionally) bounds,
+        nothing left to Spark. ``names``: every column of the relation, in order (for ``SELECT *``)."""
         d = self.dialect
         select = ", ".join(d.ident(c) for c in model.columns) if model.columns else "*"
+        if plans:
+            select = select_list(d, list(model.columns or names or []), plans) or select
         where = []
         if model.organization_column:
             where.append(f"{d.ident(model.organization_column)} = {d.literal(recipient.id_in_provider_system)}")
@@ -131,22 +141,45 @@ class JdbcSource(Source):
             raise self._error(exc, what=what) from None
 
     def _probe(self, spark: SparkSession, model: ModelConfig, recipient: RecipientConfig) -> dict[str, DataType]:
+        return {f.name: f.dataType for f in self._probe_schema(spark, model, recipient).fields}
+
+    def _probe_schema(self, spark: SparkSession, model: ModelConfig, recipient: RecipientConfig) -> StructType:
         """Connect and learn the relation's columns (Spark runs it with ``WHERE 1=0``)."""
         options = self._options(model, recipient)
         sql = self.relation_sql(model, recipient, bounds_where=None)
         df = self._load(spark, sql, options, what=f"model {model.model_name}, recipient {recipient.id}")
-        fields = {f.name: f.dataType for f in df.schema.fields}
+        schema = df.schema
+        fields = {f.name: f.dataType for f in schema.fields}
         for column in [*model.primary_key, model.last_modified_column, *filter(None, [model.organization_column])]:
             if column not in fields:
                 raise SchemaError(
                     f'model {model.model_name}: column "{column}" is not in the source of recipient {recipient.id} '
                     f"(it has: {', '.join(fields)}); fix the model's columns"
                 )
-        return fields
+        return schema
+
+    def plans(self, spark: SparkSession, *, model: ModelConfig, recipient: RecipientConfig, schema: StructType) -> dict[str, ColumnPlan]:
+        """How each column is read so that it arrives exactly (see ``incsync.typemap``)."""
+        catalog = None
+        if model.source_table is not None:
+            parts = self.table_parts(model, recipient)
+            cache_key = (tuple(parts), schema.json())
+            if cache_key not in self._catalogs:
+                sql = catalog_sql(self.vendor, self.dialect.relation(parts), parts)
+                what = f"model {model.model_name}, recipient {recipient.id}"
+                df = self._load(spark, sql, self._options(model, recipient), what=what)
+                try:
+                    self._catalogs[cache_key] = {r["name"]: r["type"] for r in df.collect()}
+                except Exception as exc:  # noqa: BLE001 - same translation as at connect time
+                    raise self._error(exc, what=what) from None
+            catalog = self._catalogs[cache_key]
+        return plan_columns(vendor=self.vendor, model=model, schema=schema, catalog=catalog)
 
     def check(self, spark: SparkSession, *, model: ModelConfig, recipient: RecipientConfig) -> None:
         """Authorize the source: connect, and find the table and the model's columns."""
-        fields = self._probe(spark, model, recipient)
+        schema = self._probe_schema(spark, model, recipient)
+        self.plans(spark, model=model, recipient=recipient, schema=schema)  # column_types must name real columns
+        fields = {f.name: f.dataType for f in schema.fields}
         kind = type(fields[model.last_modified_column]).__name__
         if kind == "TimestampNTZType" and not model.last_modified_timezone:
             raise SchemaError(
@@ -179,15 +212,19 @@ class JdbcSource(Source):
         from pyspark.sql import functions as F
         from pyspark.sql.types import StringType, TimestampType
 
-        fields = self._probe(spark, model, recipient)
+        schema = self._probe_schema(spark, model, recipient)
+        fields = {f.name: f.dataType for f in schema.fields}
+        plans = self.plans(spark, model=model, recipient=recipient, schema=schema)
         zoned = isinstance(fields[model.last_modified_column], TimestampType)
-        sql = self.relation_sql(model, recipient, bounds_where=self._bounds_where(model, bounds, zoned=zoned))
+        sql = self.relation_sql(
+            model, recipient, bounds_where=self._bounds_where(model, bounds, zoned=zoned), plans=plans, names=list(fields)
+        )
         options = self._options(model, recipient)
         what = f"model {model.model_name}, recipient {recipient.id}"
         # A range split costs a MIN/MAX query and pays off only for large reads.
         split = rows_hint is None or rows_hint >= PARTITIONED_READ_MIN_ROWS
         extra = self._partitioning(spark, model, fields, sql, options, what) if split else {}
-        df = self._load(spark, sql, options, what=what, extra=extra)
+        df = with_plan_metadata(self._load(spark, sql, options, what=what, extra=extra), plans)
         if model.organization_column and isinstance(fields[model.organization_column], StringType):
             # Case-insensitive or PAD SPACE collations match more than the exact value; Spark compares exactly.
             df = df.where(column(model.organization_column) == F.lit(recipient.id_in_provider_system))
