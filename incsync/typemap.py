@@ -79,7 +79,7 @@ def _decimal_form(precision: int, scale: int) -> str:
 
 def plan_column(
     *, vendor: str, name: str, spark_type: str, metadata: dict[str, object], catalog_type: str | None,
-    override: str | None = None, model: str = "", key: tuple[str, ...] = (),
+    override: str | None = None, model: str = "", key: tuple[str, ...] = (), last_modified: str | None = None,
 ) -> ColumnPlan:
     """The plan of one column, from Spark's JDBC type and metadata and (tables) the source catalog's type."""
     client = str(metadata.get("jdbcClientType", ""))
@@ -100,6 +100,9 @@ def plan_column(
         return _with(plan, cast="integer", arrow="int16")
     if vendor in ("mysql", "mariadb") and kind == "tinyint" and spark_type == "boolean":
         return _with(plan, cast="integer", arrow="bool")  # TINYINT(1): a boolean, loudly not when it holds 2
+    if vendor in ("mysql", "mariadb") and kind == "datetime" and name != last_modified:
+        # Spark shifts DATETIMEs before 1582-10-15 by the Julian/Gregorian gap; the text is exact.
+        return _with(plan, cast="text", arrow="timestamp[us]")
     if vendor in ("mysql", "mariadb") and kind == "char":
         return _with(plan, cast="text")  # CHAR/ENUM/SET: as stored, not padded to the length by Spark
     if spark_type.startswith("decimal"):
@@ -158,7 +161,8 @@ def cast_sql(plan: ColumnPlan, quoted: str) -> str:
 
 def arrow_type(name: str) -> pa.DataType:
     simple = {"string": pa.string(), "bool": pa.bool_(), "int16": pa.int16(), "int32": pa.int32(), "int64": pa.int64(),
-              "float32": pa.float32(), "float64": pa.float64(), "date32": pa.date32(), "time64[us]": pa.time64("us")}
+              "float32": pa.float32(), "float64": pa.float64(), "date32": pa.date32(), "time64[us]": pa.time64("us"),
+              "timestamp[us]": pa.timestamp("us")}
     if name in simple:
         return simple[name]
     match = re.fullmatch(r"decimal(128|256)\((\d+),(\d+)\)", name)
@@ -175,6 +179,10 @@ def _convert_array(values: pa.Array | pa.ChunkedArray, target: pa.DataType) -> p
         outside = pc.sum(pc.and_(pc.is_valid(values), pc.invert(pc.is_in(values, pa.array([0, 1], values.type))))).as_py()
         if outside:
             raise pa.ArrowInvalid("a boolean holds 0 or 1 only")
+    if pa.types.is_timestamp(target) and pa.types.is_string(values.type):
+        # MySQL's zero date is its "no date": NULL, as its JDBC driver has always read it.
+        zero = pc.starts_with(values, "0000-00-00")
+        return pc.cast(pc.if_else(zero, pa.scalar(None, pa.string()), values), target)
     if pa.types.is_time(target) and pa.types.is_string(values.type):
         # Arrow parses no time of day from text: read it as a time on 1970-01-01 (out of range fails).
         stamped = pc.binary_join_element_wise(pa.scalar("1970-01-01 "), values, "")

@@ -105,3 +105,12 @@ def test_time_outside_a_day_fails_loudly_and_text_keeps_it(source, spark, tmp_pa
     transfer(config, spark)
     assert [r["tm"] for r in rows_by(config, "id")] == ["13:14:15.123456", "-838:59:59.000000"]
     assert parquet_schema(tmp_path)["tm"] == "string"
+
+
+def test_zero_dates_arrive_as_null_and_old_datetimes_unshifted(source, spark, tmp_path: Path) -> None:
+    source.execute("SET sql_mode = ''; UPDATE orders SET dt = '0000-00-00', dtt = '0000-00-00 00:00:00' WHERE id = 2;"
+                   "UPDATE orders SET dtt = '1000-01-01 00:00:00.000001' WHERE id = 1;")
+    config = write_config(tmp_path, source, "delta")
+    transfer(config, spark)
+    assert [(r["dt"], r["dtt"]) for r in rows_by(config, "id")] == [
+        (date(1850, 1, 1), datetime(1000, 1, 1, 0, 0, 0, 1)), (None, None)]

@@ -44,10 +44,10 @@ def write_config(root: Path, db: PgDatabase | MariaDatabase, kind: str, **model:
     return path
 
 
-def transfer(config_path: Path, spark: Any, window: str = "2024-01-01") -> TransferOutcome:
-    """One backfill-style transfer of (orders, acme, window) through the real source and destination."""
+def transfer(config_path: Path, spark: Any, window: str = "2024-01-01", recipient_id: str = "acme") -> TransferOutcome:
+    """One backfill-style transfer of (orders, recipient, window) through the real source and destination."""
     config = load_config(config_path)
-    model, recipient = config.model("orders"), config.recipient("acme")
+    model, recipient = config.model("orders"), config.recipient(recipient_id)
     request = TransferRequest(
         model=model,
         recipient=recipient,

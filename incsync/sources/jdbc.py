@@ -56,7 +56,6 @@ class JdbcSource(Source):
         self.vendor = config.vendor
         self.dialect = dialect_for(config.vendor)
         self.driver = DRIVERS[config.vendor]
-        self._catalogs: dict[tuple[object, ...], dict[str, str]] = {}
 
     def schema_of(self, model: ModelConfig, recipient: RecipientConfig) -> str | None:
         if model.tenancy != "schema":
@@ -163,16 +162,15 @@ class JdbcSource(Source):
         catalog = None
         if model.source_table is not None:
             parts = self.table_parts(model, recipient)
-            cache_key = (tuple(parts), schema.json())
-            if cache_key not in self._catalogs:
-                sql = catalog_sql(self.vendor, self.dialect.relation(parts), parts)
-                what = f"model {model.model_name}, recipient {recipient.id}"
-                df = self._load(spark, sql, self._options(model, recipient), what=what)
-                try:
-                    self._catalogs[cache_key] = {r["name"]: r["type"] for r in df.collect()}
-                except Exception as exc:  # noqa: BLE001 - same translation as at connect time
-                    raise self._error(exc, what=what) from None
-            catalog = self._catalogs[cache_key]
+            # Spark's schema (with its JDBC metadata) changes with any type change the plan depends on, so a
+            # process asks the catalog once per table shape, not once per transfer.
+            cache_key = (self.config.jdbc_url, self.config.user, tuple(parts), schema.json())
+            catalog = _CATALOGS.get(cache_key)
+            if catalog is None:
+                catalog = self._catalog(spark, model, recipient, parts)
+                if len(_CATALOGS) > 1024:
+                    _CATALOGS.clear()
+                _CATALOGS[cache_key] = catalog
         return plan_columns(vendor=self.vendor, model=model, schema=schema, catalog=catalog)
 
     def check(self, spark: SparkSession, *, model: ModelConfig, recipient: RecipientConfig) -> None:
@@ -254,17 +252,8 @@ class JdbcSource(Source):
         target = _postgres_target(self.config.jdbc_url) if self.vendor == "postgres" else None
         if target is None:
             return None
-        import psycopg
-
-        password = self.config.password()
-        schema = self.schema_of(model, recipient)
         try:
-            with psycopg.connect(
-                **target, user=self.config.user, password=password.get_secret_value() if password else None,
-                connect_timeout=10, autocommit=True, application_name="incsync",
-                options="-c default_transaction_read_only=on" + (f" -c search_path={schema}" if schema else ""),
-            ) as conn:
-                conn.execute("SET TIME ZONE 'UTC'")
+            with self._pg_connect(target, self.schema_of(model, recipient)) as conn:
                 lm = self.dialect.ident(model.last_modified_column)
                 relation = self.relation_sql(model, recipient, bounds_where=None)
                 kind = conn.execute(f"SELECT {lm} FROM ({relation}) q LIMIT 0").description[0].type_code
@@ -275,6 +264,37 @@ class JdbcSource(Source):
         except Exception:  # noqa: BLE001 - the read reports the problem, naming the source
             log.debug("source %s: the row probe failed; reading through Spark", self.config.name)
             return None
+
+    @contextmanager
+    def _pg_connect(self, target: dict[str, object], schema: str | None) -> Iterator[object]:
+        """A read-only psycopg session in UTC (``search_path`` = the recipient's schema under schema tenancy)."""
+        import psycopg
+
+        password = self.config.password()
+        with psycopg.connect(
+            **target, user=self.config.user, password=password.get_secret_value() if password else None,
+            connect_timeout=10, autocommit=True, application_name="incsync",
+            options="-c default_transaction_read_only=on" + (f" -c search_path={schema}" if schema else ""),
+        ) as conn:
+            conn.execute("SET TIME ZONE 'UTC'")
+            yield conn
+
+    def _catalog(self, spark: SparkSession, model: ModelConfig, recipient: RecipientConfig, parts: list[str]) -> dict[str, str]:
+        """Column -> type as the catalog spells it; through psycopg where the URL allows (ms), else one Spark query."""
+        sql = catalog_sql(self.vendor, self.dialect.relation(parts), parts)
+        target = _postgres_target(self.config.jdbc_url) if self.vendor == "postgres" else None
+        if target is not None:
+            try:
+                with self._pg_connect(target, self.schema_of(model, recipient)) as conn:
+                    return {name: kind for name, kind in conn.execute(sql).fetchall()}
+            except Exception:  # noqa: BLE001 - Spark's JDBC read below reports the problem, naming the source
+                log.debug("source %s: the catalog probe failed; asking through Spark", self.config.name)
+        what = f"model {model.model_name}, recipient {recipient.id}"
+        df = self._load(spark, sql, self._options(model, recipient), what=what)
+        try:
+            return {r["name"]: r["type"] for r in df.collect()}
+        except Exception as exc:  # noqa: BLE001 - same translation as at connect time
+            raise self._error(exc, what=what) from None
 
     def _partitioning(
         self, spark: SparkSession, model: ModelConfig, fields: dict[str, DataType], sql: str, options: dict[str, str], what: str
@@ -338,6 +358,7 @@ def _quiet_py4j() -> Iterator[None]:
 
 
 _PG_TIMESTAMP, _PG_TIMESTAMPTZ = 1114, 1184  # type OIDs
+_CATALOGS: dict[tuple[object, ...], dict[str, str]] = {}  # see JdbcSource.plans
 _PG_URL_RE = re.compile(r"^jdbc:postgresql://([A-Za-z0-9_.-]+)(?::(\d+))?/([A-Za-z0-9_-]+)$")
 
 

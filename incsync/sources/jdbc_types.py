@@ -55,6 +55,7 @@ def plan_columns(
         f.name: plan_column(
             vendor=vendor, name=f.name, spark_type=f.dataType.simpleString(), metadata=dict(f.metadata or {}),
             catalog_type=(catalog or {}).get(f.name), override=overrides.get(f.name), model=model.model_name, key=key,
+            last_modified=model.last_modified_column,
         )
         for f in schema.fields
     }
