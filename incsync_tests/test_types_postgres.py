@@ -136,3 +136,33 @@ def test_a_value_the_chosen_type_cannot_hold_fails_before_publishing(source, spa
                             "that holds it.")
     assert Target(config).state().last_transfer is None
     assert not (tmp_path / "out/acme/orders").exists()
+
+
+def test_column_types_are_checked_by_the_config_and_against_the_source(source, spark, tmp_path: Path) -> None:
+    import yaml
+
+    from incsync.config import load_config
+    from incsync.errors import ConfigError
+    from incsync.sources import check_sources
+
+    config = write_config(tmp_path, source, "delta", column_types={"n102": "money", "": "text"})
+    with pytest.raises(ConfigError) as caught:
+        load_config(config)
+    text = str(caught.value)
+    assert 'models[0].column_types.n102: "money" is not a type incsync reads as; use text, boolean' in text
+    assert "models[0].column_types: column '' is empty; name a column" in text
+
+    doc = yaml.safe_load(config.read_text())
+    doc["models"][0]["columns"] = ["id", "organization_id", "updated_at"]
+    doc["models"][0]["column_types"] = {"n": "text"}
+    config.write_text(yaml.safe_dump(doc))
+    with pytest.raises(ConfigError, match=r'models\[0\]\.column_types: column "n" is not in columns \[id, organization_id, updated_at\]'):
+        load_config(config)
+
+    config = write_config(tmp_path, source, "delta", column_types={"nope": "text", "n": "decimal(60,21)"})
+    problems = check_sources(load_config(config), spark)
+    assert problems == [
+        "models.orders (recipient acme): model orders: column_types names ['nope'], which the source does not have "
+        f"(it has: id, organization_id, updated_at, n, n4030, n102, tm, tm3, tmtz, iv, ip, cd, ta, ia, js, jb, m, u, e, b, r, d, "
+        "bo, dt, tsn, vc, ch, sm, bi); fix `column_types`"
+    ]
