@@ -206,3 +206,38 @@ def test_mixed_case_and_spaced_names_in_mariadb(spark, tmp_path: Path, monkeypat
         assert rows_by(config, "Id") == [
             {"Id": 1, "organizationId": "org_1", "group": 7, "updatedAt": ts(1, 10, 0, 0, 1)}
         ]
+
+
+@pytest.mark.parametrize(
+    ("arrow_type", "fix"),
+    [
+        (pa.decimal256(50, 10), "Spark reads decimals of up to 38 digits"),
+        (pa.time64("us"), 'set `spark: {"spark.sql.timeType.enabled": "true"}` in the config'),
+        (pa.timestamp("ns", tz="UTC"), "write it as timestamp[us]"),
+    ],
+)
+def test_lake_parquet_types_spark_cannot_read_fail_naming_column_and_fix(arrow_type, fix, spark, tmp_path: Path) -> None:
+    import pyarrow.parquet as pq
+
+    from incsync.changes import Bounds
+    from incsync.errors import SchemaError
+    from incsync.sources.lake import LakeSource
+
+    folder = tmp_path / "src" / "orders"
+    folder.mkdir(parents=True)
+    table = pa.table({"id": pa.array([1], pa.int64()), "organization_id": ["org_1"],
+                      "updated_at": pa.array([ts(1)], pa.timestamp("us", tz="UTC")), "odd": pa.array([None], arrow_type)})
+    pq.write_table(table, folder / "part-0.parquet")
+    doc = {
+        "sources": [{"name": "lake", "vendor": "lake", "path": str(tmp_path / "src")}],
+        "models": [{"model_name": "orders", "source": "lake", "source_table": "orders", "primary_key": ["id"],
+                    "last_modified_column": "updated_at", "organization_column": "organization_id", "min_start_time_epoch": 0}],
+        "recipients": [{"id": "acme", "id_in_provider_system": "org_1", "destination": "x"}],
+    }
+    config = parse_config({**doc, "destinations": [{"name": "x", "kind": "delta", "path": str(tmp_path / "out")}]})
+    source = LakeSource(config.sources[0])
+    bounds = Bounds(lower=ts(1), upper=ts(2), lookback_seconds=0, reason="test")
+    with pytest.raises(SchemaError) as caught:
+        source.read(spark, model=config.models[0], recipient=config.recipients[0], bounds=bounds)
+    assert str(caught.value).startswith(
+        f'model orders: column "odd" of lake table {folder} has Parquet type {arrow_type}, which Spark cannot read; {fix}')

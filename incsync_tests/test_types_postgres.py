@@ -18,7 +18,6 @@ import pytest
 from incsync.typemap import ConversionError
 from incsync_tests.destination_support import KINDS, Target, destination_env
 from incsync_tests.jdbc_support import pg_database
-from incsync_tests.support import ts
 from incsync_tests.type_support import delta_schema, parquet_schema, pg_destination_rows, rows_by, transfer, write_config
 
 WIDE = "123456789012345678901234.123456789012345678901"  # >= 10^20 and 21 decimals: no Decimal(38,18) holds it
@@ -163,6 +162,6 @@ def test_column_types_are_checked_by_the_config_and_against_the_source(source, s
     problems = check_sources(load_config(config), spark)
     assert problems == [
         "models.orders (recipient acme): model orders: column_types names ['nope'], which the source does not have "
-        f"(it has: id, organization_id, updated_at, n, n4030, n102, tm, tm3, tmtz, iv, ip, cd, ta, ia, js, jb, m, u, e, b, r, d, "
+        "(it has: id, organization_id, updated_at, n, n4030, n102, tm, tm3, tmtz, iv, ip, cd, ta, ia, js, jb, m, u, e, b, r, d, "
         "bo, dt, tsn, vc, ch, sm, bi); fix `column_types`"
     ]

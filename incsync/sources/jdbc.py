@@ -19,6 +19,7 @@ from incsync.changes import UTC, Bounds
 from incsync.config import JdbcSourceConfig, ModelConfig, RecipientConfig
 from incsync.errors import ConfigError, SchemaError, SourceError
 from incsync.sources.base import Source, column, normalize_last_modified, select_columns
+from incsync.sources.jdbc_errors import root_cause, sanitize, url_without_query
 from incsync.sources.jdbc_sql import DRIVERS, dialect_for, postgres_literal
 from incsync.sources.jdbc_types import catalog_sql, plan_columns, select_list, with_plan_metadata
 from incsync.sources.sql_text import pasted_query, split_qualified
@@ -149,10 +150,10 @@ class JdbcSource(Source):
         df = self._load(spark, sql, options, what=f"model {model.model_name}, recipient {recipient.id}")
         schema = df.schema
         fields = {f.name: f.dataType for f in schema.fields}
-        for column in [*model.primary_key, model.last_modified_column, *filter(None, [model.organization_column])]:
-            if column not in fields:
+        for name in [*model.primary_key, model.last_modified_column, *filter(None, [model.organization_column])]:
+            if name not in fields:
                 raise SchemaError(
-                    f'model {model.model_name}: column "{column}" is not in the source of recipient {recipient.id} '
+                    f'model {model.model_name}: column "{name}" is not in the source of recipient {recipient.id} '
                     f"(it has: {', '.join(fields)}); fix the model's columns"
                 )
         return schema
@@ -325,7 +326,7 @@ class JdbcSource(Source):
     def _error(self, exc: BaseException, *, what: str) -> SourceError:
         """One line naming the source, the model/recipient, the cause and the fix; secrets removed."""
         cfg = self.config
-        detail = sanitize(_root_cause(exc), self._secrets())
+        detail = sanitize(root_cause(exc), self._secrets())
         lowered = detail.lower()
         if "classnotfoundexception" in lowered or "no suitable driver" in lowered:
             fix = (
@@ -336,7 +337,7 @@ class JdbcSource(Source):
         if any(s in lowered for s in ("password authentication failed", "access denied", "role \"", "authentication")):
             fix = f"check `user` ({cfg.user}) and the password in the variable named by `password_env` ({cfg.password_env})"
         elif any(s in lowered for s in ("unknownhost", "connection refused", "connection attempt failed", "could not connect", "socket fail", "timed out", "connect timed")):
-            fix = f"check the host and port in `jdbc_url` ({sanitize(_url_without_query(cfg.jdbc_url), [])}) and that the server is up"
+            fix = f"check the host and port in `jdbc_url` ({sanitize(url_without_query(cfg.jdbc_url), [])}) and that the server is up"
         elif any(s in lowered for s in ("does not exist", "doesn't exist", "unknown database", "unknown column", "unknown table")):
             fix = "check the model's source_table/source_query, columns and (schema tenancy) the recipient's schema"
         elif "permission denied" in lowered or "command denied" in lowered:
@@ -369,39 +370,3 @@ def _postgres_target(jdbc_url: str) -> dict[str, object] | None:
         return None
     host, port, dbname = match.groups()
     return {"host": host, "port": int(port or 5432), "dbname": dbname}
-
-
-def _url_without_query(url: str) -> str:
-    return url.split("?", 1)[0]
-
-
-def _root_cause(exc: BaseException) -> str:
-    """The deepest Java cause's class and message, else the Python message's first line."""
-    java = getattr(exc, "java_exception", None) or getattr(exc, "_origin", None)
-    if java is not None:
-        try:
-            causes = []
-            while java is not None and len(causes) < 20:
-                causes.append(f"{java.getClass().getSimpleName()}: {java.getMessage()}")
-                java = java.getCause()
-            return " <- ".join(reversed(causes[-2:])) if len(causes) > 1 else causes[0]
-        except Exception:  # noqa: BLE001 - the gateway may be gone; fall back to the text
-            pass
-    text = str(exc).strip()
-    if not text:
-        return type(exc).__name__
-    lines = text.splitlines()
-    # Spark Connect sends the server's JVM trace as text: its last "Caused by" is the driver's own words.
-    causes = [line.removeprefix("Caused by: ").strip() for line in lines if line.startswith("Caused by: ")]
-    return f"{causes[-1]} <- {lines[0]}" if causes else lines[0]
-
-
-def sanitize(text: str, secrets: list[str]) -> str:
-    """Remove secrets and anything that looks like one; keep the message to one readable line."""
-    for secret in secrets:
-        if secret:
-            text = text.replace(secret, "***")
-    text = re.sub(r"(?i)(password\s*[=:]\s*)[^\s&;,)]+", r"\1***", text)
-    text = re.sub(r"//[^/@\s]*:[^/@\s]*@", "//***@", text)
-    text = " ".join(text.split())
-    return text[:500]

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 from incsync.changes import Bounds
 from incsync.config import LakeSourceConfig, ModelConfig, RecipientConfig
-from incsync.errors import SourceError
+from incsync.errors import SchemaError, SourceError
 from incsync.sources.base import Source, column, normalize_last_modified, select_columns
 from incsync.sources.sql_text import pasted_query, split_qualified
 
@@ -35,6 +35,40 @@ class LakeSource(Source):
         options = {**_READER_DEFAULTS[cfg.format], **cfg.options}
         return spark.read.format(cfg.format).options(**options).load(str(folder))
 
+    def _check_parquet_types(self, spark: SparkSession, model: ModelConfig, parts: list[str]) -> None:
+        """Parquet types Spark cannot read fail here, naming the column and the fix, not in Spark's words."""
+        cfg = self.config
+        folder = Path(cfg.path or ".").joinpath(*parts)
+        if cfg.format != "parquet" or "://" in str(cfg.path) or not folder.is_dir():
+            return
+        import pyarrow as pa
+        import pyarrow.dataset as ds
+
+        try:
+            schema = ds.dataset(str(folder), format="parquet", exclude_invalid_files=False).schema
+        except (pa.ArrowInvalid, OSError):
+            return  # Spark reports unreadable files itself
+        time_type = spark.conf.get("spark.sql.timeType.enabled", "false").lower() == "true"
+        wanted = set(model.columns) if model.columns else None
+        for field in schema:
+            if wanted is not None and field.name not in wanted:
+                continue
+            t = field.type
+            fix = None
+            if pa.types.is_decimal(t) and t.precision > 38:
+                fix = "Spark reads decimals of up to 38 digits: write it as decimal(38,s) or lower, or as its exact text (string)"
+            elif pa.types.is_time(t) and not time_type:
+                fix = 'set `spark: {"spark.sql.timeType.enabled": "true"}` in the config, or write it as a string'
+            elif pa.types.is_timestamp(t) and t.unit == "ns":
+                fix = "write it as timestamp[us] (Parquet TIMESTAMP(MICROS)); Spark keeps microseconds"
+            elif pa.types.is_float16(t):
+                fix = "write it as float32"
+            if fix:
+                raise SchemaError(
+                    f'model {model.model_name}: column "{field.name}" of lake table {folder} has Parquet type {t}, '
+                    f"which Spark cannot read; {fix}"
+                )
+
     def _register_views(self, spark: SparkSession, schema: str | None) -> None:
         """Expose every table folder as a temp view so a ``source_query`` can name it."""
         if self.config.format == "table":
@@ -60,7 +94,9 @@ class LakeSource(Source):
             df = spark.sql(f"WITH q AS ({pasted_query(model.source_query, vendor='lake')}\n) SELECT * FROM q")
         else:
             assert model.source_table is not None
-            df = self._table(spark, [*([schema] if schema else []), *(split_qualified(model.source_table) or [model.source_table])])
+            parts = [*([schema] if schema else []), *(split_qualified(model.source_table) or [model.source_table])]
+            self._check_parquet_types(spark, model, parts)
+            df = self._table(spark, parts)
         if model.organization_column:
             if model.organization_column not in df.columns:
                 raise SourceError(
