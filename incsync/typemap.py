@@ -291,3 +291,24 @@ def postgres_source_type(field: pa.Field) -> str | None:
     if pa.types.is_timestamp(t):
         return spelled if (t.tz is not None) == (base == "timestamp with time zone") else None
     return None
+
+
+def _kind(t: pa.DataType) -> str:
+    for name, check in (("text", pa.types.is_string), ("text", pa.types.is_large_string), ("timestamp", pa.types.is_timestamp),
+                        ("decimal", pa.types.is_decimal), ("integer", pa.types.is_integer), ("float", pa.types.is_floating),
+                        ("boolean", pa.types.is_boolean), ("date", pa.types.is_date), ("time", pa.types.is_time),
+                        ("binary", pa.types.is_binary), ("binary", pa.types.is_large_binary), ("nested", pa.types.is_nested)):
+        if check(t):
+            return name
+    return str(t)
+
+
+def changed_kinds(current: pa.Schema, incoming: pa.Schema) -> list[str]:
+    """Columns whose kind of value (text, timestamp, decimal, ...) differs between a table and a batch:
+    a merge would fail or misread them (e.g. a TIME once staged as a timestamp, now as exact text)."""
+    have = {f.name: f.type for f in current}
+    return [
+        f'column "{f.name}" holds {have[f.name]} in the table but {f.type} in the batch'
+        for f in incoming
+        if f.name in have and _kind(have[f.name]) != _kind(f.type)
+    ]

@@ -165,3 +165,17 @@ def test_column_types_are_checked_by_the_config_and_against_the_source(source, s
         "(it has: id, organization_id, updated_at, n, n4030, n102, tm, tm3, tmtz, iv, ip, cd, ta, ia, js, jb, m, u, e, b, r, d, "
         "bo, dt, tsn, vc, ch, sm, bi); fix `column_types`"
     ]
+
+
+def test_a_delta_table_written_with_the_old_lossy_type_asks_for_a_full_refresh(source, spark, tmp_path: Path) -> None:
+    import pyarrow as pa
+    from deltalake import write_deltalake
+
+    from incsync.errors import PublishError
+
+    old = pa.table({"id": pa.array([1], pa.int32()), "tm": pa.array([datetime(1970, 1, 1, 13, 14, 15, 123000)], pa.timestamp("us"))})
+    write_deltalake(str(tmp_path / "out/acme/orders"), old)
+    config = write_config(tmp_path, source, "delta", columns=["id", "organization_id", "updated_at", "tm"])
+    with pytest.raises(PublishError, match=r'column "tm" holds timestamp\[us\] in the table but string in the batch .*'
+                                           r"run a full refresh \(--full-refresh\)"):
+        transfer(config, spark)

@@ -13,9 +13,9 @@ from deltalake.exceptions import CommitFailedError, TableNotFoundError
 from incsync.config import DeltaDestinationConfig, ModelConfig, RecipientConfig
 from incsync.crashpoints import crash_point
 from incsync.destinations.base import FULL_REFRESH, Destination, DestinationState, TransferRecord
-from incsync.errors import LeaseError, PublishError
+from incsync.errors import LeaseError, PublishError, SchemaError
 from incsync.staging import StagedBatch
-from incsync.typemap import delta_form, to_delta
+from incsync.typemap import changed_kinds, delta_form, to_delta
 
 RECORD_KEY = "incsync.transfer"
 HISTORY_SCAN = 100
@@ -116,6 +116,12 @@ class DeltaDestination(Destination):
         return {"delta.targetFileSize": str(self.config.target_file_size)}
 
     def _merge(self, dt: DeltaTable, *, model: ModelConfig, batch: StagedBatch, props: CommitProperties) -> None:
+        changed = changed_kinds(pa.schema(dt.schema().to_arrow()), delta_form(batch.schema))
+        if changed:
+            raise SchemaError(
+                f"model {model.model_name}: {'; '.join(changed)} (docs/types.md says how each source type arrives); "
+                "run a full refresh (--full-refresh) to rewrite the table with the new types"
+            )
         before = dt.version()
         on = " AND ".join(f"t.{_quote(c)} = s.{_quote(c)}" + _key_range(batch, c) for c in model.primary_key)
         lm = _quote(model.last_modified_column)
