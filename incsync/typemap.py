@@ -42,7 +42,7 @@ class ColumnPlan:
     name: str
     vendor: str
     source_type: str
-    cast: str | None = None  # "text" or "integer": the database converts before Spark sees the value
+    cast: str | None = None  # "text", "text[]" or "integer": the database converts before Spark sees the value
     arrow: str | None = None  # the staged Arrow type, from text; None: as Spark reads it
     model: str = ""
     key: tuple[str, ...] = ()
@@ -92,6 +92,8 @@ def plan_column(
         return _with(plan, cast="text", arrow="time64[us]")
     if kind == "timetz":
         return _with(plan, cast="text", arrow="string")  # no zoned time of day in Arrow: its exact text
+    if vendor == "postgres" and kind in ("_numeric", "_time", "_timetz", "_money"):
+        return _with(plan, cast="text[]")  # Spark would clamp/round the elements; each element's exact text
     if vendor == "postgres" and kind == "money":
         return _with(plan, cast="text", arrow="decimal128(19,2)")  # its amount, whatever lc_monetary prints
     if vendor in ("mysql", "mariadb") and kind == "bit" and spark_type == "binary":
@@ -155,6 +157,8 @@ def cast_sql(plan: ColumnPlan, quoted: str) -> str:
     if plan.cast is None:
         return quoted
     if plan.vendor == "postgres":
+        if plan.cast == "text[]":
+            return f"{quoted}::text[]"
         return f"{quoted}::numeric::text" if plan.source_type == "money" else f"{quoted}::text"
     return f"CAST({quoted} AS {'SIGNED' if plan.cast == 'integer' else 'CHAR'})"
 

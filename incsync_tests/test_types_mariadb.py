@@ -114,3 +114,13 @@ def test_zero_dates_arrive_as_null_and_old_datetimes_unshifted(source, spark, tm
     transfer(config, spark)
     assert [(r["dt"], r["dtt"]) for r in rows_by(config, "id")] == [
         (date(1850, 1, 1), datetime(1000, 1, 1, 0, 0, 0, 1)), (None, None)]
+
+
+def test_a_source_query_without_catalog_still_arrives_exactly(source, spark, tmp_path: Path) -> None:
+    query = "SELECT id, organization_id, updated_at, d, tm, b8, c FROM orders -- no catalog entry for a query"
+    config = write_config(tmp_path, source, "object_storage", source_table=None, source_query=query)
+    transfer(config, spark)
+    first = rows_by(config, "id")[0]
+    # Without the catalog's precision, a decimal Spark would clamp arrives as its exact text.
+    assert (first["d"], first["tm"], first["b8"], first["c"]) == (D6530, time(13, 14, 15, 123456), 0b10100101, "ab")
+    assert parquet_schema(tmp_path)["d"] == "string"

@@ -29,12 +29,12 @@ CREATE TABLE orders (
     id integer PRIMARY KEY, organization_id text NOT NULL, updated_at timestamptz NOT NULL,
     n numeric, n4030 numeric(40,30), n102 numeric(10,2), tm time, tm3 time(3), tmtz timetz, iv interval,
     ip inet, cd cidr, ta text[], ia integer[], js json, jb jsonb, m money, u uuid, e mood, b bytea,
-    r real, d double precision, bo boolean, dt date, tsn timestamp, vc varchar(5), ch char(3), sm smallint, bi bigint)"""
+    r real, d double precision, bo boolean, dt date, tsn timestamp, vc varchar(5), ch char(3), sm smallint, bi bigint, na numeric[])"""
 INSERT = f"""INSERT INTO orders VALUES
  (1, 'org_1', '2024-01-01 10:00:00+00', {WIDE}, {N4030}, 12.34, '13:14:15.123456', '23:59:59.999', '13:14:15.123456+02',
   '1 year 2 days 00:00:01.5', '10.0.0.1/8', '10.0.0.0/8', '{{a,NULL,"😀"}}', '{{}}', '{{"a": 1}}', '{{"b": [2]}}', 12.34,
   '{REF}', 'sad', '\\x00ff', 'NaN', '-Infinity', true, '1850-01-01', '2024-01-01 00:00:00.000001', 'abc', 'ab', -32768,
-  9223372036854775807);
+  9223372036854775807, '{{1.5,NULL,123456789012345678901234.5}}');
 INSERT INTO orders (id, organization_id, updated_at, n, tm, d) VALUES
  (2, 'org_1', '2024-01-01 11:00:00+00', 'NaN', '00:00:00', 'Infinity'),
  (3, 'org_2', '2024-01-01 12:00:00+00', 1, '01:00:00', 1)"""
@@ -67,7 +67,7 @@ def test_every_postgres_type_arrives_exactly(kind: str, source, spark, tmp_path:
             "cd": "cidr", "ta": "text[]", "ia": "integer[]", "js": "json", "jb": "jsonb", "m": "numeric(19,2)",
             "u": "uuid", "e": "text", "b": "bytea", "r": "real", "d": "double precision", "bo": "boolean", "dt": "date",
             "tsn": "timestamp without time zone", "vc": "character varying(5)", "ch": "character(3)", "sm": "smallint",
-            "bi": "bigint",
+            "bi": "bigint", "na": "numeric[]",
         }
         first = rows[0]
         assert (first["tmtz"], first["iv"], first["ip"], first["cd"]) == (
@@ -77,6 +77,7 @@ def test_every_postgres_type_arrives_exactly(kind: str, source, spark, tmp_path:
         assert (first["ta"], first["ia"], first["js"], first["jb"], first["u"]) == (["a", None, "😀"], [], {"a": 1}, {"b": [2]}, REF)
         exact = {"n": Decimal(WIDE), "n4030": Decimal(N4030), "tm": time(13, 14, 15, 123456), "tm3": time(23, 59, 59, 999000)}
         assert rows[1]["n"].is_nan()
+        assert first["na"] == [Decimal("1.5"), None, Decimal("123456789012345678901234.5")]
     else:
         rows = rows_by(config, "id")
         first = rows[0]
@@ -85,6 +86,7 @@ def test_every_postgres_type_arrives_exactly(kind: str, source, spark, tmp_path:
         assert {k: first[k] for k in text_forms} == text_forms
         assert (first["ta"], first["ia"]) == (["a", None, "😀"], [])
         assert rows[1]["n"] == "NaN"
+        assert first["na"] == ["1.5", None, "123456789012345678901234.5"]  # each element's exact text
         if kind == "delta":
             # Delta has no time of day and no decimal past 38 digits: their exact text.
             exact = {"n": WIDE, "n4030": N4030, "tm": "13:14:15.123456", "tm3": "23:59:59.999000"}
@@ -163,7 +165,7 @@ def test_column_types_are_checked_by_the_config_and_against_the_source(source, s
     assert problems == [
         "models.orders (recipient acme): model orders: column_types names ['nope'], which the source does not have "
         "(it has: id, organization_id, updated_at, n, n4030, n102, tm, tm3, tmtz, iv, ip, cd, ta, ia, js, jb, m, u, e, b, r, d, "
-        "bo, dt, tsn, vc, ch, sm, bi); fix `column_types`"
+        "bo, dt, tsn, vc, ch, sm, bi, na); fix `column_types`"
     ]
 
 
