@@ -102,9 +102,12 @@ def test_pasted_query_loses_only_trailing_comments_and_semicolons(pasted: str, e
     assert pasted_query(pasted) == expected
 
 
-def test_mysql_hash_comment_is_a_comment_only_there() -> None:
+def test_mysql_hash_comment_and_backslash_escapes_only_where_they_exist() -> None:
     assert pasted_query("SELECT 1 # tail", vendor="mariadb") == "SELECT 1"
     assert pasted_query("SELECT 1 # tail", vendor="postgres") == "SELECT 1 # tail"
+    assert pasted_query("SELECT 'C:\\' AS p; -- c", vendor="postgres") == "SELECT 'C:\\' AS p"
+    assert pasted_query("SELECT E'it\\'s;' AS p;", vendor="postgres") == "SELECT E'it\\'s;' AS p"
+    assert pasted_query("SELECT 'it\\'s;' AS p; # c", vendor="mariadb") == "SELECT 'it\\'s;' AS p"
 
 
 PASTED = [

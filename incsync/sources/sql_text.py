@@ -12,7 +12,7 @@ import re
 _DOLLAR_TAG = re.compile(r"\$([A-Za-z_][A-Za-z0-9_]*)?\$")
 
 
-def _segments(query: str, *, hash_comments: bool) -> list[tuple[str, int, int]]:
+def _segments(query: str, *, mysql: bool) -> list[tuple[str, int, int]]:
     """``(kind, start, end)`` spans: kind is ``code``, ``quoted`` (strings, identifiers) or ``comment``."""
     spans: list[tuple[str, int, int]] = []
     i, n, code_start = 0, len(query), 0
@@ -26,10 +26,12 @@ def _segments(query: str, *, hash_comments: bool) -> list[tuple[str, int, int]]:
         end = None
         kind = "quoted"
         if ch in "'\"`":
+            # Backslash escapes: MySQL strings, and PostgreSQL E'' strings only.
+            escapes = ch == "'" and (mysql or (i > 0 and query[i - 1] in "eE" and (i < 2 or not (query[i - 2].isalnum() or query[i - 2] == "_"))))
             j = i + 1
             while j < n:
-                if query[j] == "\\" and ch != '"' and j + 1 < n:
-                    j += 2  # MySQL backslash escapes (and PostgreSQL E'' strings)
+                if escapes and query[j] == "\\" and j + 1 < n:
+                    j += 2
                     continue
                 if query[j] == ch:
                     if j + 1 < n and query[j + 1] == ch:  # doubled quote
@@ -41,7 +43,7 @@ def _segments(query: str, *, hash_comments: bool) -> list[tuple[str, int, int]]:
         elif ch == "$" and (m := _DOLLAR_TAG.match(query, i)) and (i == 0 or not (query[i - 1].isalnum() or query[i - 1] == "_")):
             close_at = query.find(m.group(0), m.end())
             end = n if close_at < 0 else close_at + len(m.group(0))
-        elif query.startswith("--", i) or (hash_comments and ch == "#"):
+        elif query.startswith("--", i) or (mysql and ch == "#"):
             newline = query.find("\n", i)
             end, kind = (n if newline < 0 else newline), "comment"
         elif query.startswith("/*", i):
@@ -64,7 +66,7 @@ def pasted_query(query: str, *, vendor: str = "postgres") -> str:
     """
     text = query
     while True:
-        spans = _segments(text, hash_comments=vendor in ("mysql", "mariadb"))
+        spans = _segments(text, mysql=vendor in ("mysql", "mariadb"))
         while spans and (spans[-1][0] == "comment" or (spans[-1][0] == "code" and not text[spans[-1][1]:spans[-1][2]].strip())):
             spans.pop()
         if not spans:
