@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import fcntl
 import functools
+import re
 import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -18,7 +19,7 @@ import pyarrow.dataset as ds
 
 from incsync.config import ModelConfig
 from incsync.errors import ValidationError
-from incsync.typemap import METADATA_KEY, ColumnPlan, arrow_type, convert_table, field_metadata
+from incsync.typemap import FINITE_MARK, METADATA_KEY, ColumnPlan, ConversionError, arrow_type, convert_table, field_metadata
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -63,15 +64,45 @@ def stage(df: DataFrame | pa.Table, path: Path, *, known_empty: bool = False, co
         return StagedBatch(path=path, files=(), schema=faithful_schema(spark_parquet_schema(df), plans), rows=0, bytes=0)
     if collect:
         schema = spark_parquet_schema(df)
-        table = convert_table(df.toArrow().cast(schema), plans)
+        with _out_of_range(plans):
+            collected = df.toArrow()
+        table = convert_table(collected.cast(schema), plans)
         return _stage_arrow(table, path, schema=faithful_schema(schema, plans))
-    df.write.mode("overwrite").option("outputTimestampType", "TIMESTAMP_MICROS").parquet(str(path))
+    with _out_of_range(plans):
+        df.write.mode("overwrite").option("outputTimestampType", "TIMESTAMP_MICROS").parquet(str(path))
     files = tuple(sorted(p for p in path.glob("*.parquet")))
     if any(plan.arrow for plan in plans.values()):
         _convert_files(files, plans)
     schema = faithful_schema(_utc_schema(df, ds.dataset([str(f) for f in files], format="parquet").schema if files else None), plans)
     rows = ds.dataset([str(f) for f in files], format="parquet", schema=schema).count_rows() if files else 0
     return StagedBatch(path=path, files=files, schema=schema, rows=rows, bytes=sum(f.stat().st_size for f in files))
+
+
+@contextmanager
+def _out_of_range(plans: dict[str, ColumnPlan]) -> Iterator[None]:
+    """Spark's reader overflows on dates it cannot hold (PostgreSQL 'infinity'): say which columns may hold one."""
+    try:
+        yield
+    except Exception as exc:
+        marked = re.search(rf'{FINITE_MARK} column (.*?) holds (.*?) at key ([^"]*)', str(exc))
+        if marked and plans:
+            column, value, key = marked.groups()
+            plan = plans.get(column)
+            raise ConversionError(
+                f'model {next(iter(plans.values())).model}: column "{column}" '
+                f"({plan.vendor if plan else 'postgres'} {plan.source_type if plan else 'timestamp'}) holds {value!r} "
+                f"(key {key}), which no date or timestamp type outside PostgreSQL holds; nothing was published. "
+                f'Set `column_types: {{"{column}": text}}` on the model to transfer it as its text.'
+            ) from None
+        suspects = [p for p in plans.values() if "date" in p.source_type.lower() or "timestamp" in p.source_type.lower()]
+        if not suspects or "long overflow" not in str(exc).lower():
+            raise
+        names = ", ".join(p.name for p in suspects)
+        raise ConversionError(
+            f"model {suspects[0].model}: a value of date/timestamp column(s) [{names}] is outside what Spark can "
+            "represent (PostgreSQL 'infinity' / '-infinity', or a year past 9999); nothing was published. "
+            f'Read such a column as text with `column_types: {{"{suspects[0].name}": text}}` on the model.'
+        ) from None
 
 
 def column_plans(df: DataFrame) -> dict[str, ColumnPlan]:

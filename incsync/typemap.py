@@ -107,6 +107,9 @@ def plan_column(
         return _with(plan, cast="text", arrow="timestamp[us]")
     if vendor in ("mysql", "mariadb") and kind == "char":
         return _with(plan, cast="text")  # CHAR/ENUM/SET: as stored, not padded to the length by Spark
+    if vendor == "postgres" and kind in ("date", "timestamp", "timestamptz") and name != last_modified:
+        # Spark reads 'infinity' as 9999-12-31 23:59:59.999 and '-infinity' as a made-up date: refuse it instead.
+        return _with(plan, cast=f"finite:{kind}")
     if spark_type.startswith("decimal"):
         return _decimal_plan(plan, spark_type, metadata, catalog_type)
     return plan
@@ -157,10 +160,26 @@ def cast_sql(plan: ColumnPlan, quoted: str) -> str:
     if plan.cast is None:
         return quoted
     if plan.vendor == "postgres":
+        if plan.cast.startswith("finite:"):
+            kind = plan.cast.removeprefix("finite:")
+            key = " || ', ' || ".join(f"coalesce({_pg_ident(k)}::text, 'NULL')" for k in plan.key) or "'?'"
+            message = _pg_string(f"{FINITE_MARK} column {plan.name} holds ") + f" || {quoted}::text || ' at key ' || {key}"
+            return f"CASE WHEN {quoted} IS NULL OR isfinite({quoted}) THEN {quoted} ELSE ({message})::{kind} END"
         if plan.cast == "text[]":
             return f"{quoted}::text[]"
         return f"{quoted}::numeric::text" if plan.source_type == "money" else f"{quoted}::text"
     return f"CAST({quoted} AS {'SIGNED' if plan.cast == 'integer' else 'CHAR'})"
+
+
+FINITE_MARK = "incsync:"
+
+
+def _pg_ident(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def _pg_string(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
 
 
 def arrow_type(name: str) -> pa.DataType:

@@ -181,3 +181,22 @@ def test_a_delta_table_written_with_the_old_lossy_type_asks_for_a_full_refresh(s
     with pytest.raises(PublishError, match=r'column "tm" holds timestamp\[us\] in the table but string in the batch .*'
                                            r"run a full refresh \(--full-refresh\)"):
         transfer(config, spark)
+
+
+def test_infinite_timestamps_fail_naming_the_columns_and_text_keeps_them(spark, tmp_path: Path) -> None:
+    with pg_database() as db:
+        db.execute("CREATE TABLE orders (id int PRIMARY KEY, organization_id text, updated_at timestamptz, "
+                   "ends_at timestamptz, born date, note text)")
+        db.execute("INSERT INTO orders VALUES (1, 'org_1', '2024-01-01 10:00+00', 'infinity', '-infinity', 'x')")
+        config = write_config(tmp_path, db, "object_storage")
+        with pytest.raises(ConversionError) as caught:
+            transfer(config, spark)
+        assert str(caught.value) == (
+            'model orders: column "ends_at" (postgres timestamp with time zone) holds \'infinity\' (key 1), which no '
+            "date or timestamp type outside PostgreSQL holds; nothing was published. "
+            'Set `column_types: {"ends_at": text}` on the model to transfer it as its text.'
+        )
+        assert Target(config).state().last_transfer is None
+        config = write_config(tmp_path, db, "object_storage", column_types={"ends_at": "text", "born": "text"})
+        transfer(config, spark)
+        assert [(r["ends_at"], r["born"]) for r in rows_by(config, "id")] == [("infinity", "-infinity")]
