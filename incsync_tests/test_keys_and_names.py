@@ -244,3 +244,17 @@ def test_lake_parquet_types_spark_cannot_read_fail_naming_column_and_fix(arrow_t
         source.read(spark, model=config.models[0], recipient=config.recipients[0], bounds=bounds)
     assert str(caught.value).startswith(
         f'model orders: column "odd" of lake table {folder} has Parquet type {arrow_type}, which Spark cannot read; {fix}')
+
+
+@pytest.mark.parametrize("how", ["source_table", "source_query"])
+def test_mixed_case_tenant_schema_is_not_folded(how: str, spark, tmp_path: Path) -> None:
+    with pg_database() as db:
+        for schema, status in (('"TenantA"', "mine"), ("tenanta", "folded")):
+            db.execute(f"CREATE SCHEMA {schema}")
+            db.execute(f"CREATE TABLE {schema}.orders (id int PRIMARY KEY, status text, updated_at timestamptz NOT NULL)")
+            db.execute(f"INSERT INTO {schema}.orders VALUES (1, '{status}', '2024-01-01 10:00+00')")
+        model = {"source_table": "orders"} if how == "source_table" else {
+            "source_table": None, "source_query": "SELECT * FROM orders -- the recipient's schema"}
+        config = write_config(tmp_path, db, "delta", tenant="TenantA", tenancy="schema", organization_column=None, **model)
+        assert transfer(config, spark).record.rows_transferred == 1
+        assert [r["status"] for r in rows_by(config, "id")] == ["mine"]

@@ -19,8 +19,8 @@ from incsync_tests.jdbc_support import MariaDatabase, PgDatabase
 from incsync_tests.support import JAN1_EPOCH
 
 
-def write_config(root: Path, db: PgDatabase | MariaDatabase, kind: str, **model: Any) -> Path:
-    """``incsync.yaml`` with model ``orders`` read from ``db`` for recipient acme (tenant org_1) into ``kind``."""
+def write_config(root: Path, db: PgDatabase | MariaDatabase, kind: str, tenant: str = "org_1", **model: Any) -> Path:
+    """``incsync.yaml`` with model ``orders`` read from ``db`` for recipient acme (``tenant``) into ``kind``."""
     user = db.user if isinstance(db, PgDatabase) else "root"
     doc = {
         "sources": [{"name": "db", "vendor": db.vendor, "jdbc_url": db.jdbc_url, "user": user}],
@@ -37,7 +37,7 @@ def write_config(root: Path, db: PgDatabase | MariaDatabase, kind: str, **model:
             "lookback_seconds": 0,
             **model,
         }],
-        "recipients": [{"id": "acme", "id_in_provider_system": "org_1", "destination": "acme_dest"}],
+        "recipients": [{"id": "acme", "id_in_provider_system": tenant, "destination": "acme_dest"}],
     }
     path = root / "incsync.yaml"
     path.write_text(yaml.safe_dump(doc, sort_keys=False))

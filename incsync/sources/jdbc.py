@@ -275,7 +275,7 @@ class JdbcSource(Source):
         with psycopg.connect(
             **target, user=self.config.user, password=password.get_secret_value() if password else None,
             connect_timeout=10, autocommit=True, application_name="incsync",
-            options="-c default_transaction_read_only=on" + (f" -c search_path={schema}" if schema else ""),
+            options="-c default_transaction_read_only=on" + (f" -c search_path={self.dialect.ident(schema)}" if schema else ""),
         ) as conn:
             conn.execute("SET TIME ZONE 'UTC'")
             yield conn

@@ -80,7 +80,7 @@ class _Dialect:
         # currentSchema makes unqualified names in a source_query resolve in the recipient's schema.
         props = {"readOnly": "true", "ApplicationName": "incsync", "connectTimeout": "10", "loginTimeout": "10"}
         if schema:
-            props["currentSchema"] = schema
+            props["currentSchema"] = self.ident(schema)  # quoted: a mixed-case schema must not fold
         return props
 
 
