@@ -374,6 +374,8 @@ def _column_types_problems(where: str, m: ModelConfig) -> list[str]:
     for col, kind in (m.column_types or {}).items():
         if problem := column_name_problem(col):
             problems.append(f"{where}.column_types: column {col!r} {problem}")
+        elif col == m.last_modified_column:
+            problems.append(f'{where}.column_types: "{col}" is the last_modified_column, which is read as a timestamp; remove it')
         elif m.columns and col not in m.columns:
             problems.append(f'{where}.column_types: column "{col}" is not in columns [{", ".join(m.columns)}]')
         if not isinstance(kind, str) or override_arrow(kind) is None:

@@ -112,6 +112,7 @@ PG_COLUMNS: dict[str, tuple[str, Callable[[Any], Any]]] = {
     "d": ("double precision", _plain), "t": ("text", _plain), "b": ("bytea", _plain), "u": ("uuid", str),
     "dt": ("date", _plain), "tm": ("time", _time), "tsn": ("timestamp", _plain), "tsz": ("timestamptz", _plain),
     "ta": ("text[]", _plain), "ia": ("integer[]", _plain), "jb": ("jsonb", _json), "bo": ("boolean", _plain),
+    "na": ("numeric[]", lambda v: [None if x is None else _decimal_text(x) for x in v]),
 }
 _text = st.text(st.characters(exclude_characters="\x00", exclude_categories=["Cs"]), max_size=12)
 _json_values = st.recursive(
@@ -130,17 +131,19 @@ PG_VALUES = {
     "tsz": st.datetimes(min_value=datetime(1000, 1, 1), max_value=datetime(9999, 1, 1)).map(lambda d: d.replace(tzinfo=UTC)),
     "ta": st.lists(st.none() | _text, max_size=3), "ia": st.lists(st.none() | st.integers(-(2**31), 2**31 - 1), max_size=3),
     "jb": _json_values, "bo": st.booleans(),
+    "na": st.lists(st.none() | st.decimals(allow_nan=True, allow_infinity=False, places=None,
+                                           min_value=Decimal("-1e30"), max_value=Decimal("1e30")), max_size=3),
 }
 PG_EDGES = [
     {"i2": -(2**15), "i8": -(2**63), "n": Decimal("123456789012345678901234.123456789012345678901"),
      "n4030": Decimal("-9999999999.999999999999999999999999999999"), "n102": Decimal("-0.01"), "r": math.inf,
      "d": -math.inf, "t": "😀 ü \t", "b": b"", "u": uuid.UUID(int=0), "dt": date(1000, 1, 1), "tm": time(0),
      "tsn": datetime(1000, 1, 1, 0, 0, 0, 1), "tsz": datetime(1000, 1, 1, 12, tzinfo=UTC), "ta": [], "ia": [None],
-     "jb": {"": [None, "😀"]}, "bo": False},
+     "jb": {"": [None, "😀"]}, "bo": False, "na": [Decimal("123456789012345678901234.123456789012345678901"), None]},
     {"i2": 2**15 - 1, "i8": 2**63 - 1, "n": Decimal("NaN"), "n4030": Decimal("0E-30"), "n102": Decimal("99999999.99"),
      "r": math.nan, "d": math.nan, "t": "", "b": b"\x00\xff", "u": uuid.UUID(int=2**128 - 1), "dt": date(9999, 12, 31),
      "tm": time(23, 59, 59, 999999), "tsn": datetime(2024, 2, 29, 0, 0, 0, 1), "tsz": datetime(2038, 1, 19, 3, 14, 8, tzinfo=UTC),
-     "ta": [None, ""], "ia": [], "jb": [], "bo": True},
+     "ta": [None, ""], "ia": [], "jb": [], "bo": True, "na": []},
     {c: None for c in PG_COLUMNS},
 ]
 

@@ -146,12 +146,13 @@ def test_column_types_are_checked_by_the_config_and_against_the_source(source, s
     from incsync.errors import ConfigError
     from incsync.sources import check_sources
 
-    config = write_config(tmp_path, source, "delta", column_types={"n102": "money", "": "text"})
+    config = write_config(tmp_path, source, "delta", column_types={"n102": "money", "": "text", "updated_at": "text"})
     with pytest.raises(ConfigError) as caught:
         load_config(config)
     text = str(caught.value)
     assert 'models[0].column_types.n102: "money" is not a type incsync reads as; use text, boolean' in text
     assert "models[0].column_types: column '' is empty; name a column" in text
+    assert 'models[0].column_types: "updated_at" is the last_modified_column, which is read as a timestamp; remove it' in text
 
     doc = yaml.safe_load(config.read_text())
     doc["models"][0]["columns"] = ["id", "organization_id", "updated_at"]
