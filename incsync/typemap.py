@@ -94,6 +94,8 @@ def plan_column(
         return _with(plan, cast="text", arrow="string")  # no zoned time of day in Arrow: its exact text
     if vendor == "postgres" and kind in ("_numeric", "_time", "_timetz", "_money"):
         return _with(plan, cast="text[]")  # Spark would clamp/round the elements; each element's exact text
+    if vendor == "postgres" and kind == "bit" and spark_type == "binary":
+        return _with(plan, cast="text")  # bit(n): its bits as the text '10100101' (Spark: the ASCII bytes of it)
     if vendor == "postgres" and kind == "money":
         return _with(plan, cast="text", arrow="decimal128(19,2)")  # its amount, whatever lc_monetary prints
     if vendor in ("mysql", "mariadb") and kind == "bit" and spark_type == "binary":
@@ -286,9 +288,10 @@ _PG_KEEP = {
     "smallint", "integer", "bigint", "real", "double precision", "numeric", "boolean", "text", "character varying",
     "character", "uuid", "json", "jsonb", "inet", "cidr", "macaddr", "macaddr8", "interval", "date", "bytea",
     "time without time zone", "time with time zone", "timestamp without time zone", "timestamp with time zone",
+    "bit", "bit varying",
 }
 _TEXT_INPUT = {"numeric", "character varying", "character", "text", "uuid", "json", "jsonb", "inet", "cidr",
-               "macaddr", "macaddr8", "interval", "time with time zone"}
+               "macaddr", "macaddr8", "interval", "time with time zone", "bit", "bit varying"}
 
 
 def postgres_source_type(field: pa.Field) -> str | None:

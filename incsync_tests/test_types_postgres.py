@@ -201,3 +201,19 @@ def test_infinite_timestamps_fail_naming_the_columns_and_text_keeps_them(spark, 
         config = write_config(tmp_path, db, "object_storage", column_types={"ends_at": "text", "born": "text"})
         transfer(config, spark)
         assert [(r["ends_at"], r["born"]) for r in rows_by(config, "id")] == [("infinity", "-infinity")]
+
+
+@pytest.mark.parametrize("kind", ["postgres", "object_storage"])
+def test_postgres_bit_strings_arrive_as_their_bits(kind: str, spark, tmp_path: Path, monkeypatch) -> None:
+    with pg_database() as db, destination_env(kind, monkeypatch):
+        db.execute("CREATE TABLE orders (id int PRIMARY KEY, organization_id text, updated_at timestamptz, b1 bit(1), "
+                   "b8 bit(8), vb varbit)")
+        db.execute("INSERT INTO orders VALUES (1, 'org_1', '2024-01-01 10:00+00', b'1', b'10100101', b'101')")
+        config = write_config(tmp_path, db, kind)
+        transfer(config, spark)
+        if kind == "postgres":
+            rows, types = pg_destination_rows()
+            assert (types["b1"], types["b8"], types["vb"]) == ("boolean", "bit(8)", "bit varying")
+        else:
+            rows = rows_by(config, "id")
+        assert [(r["b1"], r["b8"], r["vb"]) for r in rows] == [(True, "10100101", "101")]
