@@ -36,6 +36,8 @@ def model_fingerprint(model: ModelConfig) -> str:
             "tenancy": model.tenancy,
             "source_table": model.source_table,
             "source_query": model.source_query,
+            # issue 19 hook: only when set, so existing models keep their fingerprint
+            **({"column_types": model.column_types} if model.column_types else {}),
         }
     )
 

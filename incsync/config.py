@@ -23,7 +23,35 @@ from incsync.paths import CONFIG_ENV_VAR, DEFAULT_CONFIG_FILE, config_path  # no
 ID_PATTERN = r"^[A-Za-z0-9_-]+$"
 _ID_RE = re.compile(ID_PATTERN)
 _IDENTIFIER_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_QUALIFIED_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)?$")
+MAX_COLUMN_NAME = 128
+
+
+def column_name_problem(name: str) -> str | None:
+    """Why ``name`` cannot be a column name; None when it can. Names are used exactly as spelled (and
+    quoted), so mixed case, spaces and reserved words are fine; control characters and empty names are not."""
+    if not name.strip():
+        return "is empty; name a column"
+    if any(ord(ch) < 32 or ord(ch) == 127 for ch in name):
+        return "holds a control character (NUL, newline, tab...); write the name as the database spells it"
+    if len(name) > MAX_COLUMN_NAME:
+        return f"is longer than {MAX_COLUMN_NAME} characters"
+    return None
+
+
+def table_name_problem(name: str, *, schema_tenanted: bool) -> str | None:
+    """Why ``name`` cannot be a ``source_table``: `table` or `schema.table`, each part bare (`public.Order`,
+    the case as typed) or quoted as database tools print it (`public."Order"`, `` `db`.`t` ``)."""
+    from incsync.sources.sql_text import split_qualified  # the package imports this module
+
+    parts = split_qualified(name)
+    if parts is None or len(parts) > 2 or any(column_name_problem(p) for p in parts):
+        return (
+            "must be `table` or `schema.table`; quote a part that is not a plain word with \"\" or ``, "
+            'e.g. public."Order Lines"'
+        )
+    if schema_tenanted and len(parts) > 1:
+        return "is schema-tenanted, so name the table alone; each recipient's schema is its id_in_provider_system"
+    return None
 
 # Prequel's documented lookback defaults, by source vendor (seconds).
 DEFAULT_LOOKBACK_SECONDS: dict[str, int] = {
@@ -178,6 +206,11 @@ class ModelConfig(_Strict):
         "rows, split at window boundaries (a window is never split).",
     )
     max_horizon_lag_seconds: int | None = Field(default=None, ge=0, description="Overrides the source's.")
+    column_types: dict[str, str] | None = Field(
+        default=None,
+        description="Column -> type to read it as, overriding the faithful default (docs/types.md): text, boolean, "
+        "smallint, integer, bigint, real, double, date, time or decimal(p,s).",
+    )
 
     @model_validator(mode="after")
     def _shape(self) -> ModelConfig:
@@ -318,19 +351,16 @@ def _cross_check(cfg: IncsyncConfig) -> list[str]:
             problems.append(f'{where}.model_name: "{m.model_name}" must be a letter or _ followed by letters, digits or _')
         if m.source not in source_names:
             problems.append(f'{where}.source: "{m.source}" is not a configured source; known: [{", ".join(source_names)}]')
-        if m.source_table is not None and not _QUALIFIED_RE.match(m.source_table):
-            problems.append(f'{where}.source_table: "{m.source_table}" must be `table` or `schema.table`')
-        if m.tenancy == "schema" and m.source_table is not None and "." in m.source_table:
-            problems.append(
-                f'{where}.source_table: "{m.source_table}" is schema-tenanted, so name the table alone; '
-                "each recipient's schema is its id_in_provider_system"
-            )
+        if m.source_table is not None and (
+            problem := table_name_problem(m.source_table, schema_tenanted=m.tenancy == "schema")
+        ):
+            problems.append(f'{where}.source_table: "{m.source_table}" {problem}')
         if problem := _window_problem(m.max_transfer_time_window_seconds):
             problems.append(f"{where}.max_transfer_time_window_seconds: {problem}")
         named = [*m.primary_key, m.last_modified_column, *([m.organization_column] if m.organization_column else [])]
-        for col in [*(m.columns or []), *named]:
-            if not _IDENTIFIER_RE.match(col):
-                problems.append(f'{where}: column "{col}" is not a plain identifier (letters, digits, _)')
+        for col in dict.fromkeys([*(m.columns or []), *named]):
+            if problem := column_name_problem(col):
+                problems.append(f"{where}: column {col!r} {problem}")
         if m.columns:
             listed = ", ".join(m.columns)
             for field, cols in (
@@ -342,6 +372,7 @@ def _cross_check(cfg: IncsyncConfig) -> list[str]:
                     if col not in m.columns:
                         problems.append(f'{where}.{field}: column "{col}" is not in columns [{listed}]')
             unique(f"{where}.columns", list(m.columns))
+        problems.extend(_column_types_problems(where, m))
         if m.last_modified_timezone:
             try:
                 from zoneinfo import ZoneInfo
@@ -379,6 +410,22 @@ def _cross_check(cfg: IncsyncConfig) -> list[str]:
                 f'recipients[{i}].destination: "{r.destination}" is not a configured destination; '
                 f'known: [{", ".join(destination_names)}]'
             )
+    return problems
+
+
+def _column_types_problems(where: str, m: ModelConfig) -> list[str]:
+    from incsync.typemap import OVERRIDE_HELP, override_arrow
+
+    problems = []
+    for col, kind in (m.column_types or {}).items():
+        if problem := column_name_problem(col):
+            problems.append(f"{where}.column_types: column {col!r} {problem}")
+        elif col == m.last_modified_column:
+            problems.append(f'{where}.column_types: "{col}" is the last_modified_column, which is read as a timestamp; remove it')
+        elif m.columns and col not in m.columns:
+            problems.append(f'{where}.column_types: column "{col}" is not in columns [{", ".join(m.columns)}]')
+        if not isinstance(kind, str) or override_arrow(kind) is None:
+            problems.append(f'{where}.column_types.{col}: "{kind}" is not a type incsync reads as; use {OVERRIDE_HELP}')
     return problems
 
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import fcntl
+import functools
+import re
 import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -19,6 +21,7 @@ import pyarrow.dataset as ds
 
 from incsync.config import ModelConfig
 from incsync.errors import ValidationError
+from incsync.typemap import FINITE_MARK, METADATA_KEY, ColumnPlan, ConversionError, arrow_type, convert_table, field_metadata
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -57,15 +60,22 @@ def stage(df: DataFrame | pa.Table, path: Path, *, known_empty: bool = False, co
     path.parent.mkdir(parents=True, exist_ok=True)
     if isinstance(df, pa.Table):
         return _stage_arrow(df, path)
+    plans = column_plans(df)
     if known_empty:
         path.mkdir(parents=True, exist_ok=True)
-        return StagedBatch(path=path, files=(), schema=spark_parquet_schema(df), rows=0, bytes=0)
+        return StagedBatch(path=path, files=(), schema=faithful_schema(spark_parquet_schema(df), plans), rows=0, bytes=0)
     if collect:
         schema = spark_parquet_schema(df)
-        return _stage_arrow(df.toArrow().cast(schema), path, schema=schema)
-    df.write.mode("overwrite").option("outputTimestampType", "TIMESTAMP_MICROS").parquet(str(path))
+        with _out_of_range(plans):
+            collected = df.toArrow()
+        table = convert_table(collected.cast(schema), plans)
+        return _stage_arrow(table, path, schema=faithful_schema(schema, plans))
+    with _out_of_range(plans):
+        df.write.mode("overwrite").option("outputTimestampType", "TIMESTAMP_MICROS").parquet(str(path))
     files = tuple(sorted(p for p in path.glob("*.parquet")))
-    schema = _utc_schema(df, ds.dataset([str(f) for f in files], format="parquet").schema if files else None)
+    if any(plan.arrow for plan in plans.values()):
+        _convert_files(files, plans)
+    schema = faithful_schema(_utc_schema(df, ds.dataset([str(f) for f in files], format="parquet").schema if files else None), plans)
     rows = ds.dataset([str(f) for f in files], format="parquet", schema=schema).count_rows() if files else 0
     return StagedBatch(path=path, files=files, schema=schema, rows=rows, bytes=sum(f.stat().st_size for f in files))
 
@@ -83,11 +93,15 @@ def stage_by_tenant(
     its tenant's files.
     """
     path.mkdir(parents=True, exist_ok=True)
+    plans = column_plans(df)
     if known_empty:
-        return spark_parquet_schema(df), {}
+        return faithful_schema(spark_parquet_schema(df), plans), {}
     if collect:
-        schema = spark_parquet_schema(df)
-        table = df.toArrow().cast(schema)
+        spark_schema = spark_parquet_schema(df)
+        with _out_of_range(plans):
+            collected = df.toArrow()
+        table = convert_table(collected.cast(spark_schema), plans)
+        schema = faithful_schema(spark_schema, plans)
         text = pc.cast(table[column], pa.string())
         return schema, {
             str(value): _stage_arrow(table.filter(pc.equal(text, value)), path / f"t{i:05d}", schema=schema)
@@ -95,21 +109,81 @@ def stage_by_tenant(
         }
     from pyspark.sql import functions as F
 
-    (
-        df.withColumn(TENANT_PARTITION, F.col(column).cast("string"))
-        .write.mode("overwrite").option("outputTimestampType", "TIMESTAMP_MICROS")
-        .partitionBy(TENANT_PARTITION).parquet(str(path))
-    )
+    with _out_of_range(plans):
+        (
+            df.withColumn(TENANT_PARTITION, F.col(column).cast("string"))
+            .write.mode("overwrite").option("outputTimestampType", "TIMESTAMP_MICROS")
+            .partitionBy(TENANT_PARTITION).parquet(str(path))
+        )
     folders = sorted(p for p in path.glob(f"{TENANT_PARTITION}=*") if p.is_dir())
     files = {f: tuple(sorted(f.glob("*.parquet"))) for f in folders}
+    if any(plan.arrow for plan in plans.values()):
+        _convert_files(tuple(f for parts in files.values() for f in parts), plans)
     first = next((fs[0] for fs in files.values() if fs), None)
-    schema = _utc_schema(df, ds.dataset([str(first)], format="parquet").schema if first else None)
+    schema = faithful_schema(_utc_schema(df, ds.dataset([str(first)], format="parquet").schema if first else None), plans)
     batches = {}
     for folder, parts in files.items():
         rows = ds.dataset([str(f) for f in parts], format="parquet", schema=schema).count_rows() if parts else 0
         value = unquote(folder.name.split("=", 1)[1])  # Spark escapes path characters as %XX
         batches[value] = StagedBatch(path=folder, files=parts, schema=schema, rows=rows, bytes=sum(f.stat().st_size for f in parts))
     return schema, batches
+
+
+@contextmanager
+def _out_of_range(plans: dict[str, ColumnPlan]) -> Iterator[None]:
+    """Spark's reader overflows on dates it cannot hold (PostgreSQL 'infinity'): say which columns may hold one."""
+    try:
+        yield
+    except Exception as exc:
+        marked = re.search(rf'{FINITE_MARK} column (.*?) holds (.*?) at key ([^"]*)', str(exc))
+        if marked and plans:
+            column, value, key = marked.groups()
+            plan = plans.get(column)
+            raise ConversionError(
+                f'model {next(iter(plans.values())).model}: column "{column}" '
+                f"({plan.vendor if plan else 'postgres'} {plan.source_type if plan else 'timestamp'}) holds {value!r} "
+                f"(key {key}), which no date or timestamp type outside PostgreSQL holds; nothing was published. "
+                f'Set `column_types: {{"{column}": text}}` on the model to transfer it as its text.'
+            ) from None
+        suspects = [p for p in plans.values() if "date" in p.source_type.lower() or "timestamp" in p.source_type.lower()]
+        if not suspects or "long overflow" not in str(exc).lower():
+            raise
+        names = ", ".join(p.name for p in suspects)
+        raise ConversionError(
+            f"model {suspects[0].model}: a value of date/timestamp column(s) [{names}] is outside what Spark can "
+            "represent (PostgreSQL 'infinity' / '-infinity', or a year past 9999); nothing was published. "
+            f'Read such a column as text with `column_types: {{"{suspects[0].name}": text}}` on the model.'
+        ) from None
+
+
+def column_plans(df: DataFrame) -> dict[str, ColumnPlan]:
+    """The plans a source attached to its columns (Spark column metadata); empty for sources without any."""
+    return {
+        f.name: ColumnPlan.from_json(f.metadata[METADATA_KEY])
+        for f in df.schema.fields
+        if f.metadata and METADATA_KEY in f.metadata
+    }
+
+
+def faithful_schema(schema: pa.Schema, plans: dict[str, ColumnPlan]) -> pa.Schema:
+    """``schema`` with each planned column's Arrow type and its source type as field metadata."""
+    fields = []
+    for f in schema:
+        plan = plans.get(f.name)
+        if plan is not None:
+            f = f.with_type(arrow_type(plan.arrow)) if plan.arrow else f
+            f = f.with_metadata(field_metadata(plan))
+        fields.append(f)
+    return pa.schema(fields)
+
+
+def _convert_files(files: tuple[Path, ...], plans: dict[str, ColumnPlan]) -> None:
+    """Rewrite Spark's files with the planned Arrow types (only batches that have such columns pay this)."""
+    import pyarrow.parquet as pq
+
+    for file in files:
+        table = convert_table(pq.read_table(file), plans).replace_schema_metadata(None)  # Spark's schema is stale
+        pq.write_table(table, file, coerce_timestamps="us")
 
 
 def _stage_arrow(table: pa.Table, path: Path, *, schema: pa.Schema | None = None) -> StagedBatch:
@@ -250,7 +324,8 @@ def validate_and_count(
         return BatchFacts(rows=0, delta_rows=0, max_last_modified=None)
     keys = batch.table(columns=list(dict.fromkeys([*pk, lm])))
 
-    null_pk = keys.filter(pc.or_kleene(*[pc.is_null(keys[c]) for c in pk]) if len(pk) > 1 else pc.is_null(keys[pk[0]]))
+    # or_kleene takes two arguments: fold it over keys of any width.
+    null_pk = keys.filter(functools.reduce(pc.or_kleene, [pc.is_null(keys[c]) for c in pk]))
     if null_pk.num_rows:
         raise ValidationError(
             f"{where}: {null_pk.num_rows} row(s) have a NULL primary key {pk} (e.g. {_keys_text(null_pk, pk)}); "

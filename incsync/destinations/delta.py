@@ -27,8 +27,9 @@ from incsync.destinations.ownership import (
     owner_of,
     refuse_unstamped,
 )
-from incsync.errors import LeaseError, PublishError
+from incsync.errors import LeaseError, PublishError, SchemaError
 from incsync.staging import StagedBatch
+from incsync.typemap import changed_kinds, delta_form, to_delta
 
 # Commits of other recipients to the same table make a publish re-check its lease and try again.
 PUBLISH_ATTEMPTS = 8
@@ -120,7 +121,7 @@ class DeltaDestination(Destination):
                 if dt.version() == 0 and record.transfer_type != FULL_REFRESH and not dt.file_uris():
                     write_deltalake(dt, _reader(batch), mode="append", commit_properties=props)  # the stamped, empty table
                 elif record.transfer_type == FULL_REFRESH:
-                    same = _same_columns(dt.schema().to_arrow(), batch.schema)
+                    same = _same_columns(dt.schema().to_arrow(), delta_form(batch.schema))
                     write_deltalake(
                         dt, _reader(batch), mode="overwrite", target_file_size=self.config.target_file_size,
                         schema_mode=None if same else "overwrite", commit_properties=props,
@@ -216,6 +217,12 @@ class DeltaDestination(Destination):
         return previous
 
     def _merge(self, dt: DeltaTable, *, model: ModelConfig, batch: StagedBatch, props: CommitProperties) -> None:
+        changed = changed_kinds(pa.schema(dt.schema().to_arrow()), delta_form(batch.schema))
+        if changed:
+            raise SchemaError(
+                f"model {model.model_name}: {'; '.join(changed)} (docs/types.md says how each source type arrives); "
+                "run a full refresh (--full-refresh) to rewrite the table with the new types"
+            )
         before = dt.version()
         on = " AND ".join(f"t.{_quote(c)} = s.{_quote(c)}" + _key_range(batch, c) for c in model.primary_key)
         (
@@ -259,12 +266,14 @@ def _records(history: list[dict]) -> Iterator[TransferRecord]:
 def _reader(batch: StagedBatch) -> pa.RecordBatchReader:
     """The staged rows, with the ``mid_publish`` crash point once delta-rs has consumed them all."""
     reader = batch.reader()
+    schema = delta_form(reader.schema)  # Delta's own types for time of day and wide decimals (docs/types.md)
 
     def batches() -> Iterator[pa.RecordBatch]:
-        yield from reader
+        for record_batch in reader:
+            yield to_delta(record_batch, schema)
         crash_point("mid_publish")
 
-    return pa.RecordBatchReader.from_batches(reader.schema, batches())
+    return pa.RecordBatchReader.from_batches(schema, batches())
 
 
 def _key_range(batch: StagedBatch, column: str) -> str:

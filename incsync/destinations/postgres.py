@@ -29,6 +29,7 @@ from incsync.destinations.ownership import METADATA_KEY as OWNER_KEY
 from incsync.destinations.ownership import Owner, owner_of, pg_claim, pg_owner, pg_stamp
 from incsync.errors import ConfigError, LeaseError, OwnershipError, PublishError, SchemaError
 from incsync.staging import StagedBatch
+from incsync.typemap import postgres_source_type
 
 TRANSFERS_TABLE = "_incsync_transfers"
 STAGE_TABLE = "_incsync_stage"
@@ -62,7 +63,12 @@ _RECORD_COLUMNS = (
 
 
 def pg_type(field: pa.Field) -> str:
-    """The PostgreSQL type of a staged Arrow column, spelled as ``format_type`` prints it."""
+    """The PostgreSQL type of a staged column, spelled as ``format_type`` prints it: a PostgreSQL source's
+    own type where the values load into it exactly (jsonb, inet, time, arrays, numeric(p,s)...), else by Arrow."""
+    return postgres_source_type(field) or _arrow_pg_type(field)
+
+
+def _arrow_pg_type(field: pa.Field) -> str:
     t = field.type
     if isinstance(t, pa.ExtensionType):
         if t.extension_name == "arrow.json":
@@ -94,7 +100,8 @@ def pg_type(field: pa.Field) -> str:
 
 
 def _jsonish(field: pa.Field) -> bool:
-    return pg_type(field) == "jsonb" and not isinstance(field.type, pa.ExtensionType)
+    """Nested Arrow values stored as jsonb (a PostgreSQL array column takes them as lists instead)."""
+    return pa.types.is_nested(field.type) and pg_type(field) == "jsonb" and not isinstance(field.type, pa.ExtensionType)
 
 
 def _advisory_key(schema: str, model: str) -> str:
@@ -234,7 +241,8 @@ class PostgresDestination(Destination):
         if not batch.files:
             return
         columns = sql.SQL(", ").join(map(sql.Identifier, wanted))
-        if not any(t in ("bytea", "jsonb") for t in wanted.values()):
+        csv_safe = not any(pa.types.is_nested(f.type) for f in batch.schema)
+        if csv_safe and not any(t in ("bytea", "jsonb", "json") for t in wanted.values()):
             # Arrow writes the CSV in C: ~10x faster than adapting row by row. Quoting every value keeps
             # empty strings apart from NULLs (unquoted empty fields).
             options = pacsv.WriteOptions(include_header=False, quoting_style="all_valid")

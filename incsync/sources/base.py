@@ -75,17 +75,11 @@ def _nothing() -> Bounds:
     return Bounds(lower=EPOCH, upper=EPOCH, lookback_seconds=0, reason="check")
 
 
-def wrapped_query_sql(model: ModelConfig, *, relation: str, tenant_filter: str | None, lm_expr: str) -> str:
-    """``WITH q AS (<source_query>) SELECT ... FROM q WHERE ...``: the query is wrapped, never edited.
+def column(name: str):  # noqa: ANN201 - a pyspark Column; pyspark is imported lazily
+    """A Spark column by its exact name: dots, spaces and backquotes in it are part of the name."""
+    from pyspark.sql import functions as F
 
-    Bounds and tenant are named parameters (``:tenant``, ``:lower``, ``:upper``).
-    """
-    columns = ", ".join(model.columns) if model.columns else "*"
-    # NULL last-modified rows are read too, so validation fails loudly instead of losing them silently.
-    where = [f"({lm_expr} >= :lower AND {lm_expr} < :upper OR {lm_expr} IS NULL)"]
-    if tenant_filter:
-        where.insert(0, tenant_filter)
-    return f"WITH q AS ({relation}) SELECT {columns} FROM q WHERE {' AND '.join(where)}"
+    return F.col("`" + name.replace("`", "``") + "`")
 
 
 def normalize_last_modified(df: DataFrame, *, model: ModelConfig, recipient: RecipientConfig, bounds: Bounds) -> DataFrame:
@@ -110,7 +104,7 @@ def normalize_last_modified(df: DataFrame, *, model: ModelConfig, recipient: Rec
     # NULL last-modified rows are extracted on purpose: validation then fails the transfer naming their
     # keys, instead of the bounds predicate hiding them from every transfer forever.
     def within(lower: object, upper: object) -> object:
-        return ((F.col(lm) >= lower) & (F.col(lm) < upper)) | F.col(lm).isNull()
+        return ((column(lm) >= lower) & (column(lm) < upper)) | column(lm).isNull()
 
     if isinstance(kind, TimestampType):
         return df.where(within(F.lit(bounds.lower), F.lit(bounds.upper)))
@@ -124,7 +118,7 @@ def normalize_last_modified(df: DataFrame, *, model: ModelConfig, recipient: Rec
         naive_lower = (bounds.lower - day).replace(tzinfo=None)
         naive_upper = (bounds.upper + day).replace(tzinfo=None)
         pre = df.where(within(F.lit(naive_lower).cast("timestamp_ntz"), F.lit(naive_upper).cast("timestamp_ntz")))
-        converted = pre.withColumn(lm, F.to_utc_timestamp(F.col(lm).cast("timestamp"), model.last_modified_timezone))
+        converted = pre.withColumn(lm, F.to_utc_timestamp(column(lm).cast("timestamp"), model.last_modified_timezone))
         return converted.where(within(F.lit(bounds.lower), F.lit(bounds.upper)))
     raise SchemaError(
         f'model {model.model_name}: last_modified_column "{lm}" has type {kind.simpleString()}; it must be a '
@@ -149,4 +143,4 @@ def select_columns(df: DataFrame, model: ModelConfig) -> DataFrame:
             f"model {model.model_name}: columns {missing} are not in the source "
             f"(it has: {', '.join(df.columns)}); fix `columns`"
         )
-    return df.select(*model.columns)
+    return df.select(*[column(c) for c in model.columns])

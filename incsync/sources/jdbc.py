@@ -19,12 +19,17 @@ from incsync.changes import UTC, Bounds
 from incsync.config import JdbcSourceConfig, ModelConfig, RecipientConfig
 from incsync.errors import ConfigError, SchemaError, SourceError
 from incsync.horizon import SourceHorizon
-from incsync.sources.base import Source, envelope, normalize_last_modified, select_columns
+from incsync.sources.base import Source, column, envelope, normalize_last_modified, select_columns
+from incsync.sources.jdbc_errors import root_cause, sanitize, url_without_query
 from incsync.sources.jdbc_sql import DRIVERS, dialect_for, postgres_literal
+from incsync.sources.jdbc_types import catalog_sql, plan_columns, select_list, with_plan_metadata
+from incsync.sources.sql_text import pasted_query, split_qualified
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
-    from pyspark.sql.types import DataType
+    from pyspark.sql.types import DataType, StructType
+
+    from incsync.typemap import ColumnPlan
 
 log = logging.getLogger(__name__)
 
@@ -71,14 +76,16 @@ class JdbcSource(Source):
         return schema
 
     def relation_sql(
-        self, model: ModelConfig, recipient: RecipientConfig, *, bounds_where: str | None, tenant_where: str | None = None
+        self, model: ModelConfig, recipient: RecipientConfig, *, bounds_where: str | None,
+        plans: dict[str, ColumnPlan] | None = None, names: list[str] | None = None, tenant_where: str | None = None,
     ) -> str:
-        """The query the database runs: columns, tenant and (optionally) bounds, nothing left to Spark.
-
-        ``tenant_where`` replaces the one-recipient tenant predicate (a fan-out read's tenants and bounds).
-        """
+        """The query the database runs: columns (each in its planned form), tenant and (optionally) bounds,
+        nothing left to Spark. ``names``: every column of the relation, in order (for ``SELECT *``).
+        ``tenant_where`` replaces the one-recipient tenant predicate (a fan-out read's tenants and bounds)."""
         d = self.dialect
         select = ", ".join(d.ident(c) for c in model.columns) if model.columns else "*"
+        if plans:
+            select = select_list(d, list(model.columns or names or []), plans) or select
         where = []
         if tenant_where:
             where.append(tenant_where)
@@ -88,11 +95,17 @@ class JdbcSource(Source):
             where.append(bounds_where)
         condition = " AND ".join(where) or "1=1"
         if model.source_query is not None:
-            return d.wrap(_strip_query(model.source_query), select, condition)
+            return d.wrap(pasted_query(model.source_query, vendor=self.vendor), select, condition)
+        return f"SELECT {select} FROM {d.relation(self.table_parts(model, recipient))} WHERE {condition}"
+
+    def table_parts(self, model: ModelConfig, recipient: RecipientConfig) -> list[str]:
+        """``[schema, table]`` or ``[table]`` as the database spells them (quoted when used, never folded)."""
         assert model.source_table is not None
+        parts = split_qualified(model.source_table)
+        if parts is None:  # the config check refuses such names; a programmatic model may still carry one
+            raise ConfigError("models", [f'{model.model_name}.source_table: "{model.source_table}" is not a table name'])
         schema = self.schema_of(model, recipient)
-        table = f"{schema}.{model.source_table}" if schema else model.source_table
-        return f"SELECT {select} FROM {table} WHERE {condition}"
+        return [schema, *parts] if schema else parts
 
     def _options(self, model: ModelConfig, recipient: RecipientConfig) -> dict[str, str]:
         cfg = self.config
@@ -134,22 +147,44 @@ class JdbcSource(Source):
             raise self._error(exc, what=what) from None
 
     def _probe(self, spark: SparkSession, model: ModelConfig, recipient: RecipientConfig) -> dict[str, DataType]:
+        return {f.name: f.dataType for f in self._probe_schema(spark, model, recipient).fields}
+
+    def _probe_schema(self, spark: SparkSession, model: ModelConfig, recipient: RecipientConfig) -> StructType:
         """Connect and learn the relation's columns (Spark runs it with ``WHERE 1=0``)."""
         options = self._options(model, recipient)
         sql = self.relation_sql(model, recipient, bounds_where=None)
         df = self._load(spark, sql, options, what=f"model {model.model_name}, recipient {recipient.id}")
-        fields = {f.name: f.dataType for f in df.schema.fields}
-        for column in [*model.primary_key, model.last_modified_column, *filter(None, [model.organization_column])]:
-            if column not in fields:
+        schema = df.schema
+        fields = {f.name: f.dataType for f in schema.fields}
+        for name in [*model.primary_key, model.last_modified_column, *filter(None, [model.organization_column])]:
+            if name not in fields:
                 raise SchemaError(
-                    f'model {model.model_name}: column "{column}" is not in the source of recipient {recipient.id} '
+                    f'model {model.model_name}: column "{name}" is not in the source of recipient {recipient.id} '
                     f"(it has: {', '.join(fields)}); fix the model's columns"
                 )
-        return fields
+        return schema
+
+    def plans(self, spark: SparkSession, *, model: ModelConfig, recipient: RecipientConfig, schema: StructType) -> dict[str, ColumnPlan]:
+        """How each column is read so that it arrives exactly (see ``incsync.typemap``)."""
+        catalog = None
+        if model.source_table is not None:
+            parts = self.table_parts(model, recipient)
+            # Spark's schema (with its JDBC metadata) changes with any type change the plan depends on, so a
+            # process asks the catalog once per table shape, not once per transfer.
+            cache_key = (self.config.jdbc_url, self.config.user, tuple(parts), schema.json())
+            catalog = _CATALOGS.get(cache_key)
+            if catalog is None:
+                catalog = self._catalog(spark, model, recipient, parts)
+                if len(_CATALOGS) > 1024:
+                    _CATALOGS.clear()
+                _CATALOGS[cache_key] = catalog
+        return plan_columns(vendor=self.vendor, model=model, schema=schema, catalog=catalog)
 
     def check(self, spark: SparkSession, *, model: ModelConfig, recipient: RecipientConfig) -> None:
         """Authorize the source: connect, and find the table and the model's columns."""
-        fields = self._probe(spark, model, recipient)
+        schema = self._probe_schema(spark, model, recipient)
+        self.plans(spark, model=model, recipient=recipient, schema=schema)  # column_types must name real columns
+        fields = {f.name: f.dataType for f in schema.fields}
         kind = type(fields[model.last_modified_column]).__name__
         if kind == "TimestampNTZType" and not model.last_modified_timezone:
             raise SchemaError(
@@ -173,8 +208,7 @@ class JdbcSource(Source):
 
     def _warn_if_writable(self, spark: SparkSession, model: ModelConfig, recipient: RecipientConfig) -> None:
         """Sources should be read with read-only credentials; say so when this user could write."""
-        schema = self.schema_of(model, recipient)
-        table = postgres_literal(f"{schema}.{model.source_table}" if schema else str(model.source_table))
+        table = postgres_literal(self.dialect.relation(self.table_parts(model, recipient)))
         probe = f"SELECT has_table_privilege({table}, 'INSERT,UPDATE,DELETE,TRUNCATE') AS writable"
         what = f"model {model.model_name}, recipient {recipient.id}"
         if self._load(spark, probe, self._options(model, recipient), what=what).collect()[0]["writable"]:
@@ -190,18 +224,22 @@ class JdbcSource(Source):
         from pyspark.sql import functions as F
         from pyspark.sql.types import StringType, TimestampType
 
-        fields = self._probe(spark, model, recipient)
+        schema = self._probe_schema(spark, model, recipient)
+        fields = {f.name: f.dataType for f in schema.fields}
+        plans = self.plans(spark, model=model, recipient=recipient, schema=schema)
         zoned = isinstance(fields[model.last_modified_column], TimestampType)
-        sql = self.relation_sql(model, recipient, bounds_where=self._bounds_where(model, bounds, zoned=zoned))
+        sql = self.relation_sql(
+            model, recipient, bounds_where=self._bounds_where(model, bounds, zoned=zoned), plans=plans, names=list(fields)
+        )
         options = self._options(model, recipient)
         what = f"model {model.model_name}, recipient {recipient.id}"
         # A range split costs a MIN/MAX query and pays off only for large reads.
         split = rows_hint is None or rows_hint >= PARTITIONED_READ_MIN_ROWS
         extra = self._partitioning(spark, model, fields, sql, options, what) if split else {}
-        df = self._load(spark, sql, options, what=what, extra=extra)
+        df = with_plan_metadata(self._load(spark, sql, options, what=what, extra=extra), plans)
         if model.organization_column and isinstance(fields[model.organization_column], StringType):
             # Case-insensitive or PAD SPACE collations match more than the exact value; Spark compares exactly.
-            df = df.where(F.col(model.organization_column) == F.lit(recipient.id_in_provider_system))
+            df = df.where(column(model.organization_column) == F.lit(recipient.id_in_provider_system))
         df = normalize_last_modified(df, model=model, recipient=recipient, bounds=bounds)
         return select_columns(df, model)
 
@@ -210,22 +248,27 @@ class JdbcSource(Source):
         rows_hint: int | None = None,
     ) -> DataFrame:
         """One query for several recipients: ``(tenant IN (...) AND bounds) OR ...``, grouped by bounds."""
-        from pyspark.sql import functions as F
         from pyspark.sql.types import StringType, TimestampType
 
         anyone = targets[0][0]
-        fields = self._probe(spark, model, anyone)
+        schema = self._probe_schema(spark, model, anyone)
+        fields = {f.name: f.dataType for f in schema.fields}
+        plans = self.plans(spark, model=model, recipient=anyone, schema=schema)
         zoned = isinstance(fields[model.last_modified_column], TimestampType)
-        sql = self.relation_sql(model, anyone, bounds_where=None, tenant_where=self._fan_out_where(model, targets, zoned=zoned))
+        sql = self.relation_sql(
+            model, anyone, bounds_where=None, plans=plans, names=list(fields),
+            tenant_where=self._fan_out_where(model, targets, zoned=zoned),
+        )
         options = self._options(model, anyone)
         what = f"model {model.model_name}, {len(targets)} recipients"
         split = rows_hint is None or rows_hint >= PARTITIONED_READ_MIN_ROWS
         extra = self._partitioning(spark, model, fields, sql, options, what) if split else {}
-        df = self._load(spark, sql, options, what=what, extra=extra)
+        df = with_plan_metadata(self._load(spark, sql, options, what=what, extra=extra), plans)
         assert model.organization_column is not None
         if isinstance(fields[model.organization_column], StringType):
+            # Case-insensitive or PAD SPACE collations match more than the exact values; Spark compares exactly.
             values = sorted({r.id_in_provider_system for r, _ in targets})
-            df = df.where(F.col(model.organization_column).isin(values))
+            df = df.where(column(model.organization_column).isin(values))
         df = normalize_last_modified(df, model=model, recipient=anyone, bounds=envelope(targets))
         return select_columns(df, model)
 
@@ -279,17 +322,8 @@ class JdbcSource(Source):
         target = _postgres_target(self.config.jdbc_url) if self.vendor == "postgres" else None
         if target is None:
             return None
-        import psycopg
-
-        password = self.config.password()
-        schema = self.schema_of(model, recipient)
         try:
-            with psycopg.connect(
-                **target, user=self.config.user, password=password.get_secret_value() if password else None,
-                connect_timeout=10, autocommit=True, application_name="incsync",
-                options="-c default_transaction_read_only=on" + (f" -c search_path={schema}" if schema else ""),
-            ) as conn:
-                conn.execute("SET TIME ZONE 'UTC'")
+            with self._pg_connect(target, self.schema_of(model, recipient)) as conn:
                 lm = self.dialect.ident(model.last_modified_column)
                 relation = self.relation_sql(model, recipient, bounds_where=None)
                 kind = conn.execute(f"SELECT {lm} FROM ({relation}) q LIMIT 0").description[0].type_code
@@ -300,6 +334,37 @@ class JdbcSource(Source):
         except Exception:  # noqa: BLE001 - the read reports the problem, naming the source
             log.debug("source %s: the row probe failed; reading through Spark", self.config.name)
             return None
+
+    @contextmanager
+    def _pg_connect(self, target: dict[str, object], schema: str | None) -> Iterator[object]:
+        """A read-only psycopg session in UTC (``search_path`` = the recipient's schema under schema tenancy)."""
+        import psycopg
+
+        password = self.config.password()
+        with psycopg.connect(
+            **target, user=self.config.user, password=password.get_secret_value() if password else None,
+            connect_timeout=10, autocommit=True, application_name="incsync",
+            options="-c default_transaction_read_only=on" + (f" -c search_path={self.dialect.ident(schema)}" if schema else ""),
+        ) as conn:
+            conn.execute("SET TIME ZONE 'UTC'")
+            yield conn
+
+    def _catalog(self, spark: SparkSession, model: ModelConfig, recipient: RecipientConfig, parts: list[str]) -> dict[str, str]:
+        """Column -> type as the catalog spells it; through psycopg where the URL allows (ms), else one Spark query."""
+        sql = catalog_sql(self.vendor, self.dialect.relation(parts), parts)
+        target = _postgres_target(self.config.jdbc_url) if self.vendor == "postgres" else None
+        if target is not None:
+            try:
+                with self._pg_connect(target, self.schema_of(model, recipient)) as conn:
+                    return {name: kind for name, kind in conn.execute(sql).fetchall()}
+            except Exception:  # noqa: BLE001 - Spark's JDBC read below reports the problem, naming the source
+                log.debug("source %s: the catalog probe failed; asking through Spark", self.config.name)
+        what = f"model {model.model_name}, recipient {recipient.id}"
+        df = self._load(spark, sql, self._options(model, recipient), what=what)
+        try:
+            return {r["name"]: r["type"] for r in df.collect()}
+        except Exception as exc:  # noqa: BLE001 - same translation as at connect time
+            raise self._error(exc, what=what) from None
 
     def _partitioning(
         self, spark: SparkSession, model: ModelConfig, fields: dict[str, DataType], sql: str, options: dict[str, str], what: str
@@ -330,7 +395,7 @@ class JdbcSource(Source):
     def _error(self, exc: BaseException, *, what: str) -> SourceError:
         """One line naming the source, the model/recipient, the cause and the fix; secrets removed."""
         cfg = self.config
-        detail = sanitize(_root_cause(exc), self._secrets())
+        detail = sanitize(root_cause(exc), self._secrets())
         lowered = detail.lower()
         if "classnotfoundexception" in lowered or "no suitable driver" in lowered:
             fix = (
@@ -341,7 +406,7 @@ class JdbcSource(Source):
         if any(s in lowered for s in ("password authentication failed", "access denied", "role \"", "authentication")):
             fix = f"check `user` ({cfg.user}) and the password in the variable named by `password_env` ({cfg.password_env})"
         elif any(s in lowered for s in ("unknownhost", "connection refused", "connection attempt failed", "could not connect", "socket fail", "timed out", "connect timed")):
-            fix = f"check the host and port in `jdbc_url` ({sanitize(_url_without_query(cfg.jdbc_url), [])}) and that the server is up"
+            fix = f"check the host and port in `jdbc_url` ({sanitize(url_without_query(cfg.jdbc_url), [])}) and that the server is up"
         elif any(s in lowered for s in ("does not exist", "doesn't exist", "unknown database", "unknown column", "unknown table")):
             fix = "check the model's source_table/source_query, columns and (schema tenancy) the recipient's schema"
         elif "permission denied" in lowered or "command denied" in lowered:
@@ -363,6 +428,7 @@ def _quiet_py4j() -> Iterator[None]:
 
 
 _PG_TIMESTAMP, _PG_TIMESTAMPTZ = 1114, 1184  # type OIDs
+_CATALOGS: dict[tuple[object, ...], dict[str, str]] = {}  # see JdbcSource.plans
 _PG_URL_RE = re.compile(r"^jdbc:postgresql://([A-Za-z0-9_.-]+)(?::(\d+))?/([A-Za-z0-9_-]+)$")
 
 
@@ -373,43 +439,3 @@ def _postgres_target(jdbc_url: str) -> dict[str, object] | None:
         return None
     host, port, dbname = match.groups()
     return {"host": host, "port": int(port or 5432), "dbname": dbname}
-
-
-def _strip_query(query: str) -> str:
-    return query.strip().removesuffix(";").rstrip()
-
-
-def _url_without_query(url: str) -> str:
-    return url.split("?", 1)[0]
-
-
-def _root_cause(exc: BaseException) -> str:
-    """The deepest Java cause's class and message, else the Python message's first line."""
-    java = getattr(exc, "java_exception", None) or getattr(exc, "_origin", None)
-    if java is not None:
-        try:
-            causes = []
-            while java is not None and len(causes) < 20:
-                causes.append(f"{java.getClass().getSimpleName()}: {java.getMessage()}")
-                java = java.getCause()
-            return " <- ".join(reversed(causes[-2:])) if len(causes) > 1 else causes[0]
-        except Exception:  # noqa: BLE001 - the gateway may be gone; fall back to the text
-            pass
-    text = str(exc).strip()
-    if not text:
-        return type(exc).__name__
-    lines = text.splitlines()
-    # Spark Connect sends the server's JVM trace as text: its last "Caused by" is the driver's own words.
-    causes = [line.removeprefix("Caused by: ").strip() for line in lines if line.startswith("Caused by: ")]
-    return f"{causes[-1]} <- {lines[0]}" if causes else lines[0]
-
-
-def sanitize(text: str, secrets: list[str]) -> str:
-    """Remove secrets and anything that looks like one; keep the message to one readable line."""
-    for secret in secrets:
-        if secret:
-            text = text.replace(secret, "***")
-    text = re.sub(r"(?i)(password\s*[=:]\s*)[^\s&;,)]+", r"\1***", text)
-    text = re.sub(r"//[^/@\s]*:[^/@\s]*@", "//***@", text)
-    text = " ".join(text.split())
-    return text[:500]

@@ -54,7 +54,13 @@ class _Dialect:
     quote = '"'
 
     def ident(self, name: str) -> str:
-        return f"{self.quote}{name}{self.quote}"
+        """A quoted identifier: the name exactly as the database spells it (case, spaces, reserved words)."""
+        if "\x00" in name:
+            raise ConfigError("models", [f"identifier {name!r}: a NUL character cannot be part of a name; remove it"])
+        return self.quote + name.replace(self.quote, self.quote * 2) + self.quote
+
+    def relation(self, parts: list[str]) -> str:
+        return ".".join(self.ident(p) for p in parts)
 
     def literal(self, value: str) -> str:
         return postgres_literal(value)
@@ -64,7 +70,8 @@ class _Dialect:
         return f"TIMESTAMPTZ '{text}+00:00'" if zoned else f"TIMESTAMP '{text}'"
 
     def wrap(self, source_query: str, select: str, where: str) -> str:
-        return f"WITH q AS ({source_query}) SELECT {select} FROM q WHERE {where}"
+        # The newline closes a line comment the query may still hold before the parenthesis.
+        return f"WITH q AS ({source_query}\n) SELECT {select} FROM q WHERE {where}"
 
     def url(self, url: str, schema: str | None) -> str:
         return url
@@ -73,7 +80,7 @@ class _Dialect:
         # currentSchema makes unqualified names in a source_query resolve in the recipient's schema.
         props = {"readOnly": "true", "ApplicationName": "incsync", "connectTimeout": "10", "loginTimeout": "10"}
         if schema:
-            props["currentSchema"] = schema
+            props["currentSchema"] = self.ident(schema)  # quoted: a mixed-case schema must not fold
         return props
 
 
@@ -89,7 +96,7 @@ class _MySqlDialect(_Dialect):
 
     def wrap(self, source_query: str, select: str, where: str) -> str:
         # A derived table, not a CTE: MySQL 5.7 has no WITH.
-        return f"SELECT {select} FROM ({source_query}) q WHERE {where}"
+        return f"SELECT {select} FROM ({source_query}\n) q WHERE {where}"
 
     def url(self, url: str, schema: str | None) -> str:
         """``jdbc:mysql:`` so Spark picks its MySQL dialect (backquotes, DATETIME as timestamp_ntz);

@@ -8,8 +8,9 @@ from typing import TYPE_CHECKING
 
 from incsync.changes import Bounds
 from incsync.config import LakeSourceConfig, ModelConfig, RecipientConfig
-from incsync.errors import SourceError
-from incsync.sources.base import Source, envelope, normalize_last_modified, select_columns
+from incsync.errors import SchemaError, SourceError
+from incsync.sources.base import Source, column, envelope, normalize_last_modified, select_columns
+from incsync.sources.sql_text import pasted_query, split_qualified
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -36,6 +37,40 @@ class LakeSource(Source):
         options = {**_READER_DEFAULTS[cfg.format], **cfg.options}
         return spark.read.format(cfg.format).options(**options).load(str(folder))
 
+    def _check_parquet_types(self, spark: SparkSession, model: ModelConfig, parts: list[str]) -> None:
+        """Parquet types Spark cannot read fail here, naming the column and the fix, not in Spark's words."""
+        cfg = self.config
+        folder = Path(cfg.path or ".").joinpath(*parts)
+        if cfg.format != "parquet" or "://" in str(cfg.path) or not folder.is_dir():
+            return
+        import pyarrow as pa
+        import pyarrow.dataset as ds
+
+        try:
+            schema = ds.dataset(str(folder), format="parquet", exclude_invalid_files=False).schema
+        except (pa.ArrowInvalid, OSError):
+            return  # Spark reports unreadable files itself
+        time_type = spark.conf.get("spark.sql.timeType.enabled", "false").lower() == "true"
+        wanted = set(model.columns) if model.columns else None
+        for field in schema:
+            if wanted is not None and field.name not in wanted:
+                continue
+            t = field.type
+            fix = None
+            if pa.types.is_decimal(t) and t.precision > 38:
+                fix = "Spark reads decimals of up to 38 digits: write it as decimal(38,s) or lower, or as its exact text (string)"
+            elif pa.types.is_time(t) and not time_type:
+                fix = 'set `spark: {"spark.sql.timeType.enabled": "true"}` in the config, or write it as a string'
+            elif pa.types.is_timestamp(t) and t.unit == "ns":
+                fix = "write it as timestamp[us] (Parquet TIMESTAMP(MICROS)); Spark keeps microseconds"
+            elif pa.types.is_float16(t):
+                fix = "write it as float32"
+            if fix:
+                raise SchemaError(
+                    f'model {model.model_name}: column "{field.name}" of lake table {folder} has Parquet type {t}, '
+                    f"which Spark cannot read; {fix}"
+                )
+
     def _register_views(self, spark: SparkSession, schema: str | None) -> None:
         """Expose every table folder as a temp view so a ``source_query`` can name it."""
         if self.config.format == "table":
@@ -54,10 +89,12 @@ class LakeSource(Source):
         if model.source_query is not None:
             self._register_views(spark, schema)
             # Wrapped, never edited; the tenant value is a bind parameter.
-            df = spark.sql(f"WITH q AS ({model.source_query}) SELECT * FROM q")
+            df = spark.sql(f"WITH q AS ({pasted_query(model.source_query, vendor='lake')}\n) SELECT * FROM q")
         else:
             assert model.source_table is not None
-            df = self._table(spark, [*([schema] if schema else []), *model.source_table.split(".")])
+            parts = [*([schema] if schema else []), *(split_qualified(model.source_table) or [model.source_table])]
+            self._check_parquet_types(spark, model, parts)
+            df = self._table(spark, parts)
         if model.organization_column and model.organization_column not in df.columns:
             raise SourceError(
                 f'model {model.model_name}: organization_column "{model.organization_column}" is not in the source; '
@@ -73,7 +110,7 @@ class LakeSource(Source):
 
         df = self._frame(spark, model, recipient)
         if model.organization_column:
-            df = df.where(F.col(model.organization_column) == F.lit(recipient.id_in_provider_system))
+            df = df.where(column(model.organization_column) == F.lit(recipient.id_in_provider_system))
         df = normalize_last_modified(df, model=model, recipient=recipient, bounds=bounds)
         return select_columns(df, model)
 
@@ -82,12 +119,11 @@ class LakeSource(Source):
         rows_hint: int | None = None,
     ) -> DataFrame:
         """Every target tenant in one scan, within the targets' envelope; exact bounds are applied per recipient."""
-        from pyspark.sql import functions as F
 
         anyone = targets[0][0]
         df = self._frame(spark, model, anyone)
         assert model.organization_column is not None
         values = sorted({r.id_in_provider_system for r, _ in targets})
-        df = df.where(F.col(model.organization_column).cast("string").isin(values))
+        df = df.where(column(model.organization_column).cast("string").isin(values))
         df = normalize_last_modified(df, model=model, recipient=anyone, bounds=envelope(targets))
         return select_columns(df, model)
