@@ -160,12 +160,12 @@ def cmd_transfers(args: argparse.Namespace) -> int:
         tags=parse_tags(args.tag or []), limit=args.limit,
     )
     print(f"{'created (UTC)':<20} {'status':<16} {'model(s)':<16} {'recipient(s)':<20} {'windows':>7} "
-          f"{'rows':>9} {'delta':>9}  tags / run")
+          f"{'rows':>9} {'delta':>9}  {'owner(s)':<20} tags / run")
     for t in transfers:
         tags = ",".join(f"{k}={v}" for k, v in sorted(t.tags.items()))
         print(f"{t.created_at:%Y-%m-%d %H:%M:%S}  {t.status.value:<16} {','.join(t.models):<16} "
               f"{','.join(t.recipients):<20} {t.partitions_committed:>7} {t.rows_transferred:>9} "
-              f"{t.delta_rows_transferred:>9}  {tags + ' ' if tags else ''}{t.run_id[:8]}")
+              f"{t.delta_rows_transferred:>9}  {','.join(t.owners) or '-':<20} {tags + ' ' if tags else ''}{t.run_id[:8]}")
     for model, counts in sorted(counts_by_model(transfers).items()):
         print(f"{model}: " + ", ".join(f"{status} {n}" for status, n in sorted(counts.items())))
     return 0

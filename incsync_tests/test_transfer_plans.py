@@ -257,3 +257,21 @@ def test_the_cli_runs_every_enabled_recipient_in_one_run_and_names_the_one_that_
                  "-c", str(config)]) == 0
     runs = instance.get_run_records(limit=3)
     assert len(runs) == 3 and {r.dagster_run.tags.get("incsync/recipient") for r in runs[:2]} == {"acme", "initech"}
+
+
+def test_incsync_transfers_shows_the_owner_of_each_destination_written(
+    spark, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from incsync.cli import main
+
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "dagster_home"))
+    write_table(tmp_path / "src", "orders", [order(1, "org_1", ts(2, 1)), order(2, "org_2", ts(2, 2))])
+    config = lake_config(tmp_path, recipients=THREE[:2])
+    assert main(["transfer", "orders", "--window", "2024-01-02", "-c", str(config)]) == 0
+    capsys.readouterr()
+
+    assert main(["transfers", "-c", str(config)]) == 0
+
+    header, line = capsys.readouterr().out.splitlines()[:2]
+    assert header.split()[-5:] == ["delta", "owner(s)", "tags", "/", "run"]
+    assert line.split()[3:9] == ["orders", "acme,globex", "2", "2", "2", "acme,globex"]

@@ -21,6 +21,7 @@ from incsync.automation.tags import RECIPIENT_TAG, USER_TAG_PREFIX, validate_tag
 from incsync.changes import UTC
 from incsync.config import IncsyncConfig, ModelConfig
 from incsync.errors import InputError
+from incsync.destinations.ownership import METADATA_KEY as DESTINATION_OWNER
 from incsync.metadata import DELTA_ROWS_TRANSFERRED, ROWS_TRANSFERRED
 from incsync.partitions import RECIPIENT_DIM, RECIPIENTS_PARTITIONS, model_partitions
 
@@ -72,6 +73,7 @@ class Transfer:
     partitions_committed: int = 0
     rows_transferred: int = 0
     delta_rows_transferred: int = 0
+    owners: tuple[str, ...] = ()  # the owner stamps of the destinations it published to
 
 
 def _failure_message(instance: dg.DagsterInstance, run_id: str) -> str:
@@ -125,14 +127,17 @@ def _recipients_of(run: dg.DagsterRun, model: ModelConfig | None, registered: Se
     return list(registered[min(i, j) : max(i, j) + 1])
 
 
-def _counts(instance: dg.DagsterInstance, run_id: str) -> tuple[int, int, int]:
+def _counts(instance: dg.DagsterInstance, run_id: str) -> tuple[int, int, int, tuple[str, ...]]:
     records = instance.get_records_for_run(run_id, of_type=dg.DagsterEventType.ASSET_MATERIALIZATION).records
     rows = delta = 0
+    owners: set[str] = set()
     for r in records:
         metadata = r.event_log_entry.asset_materialization.metadata
         rows += int(metadata[ROWS_TRANSFERRED].value) if ROWS_TRANSFERRED in metadata else 0
         delta += int(metadata[DELTA_ROWS_TRANSFERRED].value) if DELTA_ROWS_TRANSFERRED in metadata else 0
-    return len(records), rows, delta
+        if DESTINATION_OWNER in metadata:
+            owners.add(str(metadata[DESTINATION_OWNER].value))
+    return len(records), rows, delta, tuple(sorted(owners))
 
 
 def list_transfers(
@@ -163,7 +168,7 @@ def list_transfers(
         recipients = _recipients_of(run, run_models[0], registered)
         if recipient is not None and recipient not in recipients:
             continue
-        committed, rows, delta = _counts(instance, run.run_id)
+        committed, rows, delta, owners = _counts(instance, run.run_id)
         state = transfer_status(instance, record, committed=committed, now=now)
         if wanted_status is not None and state != wanted_status:
             continue
@@ -178,6 +183,7 @@ def list_transfers(
                 partitions_committed=committed,
                 rows_transferred=rows,
                 delta_rows_transferred=delta,
+                owners=owners,
             )
         )
     return out
