@@ -233,10 +233,12 @@ def test_empty_window_through_dagster_reports_the_unchanged_watermark(
     result = materialize_partition(defs, dagster_instance, window="2024-01-05", recipient="acme", tags={MODE_TAG: "incremental"})
     assert result.success
     meta = latest_metadata(dagster_instance)
-    assert (meta["rows_transferred"], meta["delta_rows_transferred"]) == (0, 0)
+    # A scheduled run of windows after the HW reads what changed since it (floor(HW) - lookback): row 1
+    # again, counted in the run's first window, and "new" against the HW floored to its second (DESIGN step 6).
+    assert (meta["rows_transferred"], meta["delta_rows_transferred"]) == (1, 1)
     assert meta["high_watermark"] == ts(1, 10, 0, 0, 250_000).timestamp()
     assert meta["high_watermark_epoch_seconds"] == JAN1_EPOCH + 36_000
-    assert (meta["window_start"], meta["lower_bound"]) == (ts(5).timestamp(), (ts(5) - timedelta(seconds=300)).timestamp())
+    assert (meta["window_start"], meta["lower_bound"]) == (ts(5).timestamp(), ts(1, 9, 55).timestamp())
     assert [r["id"] for r in lake.rows()] == [1]
 
 

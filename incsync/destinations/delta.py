@@ -105,7 +105,7 @@ class DeltaDestination(Destination):
         for _ in range(PUBLISH_ATTEMPTS):
             dt = self._table(model)
             if dt is None:
-                self._create(path, batch.schema, me, transfer_id=record.transfer_id)
+                self._create(path, delta_form(batch.schema), me, transfer_id=record.transfer_id)
                 continue
             if self._claim(dt, me, model=model, recipient=recipient, transfer_id=record.transfer_id):
                 continue  # the adoption stamp committed a version of its own: publish against the new one
