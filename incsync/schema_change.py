@@ -198,13 +198,19 @@ class SchemaDiff:
         return "; ".join(parts) or None
 
     def metadata(self, *, replaced: bool = False) -> dict[str, object]:
-        if not self:
-            return {}
-        out: dict[str, object] = {SCHEMA_DRIFT: self.drift() or ""}
-        change = self.applied(replaced=replaced)
-        if change:
-            out[SCHEMA_CHANGE] = change
-        return out
+        return change_metadata(self, self, replaced=replaced)
+
+
+def change_metadata(drift: SchemaDiff, applied: SchemaDiff, *, replaced: bool = False) -> dict[str, object]:
+    """``schema_drift`` (against what was published before) and ``schema_change`` (what the destination
+    did); empty when nothing drifted and nothing was changed."""
+    out: dict[str, object] = {}
+    if drift:
+        out[SCHEMA_DRIFT] = drift.drift() or ""
+    change = applied.applied(replaced=replaced)
+    if change and (drift or applied.added or applied.widened or applied.incompatible):
+        out[SCHEMA_CHANGE] = change
+    return out
 
 
 def diff(

@@ -1,10 +1,12 @@
 """PostgreSQL destination: COPY into a temp table, then ONE transaction upserts and records the transfer.
 
 The publish transaction takes an advisory lock on (schema, model), checks that no other transfer
-committed since this one read its state, adapts the table (create, ADD COLUMN, or for a full refresh
-TRUNCATE / DROP and CREATE), upserts with the last-modified tie-break and inserts the transfer record
-into ``<schema>._incsync_transfers``. A full refresh's TRUNCATE holds an exclusive lock, so readers
-wait for the commit and then see the new rows; they never see an empty or half-loaded table.
+committed since this one read its state, adapts the table in place (create, ADD COLUMN, ALTER COLUMN
+TYPE for a widening: see ``postgres_schema``), upserts with the last-modified tie-break and inserts the
+transfer record into ``<schema>._incsync_transfers``. A full refresh loads its rows into the temp table
+beside the live one, then in that one transaction deletes the rows the source no longer has and
+upserts the rest: the table's contents are replaced, never its identity (no DROP, no rename, no
+TRUNCATE), so readers are never blocked and a snapshot reader sees the old rows or the new.
 """
 
 from __future__ import annotations
@@ -24,7 +26,9 @@ from psycopg.conninfo import conninfo_to_dict
 from incsync.config import ModelConfig, PostgresDestinationConfig, RecipientConfig
 from incsync.crashpoints import crash_point
 from incsync.destinations.base import FULL_REFRESH, Destination, DestinationState, TransferRecord
+from incsync.destinations.postgres_schema import Evolution, evolve, register
 from incsync.errors import ConfigError, LeaseError, PublishError, SchemaError
+from incsync.schema_change import SchemaDiff
 from incsync.staging import StagedBatch
 
 TRANSFERS_TABLE = "_incsync_transfers"
@@ -195,7 +199,9 @@ class PostgresDestination(Destination):
                 conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(self.schema)))
                 conn.execute(sql.SQL(_TRANSFERS_DDL).format(table=self._ident(TRANSFERS_TABLE)))
                 self._check_lease(conn, model=model, recipient=recipient, expected=expected)
-                written = self._write(conn, model=model, batch_columns=columns, wanted=wanted, record=record, where=where)
+                written, deleted, evolution = self._write(
+                    conn, model=model, recipient=recipient, batch_columns=columns, wanted=wanted, record=record, where=where
+                )
                 crash_point("mid_publish")
                 self._insert_record(conn, record)
                 conn.commit()
@@ -208,7 +214,10 @@ class PostgresDestination(Destination):
                     f"{where}: PostgreSQL publish to {self.table_name(model)} failed and nothing was committed: "
                     f"{str(exc).strip()}"
                 ) from exc
-        return {"postgres_table": self.table_name(model), "postgres_rows_written": written}
+        metadata: dict[str, object] = {"postgres_table": self.table_name(model), "postgres_rows_written": written}
+        if record.transfer_type == FULL_REFRESH:
+            metadata["postgres_rows_deleted"] = deleted
+        return {**metadata, **evolution.metadata(refresh=record.transfer_type == FULL_REFRESH)}
 
     def _load_stage(self, conn: psycopg.Connection, batch: StagedBatch, wanted: dict[str, str]) -> None:
         stage = sql.Identifier("pg_temp", STAGE_TABLE)  # qualified, so a user table of that name is never touched
@@ -237,45 +246,48 @@ class PostgresDestination(Destination):
                 copy.write_row(row)
 
     def _write(
-        self, conn: psycopg.Connection, *, model: ModelConfig, batch_columns: list[str], wanted: dict[str, str],
-        record: TransferRecord, where: str,
-    ) -> int:
+        self, conn: psycopg.Connection, *, model: ModelConfig, recipient: RecipientConfig, batch_columns: list[str],
+        wanted: dict[str, str], record: TransferRecord, where: str,
+    ) -> tuple[int, int, Evolution]:
+        """Adapt the table, then upsert the staged rows; a full refresh first deletes the rows it lacks.
+
+        A full refresh's upsert also empties the columns the source dropped (a recipient's own columns
+        keep their values). Returns (rows written, rows deleted, what adapting the table did).
+        """
         name = model.model_name
         target = self._ident(name)
+        stage = sql.Identifier("pg_temp", STAGE_TABLE)
+        refresh = record.transfer_type == FULL_REFRESH
         current = self._columns(conn, name)
-        if record.transfer_type == FULL_REFRESH and current is not None:
-            if current == wanted:
-                conn.execute(sql.SQL("TRUNCATE {}").format(target))
-            else:
-                conn.execute(sql.SQL("DROP TABLE {}").format(target))
-                current = None
         if current is None:
             self._create(conn, model=model, wanted=wanted)
+            register(conn, schema=self.schema, model=name, wanted=wanted, fresh=True)
+            evolution = Evolution(drift=SchemaDiff(), applied=SchemaDiff())
         else:
-            mismatched = [f"{c} is {current[c]} in {self.table_name(model)} but {t} in the batch"
-                          for c, t in wanted.items() if c in current and current[c] != t]
-            if mismatched:
-                raise SchemaError(
-                    f"{where}: schema mismatch ({'; '.join(mismatched)}); nothing was published. "
-                    "Run a full refresh (--full-refresh) to recreate the table with the new types."
-                )
-            for column in (c for c in wanted if c not in current):
-                conn.execute(sql.SQL("ALTER TABLE {} ADD COLUMN {} {}").format(
-                    target, sql.Identifier(column), sql.SQL(wanted[column])))
-        cols = sql.SQL(", ").join(map(sql.Identifier, batch_columns))
+            evolution = evolve(conn, schema=self.schema, table=name, current=current, wanted=wanted, refresh=refresh,
+                               where=where, model=name, recipient=recipient.id)
+        deleted = evolution.deleted
         pk = sql.SQL(", ").join(map(sql.Identifier, model.primary_key))
+        if refresh and current is not None:
+            conn.execute(sql.SQL("ANALYZE {}").format(stage))
+            matches = sql.SQL(" AND ").join(sql.SQL("s.{c} = t.{c}").format(c=sql.Identifier(c)) for c in model.primary_key)
+            gone = sql.SQL("DELETE FROM {target} AS t WHERE NOT EXISTS (SELECT 1 FROM {stage} AS s WHERE {m})")
+            deleted += conn.execute(gone.format(target=target, stage=stage, m=matches)).rowcount
+        cols = sql.SQL(", ").join(map(sql.Identifier, batch_columns))
         lm = sql.Identifier(model.last_modified_column)
         updates = [c for c in batch_columns if c not in model.primary_key]
         insert = sql.SQL("INSERT INTO {target} AS t ({cols}) SELECT {cols} FROM {stage}").format(
-            target=target, cols=cols, stage=sql.Identifier("pg_temp", STAGE_TABLE))
-        if updates:
-            insert = insert + sql.SQL(" ON CONFLICT ({pk}) DO UPDATE SET {sets} WHERE t.{lm} <= EXCLUDED.{lm}").format(
-                pk=pk, lm=lm,
-                sets=sql.SQL(", ").join(sql.SQL("{c} = EXCLUDED.{c}").format(c=sql.Identifier(c)) for c in updates),
-            )
+            target=target, cols=cols, stage=stage)
+        stale = list(evolution.stale) if refresh else []
+        if updates or stale:
+            sets = sql.SQL(", ").join([*(sql.SQL("{c} = EXCLUDED.{c}").format(c=sql.Identifier(c)) for c in updates),
+                                       *(sql.SQL("{} = NULL").format(sql.Identifier(c)) for c in stale)])
+            insert = insert + sql.SQL(" ON CONFLICT ({pk}) DO UPDATE SET {sets}").format(pk=pk, sets=sets)
+            if not refresh:  # a full refresh's rows are the source's current ones: they always win
+                insert = insert + sql.SQL(" WHERE t.{lm} <= EXCLUDED.{lm}").format(lm=lm)
         else:
             insert = insert + sql.SQL(" ON CONFLICT ({pk}) DO NOTHING").format(pk=pk)
-        return conn.execute(insert).rowcount
+        return conn.execute(insert).rowcount, deleted, evolution
 
     def _create(self, conn: psycopg.Connection, *, model: ModelConfig, wanted: dict[str, str]) -> None:
         body = [sql.SQL("{} {}").format(sql.Identifier(c), sql.SQL(t)) for c, t in wanted.items()]
