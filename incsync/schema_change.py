@@ -42,6 +42,21 @@ def _arrow_norm(t: pa.DataType) -> pa.DataType:
     return t
 
 
+def conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
+    """``table`` with exactly ``schema``'s columns, in its order: cast (to a type that holds every value),
+    missing ones NULL. Readers use it to combine batches published before and after a widening."""
+    columns, fields = [], []
+    for field in schema:
+        if field.name in table.column_names:
+            column = table[field.name]
+            columns.append(column if column.type == field.type else column.cast(field.type))
+            fields.append(field)
+        else:
+            columns.append(pa.nulls(table.num_rows, field.type))
+            fields.append(field.with_nullable(True))
+    return pa.Table.from_arrays(columns, schema=pa.schema(fields))
+
+
 def arrow_same(old: pa.DataType, new: pa.DataType) -> bool:
     return _arrow_norm(old) == _arrow_norm(new)
 

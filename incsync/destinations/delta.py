@@ -1,9 +1,15 @@
-"""Delta Lake destination through delta-rs: one MERGE commit carrying the transfer record."""
+"""Delta Lake destination through delta-rs: one MERGE commit carrying the transfer record.
+
+A batch whose types widen the table's (int → bigint, ...) is published as one overwrite commit that
+rewrites the table with the wider types (``delta_rewrite``); a type change that is no widening fails
+before anything is committed, naming the column, both types and the fix, until a full refresh.
+"""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pyarrow as pa
@@ -13,7 +19,9 @@ from deltalake.exceptions import CommitFailedError, TableNotFoundError
 from incsync.config import DeltaDestinationConfig, ModelConfig, RecipientConfig
 from incsync.crashpoints import crash_point
 from incsync.destinations.base import FULL_REFRESH, Destination, DestinationState, TransferRecord
+from incsync.destinations.delta_rewrite import merged_rows, widened_schema
 from incsync.errors import LeaseError, PublishError
+from incsync.schema_change import SchemaDiff, arrow_diff, change_metadata, incompatible_error
 from incsync.staging import StagedBatch
 
 RECORD_KEY = "incsync.transfer"
@@ -81,18 +89,25 @@ class DeltaDestination(Destination):
             custom_metadata={RECORD_KEY: record.to_json()}, app_transactions=txns, max_commit_retries=0
         )
         path = self.table_path(model)
+        where = f"model {model.model_name}, recipient {recipient.id}"
+        refresh = record.transfer_type == FULL_REFRESH
         for _ in range(PUBLISH_ATTEMPTS):
             dt = self._table(model)
             self._check_lease(dt, model=model, recipient=recipient, expected=expected)
+            change = SchemaDiff() if dt is None else arrow_diff(pa.schema(dt.schema().to_arrow()), batch.schema)
+            if change.incompatible and not refresh:
+                raise incompatible_error(where, path, change.incompatible, model=model.model_name, recipient=recipient.id)
             try:
                 if dt is None:
                     write_deltalake(path, _reader(batch), mode="append", commit_properties=props, configuration=self._layout())
-                elif record.transfer_type == FULL_REFRESH:
+                elif refresh:
                     same = _same_columns(dt.schema().to_arrow(), batch.schema)
                     write_deltalake(
                         dt, _reader(batch), mode="overwrite", target_file_size=self.config.target_file_size,
                         schema_mode=None if same else "overwrite", commit_properties=props,
                     )
+                elif change.widened:
+                    self._rewrite(dt, model=model, batch=batch, change=change, props=props)
                 else:
                     self._merge(dt, model=model, batch=batch, props=props)
             except CommitFailedError:
@@ -101,14 +116,26 @@ class DeltaDestination(Destination):
                 if dt is None and self._table(model) is not None:
                     continue  # another writer created the table first
                 raise PublishError(
-                    f"model {model.model_name}, recipient {recipient.id}: Delta publish to {path} failed and nothing "
-                    f"was committed: {exc}"
+                    f"{where}: Delta publish to {path} failed and nothing was committed: {exc}"
                 ) from exc
-            return {"delta_table_version": DeltaTable(path).version(), "delta_table_path": path}
+            # A full refresh overwrites the schema: columns the source dropped are gone, not kept.
+            applied = replace(change, dropped=()) if refresh else change
+            return {"delta_table_version": DeltaTable(path).version(), "delta_table_path": path,
+                    **change_metadata(change, applied, replaced=refresh)}
         raise LeaseError(
-            f"model {model.model_name}, recipient {recipient.id}: {path} changed under {PUBLISH_ATTEMPTS} publish "
+            f"{where}: {path} changed under {PUBLISH_ATTEMPTS} publish "
             "attempts in a row; nothing was published. Lower the destination's concurrency or re-run the window."
         )
+
+    def _rewrite(
+        self, dt: DeltaTable, *, model: ModelConfig, batch: StagedBatch, change: SchemaDiff, props: CommitProperties
+    ) -> None:
+        """One overwrite commit: the table rewritten with the wider types and the batch merged in."""
+        schema = widened_schema(pa.schema(dt.schema().to_arrow()), batch.schema, change)
+        rows = merged_rows(dt, batch.table(), schema=schema, primary_key=list(model.primary_key),
+                           last_modified=model.last_modified_column)
+        write_deltalake(dt, _crash_after(rows), mode="overwrite", schema_mode="overwrite",
+                        target_file_size=self.config.target_file_size, commit_properties=props)
 
     def _layout(self) -> dict[str, str | None]:
         """Table properties of a new table: files small enough that a MERGE rewrites only a few of them."""
@@ -151,8 +178,10 @@ class DeltaDestination(Destination):
 
 def _reader(batch: StagedBatch) -> pa.RecordBatchReader:
     """The staged rows, with the ``mid_publish`` crash point once delta-rs has consumed them all."""
-    reader = batch.reader()
+    return _crash_after(batch.reader())
 
+
+def _crash_after(reader: pa.RecordBatchReader) -> pa.RecordBatchReader:
     def batches() -> Iterator[pa.RecordBatch]:
         yield from reader
         crash_point("mid_publish")
