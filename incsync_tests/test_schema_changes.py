@@ -174,3 +174,19 @@ def test_delta_widening_with_a_dropped_column_keeps_replaced_rows_values_like_a_
     outcome = run(config, "2024-01-01", scheduled=True)
     assert outcome.destination_metadata["schema_drift"] == "dropped code; changed qty integer→bigint"
     assert [(r["id"], r["code"], r["qty"]) for r in _rows(target)] == [(1, "a", 1), (2, "b", BIG), (3, None, 2)]
+
+
+def test_validate_connect_drift_line_for_each_destination(kind: str, tmp_path: Path) -> None:
+    from incsync.drift import describe, destination_drift
+
+    config = _config(tmp_path, kind, [_row(1, 1)])
+    target = Target(config)
+    staged = _set(BASE, "code", pa.int64()).append(pa.field("note", pa.string()))
+    assert destination_drift(target.destination, model=target.model, recipient=target.recipient, staged=staged) is None
+    run(config, "2024-01-01", scheduled=False)
+    diff = destination_drift(target.destination, model=target.model, recipient=target.recipient, staged=staged)
+    old, note = ("text", "text") if kind == "postgres" else ("string", "string")
+    assert describe(diff, model=target.model, recipient=target.recipient) == (
+        f"models.orders (recipient acme): source schema drift: added note {note}; changed code {old}→bigint; the next "
+        "transfer fails until a full refresh (incsync transfer orders --recipient acme --full-refresh)"
+    )

@@ -42,7 +42,9 @@ def _config(root: Path, jdbc_url: str, user: str, kind: str) -> Path:
     return path
 
 
-def test_source_migration_keeps_the_sync_running(kind: str, spark, dagster_instance, tmp_path: Path) -> None:
+def test_source_migration_keeps_the_sync_running(kind: str, spark, dagster_instance, tmp_path: Path, capsys) -> None:
+    from incsync.cli import main
+
     with pg_database() as db:
         db.execute("CREATE TABLE orders (id bigint PRIMARY KEY, organization_id text NOT NULL, code varchar(10), "
                    "qty integer, updated_at timestamptz NOT NULL)")
@@ -57,6 +59,13 @@ def test_source_migration_keeps_the_sync_running(kind: str, spark, dagster_insta
         db.execute("ALTER TABLE orders ALTER COLUMN qty TYPE bigint, ALTER COLUMN code TYPE text")
         db.execute("INSERT INTO orders VALUES (4, 'org_1', %s, %s, %s)", ["A-4-" + "x" * 40, BIG, ts(1, 5)])
         db.execute("UPDATE orders SET qty = %s, updated_at = %s WHERE id = 1", [-BIG, ts(1, 6)])
+        capsys.readouterr()
+        assert main(["validate", "--connect", "-c", str(config)]) == 0
+        assert capsys.readouterr().out.splitlines()[-2:] == [
+            "every source and destination answered",
+            "  models.orders (recipient acme): source schema drift: changed qty integer→bigint; the next transfer "
+            "applies it in place",
+        ]
         materialize_partition(defs, dagster_instance, window="2024-01-01", recipient="acme", model_key=MODEL_KEY,
                               tags=INCREMENTAL)
         meta = latest_metadata(dagster_instance, MODEL_KEY)
