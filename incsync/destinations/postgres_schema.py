@@ -154,6 +154,7 @@ def evolve(
         for c in applied.incompatible:
             conn.execute(sql.SQL("ALTER TABLE {t} ALTER COLUMN {c} TYPE {k} USING NULL::{k}").format(
                 t=target, c=sql.Identifier(c.column), k=sql.SQL(c.new)))
-    register(conn, schema=schema, model=model, wanted=wanted, fresh=False)
+    if published is None or published[0] != wanted:
+        register(conn, schema=schema, model=model, wanted=wanted, fresh=False)
     stale = tuple(c for c in (*drift.dropped, *gone) if c in current and c not in wanted)
     return Evolution(drift=drift, applied=applied, deleted=deleted, stale=tuple(dict.fromkeys(stale)))
