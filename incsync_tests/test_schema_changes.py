@@ -190,3 +190,28 @@ def test_validate_connect_drift_line_for_each_destination(kind: str, tmp_path: P
         f"models.orders (recipient acme): source schema drift: added note {note}; changed code {old}→bigint; the next "
         "transfer fails until a full refresh (incsync transfer orders --recipient acme --full-refresh)"
     )
+
+
+def test_a_widening_killed_before_its_commit_changes_nothing(kind: str, tmp_path: Path) -> None:
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from incsync.crashpoints import CRASH_ENV
+
+    config = _config(tmp_path, kind, [_row(1, 1, qty=7)])
+    run(config, "2024-01-01", scheduled=False)
+    target = Target(config)
+    before = (target.state(), _rows(target), _type(target, "qty"))
+    write_table(tmp_path / "src", "orders", [_row(1, 1, qty=7), _row(2, 2, qty=BIG)], schema=_set(BASE, "qty", pa.int64()))
+    proc = subprocess.run(
+        [sys.executable, "-m", "incsync_tests.arrow_transfer", str(config), "2024-01-01", "--scheduled"],
+        cwd=Path(__file__).resolve().parents[1], env={**os.environ, CRASH_ENV: "mid_publish"},
+        capture_output=True, text=True, timeout=180,
+    )
+    assert proc.returncode == -signal.SIGKILL, proc.stderr
+    assert (target.state(), _rows(target), _type(target, "qty")) == before
+    run(config, "2024-01-01", scheduled=True)
+    assert [(r["id"], r["qty"]) for r in _rows(target)] == [(1, 7), (2, BIG)]
+    assert _type(target, "qty") == WIDE_TYPE[kind]
