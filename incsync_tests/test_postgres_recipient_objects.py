@@ -265,3 +265,18 @@ def test_readers_see_old_rows_or_new_and_are_not_blocked_during_a_full_refresh(p
         assert set(reader.seen) == {old_state, new_state}, reader.isolation
         assert reader.slowest < 1.0, reader.isolation
     assert readers[1].snapshot_changes == []
+
+
+def test_a_policy_on_a_widened_column_fails_naming_it(pg: str, tmp_path: Path) -> None:
+    rows = [_row(1, ts(1, 1), qty=3)]
+    config = _config(tmp_path, rows)
+    run(config, "2024-01-01", scheduled=False)
+    with psycopg.connect(_dsn(), autocommit=True) as conn:
+        conn.execute("ALTER TABLE acme.orders ENABLE ROW LEVEL SECURITY")
+        conn.execute(f'CREATE POLICY small_only ON acme.orders FOR SELECT TO "{pg}" USING (qty < 100)')
+    write_table(tmp_path / "src", "orders", [*rows, _row(2, ts(1, 2), qty=5_000_000_000)], schema=WIDE)
+    with pytest.raises(SchemaError, match=r"\(policy small_only ON acme.orders uses column qty of acme.orders\); nothing "
+                       r"was published .* BEGIN; DROP POLICY small_only ON acme.orders; ALTER TABLE acme.orders ALTER "
+                       r"COLUMN qty TYPE bigint; <recreate the policy>; COMMIT;"):
+        run(config, "2024-01-01", scheduled=True)
+    assert [r["id"] for r in Target(config).raw_rows()] == [1]

@@ -4,8 +4,9 @@ The table keeps its identity (oid): added columns are ``ADD COLUMN``, a widening
 TYPE``, so the views, grants, indexes, policies, comments and columns a recipient built on it survive.
 A change that is not a widening waits for a full refresh, which empties the table in the same
 transaction before it changes the type. ``<schema>._incsync_columns`` remembers which columns incsync
-published, so a recipient's own columns are never taken for columns the source dropped. Where PostgreSQL itself forbids the change (a view or policy
-uses the column), the transfer fails before anything is published, naming the object and the fix.
+published, so a recipient's own columns are never taken for columns the source dropped. Where
+PostgreSQL itself forbids the change (a view or policy uses the column), the transfer fails before
+anything is published, naming the object and the fix.
 """
 
 from __future__ import annotations
