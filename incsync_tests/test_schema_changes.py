@@ -215,3 +215,23 @@ def test_a_widening_killed_before_its_commit_changes_nothing(kind: str, tmp_path
     run(config, "2024-01-01", scheduled=True)
     assert [(r["id"], r["qty"]) for r in _rows(target)] == [(1, 7), (2, BIG)]
     assert _type(target, "qty") == WIDE_TYPE[kind]
+
+
+def test_object_storage_manifests_from_before_reader_schema_still_combine(tmp_path: Path) -> None:
+    import json
+
+    config = _config(tmp_path, "object_storage", [_row(1, 1, code="a", qty=7)])
+    run(config, "2024-01-01", scheduled=False)
+    [path] = (tmp_path / "out" / "acme" / "_manifests").rglob("manifest_*.json")
+    manifest = json.loads(path.read_text())
+    del manifest["reader_schema"]  # as written before this key existed
+    path.write_text(json.dumps(manifest))
+    target = Target(config)
+
+    write_table(tmp_path / "src", "orders", [_row(1, 1, code=1)], schema=_set(BASE, "code", pa.int64()))
+    with pytest.raises(SchemaError, match="column code is string in"):
+        run(config, "2024-01-01", scheduled=True)
+    write_table(tmp_path / "src", "orders", [_row(1, 1, qty=7), _row(2, 2, qty=BIG)], schema=_set(BASE, "qty", pa.int64()))
+    outcome = run(config, "2024-01-01", scheduled=True)
+    assert outcome.destination_metadata["schema_change"] == "widened qty integer→bigint"
+    assert [(r["id"], r["qty"]) for r in _rows(target)] == [(1, 7), (2, BIG)]
