@@ -13,9 +13,10 @@ from incsync.transfer import TransferRequest
 MODE_TAG = "incsync/mode"
 FULL_REFRESH_TAG = "incsync/full_refresh"
 IO_MANAGER_KEY = "incsync_io_manager"
-# UI backfills batch up to this many (window, recipient) partitions into one run and one Spark session;
-# each partition is still its own transfer with its own commit and metadata (see io_manager.py).
-MAX_PARTITIONS_PER_RUN = 64
+# UI backfills batch up to this many (window, recipient) partitions into one run: the run reads each
+# recipient's contiguous windows once and its recipients with one query, and records every partition
+# with its own metadata (see execute.py). 10,000 recipients x one window: 10 runs.
+MAX_PARTITIONS_PER_RUN = 1024
 
 
 class TransferRunConfig(dg.Config):

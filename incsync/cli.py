@@ -55,38 +55,54 @@ def cmd_transfer(args: argparse.Namespace) -> int:
     if worker:
         return forward(worker, argv=args.argv, config=args.config)
 
-    from incsync.automation.tags import parse_tags, user_run_tags
+    from incsync.automation.tags import BACKFILL, INCREMENTAL, parse_tags, user_run_tags
+    from incsync.launch import plan_runs, register
     from incsync.project import build_definitions
-    from incsync.runner import dagster_instance, failure_message, recipient_windows, run_transfers, scheduled_windows
+    from incsync.runner import MANUAL, dagster_instance, execute_runs, recipient_windows, scheduled_windows
 
     file = config_path(args.config)
     config = load_config(file)
     try:
         model = config.model(args.model)
-        recipient = config.recipient(args.recipient)
+        recipients = [config.recipient(r) for r in dict.fromkeys(args.recipient)] if args.recipient else [
+            r for r in config.recipients if r.enabled
+        ]
     except KeyError as exc:
         raise ConfigError(str(file), [exc.args[0]]) from None
+    if not recipients:
+        print(f"model {model.model_name}: no enabled recipient; add one to {file}")
+        return 0
     if args.window:
-        windows, scheduled = [args.window], False
+        windows = {r.id: [args.window] for r in recipients}
+        mode = MANUAL
     elif args.backfill:
-        windows, scheduled = recipient_windows(model, recipient), False
+        windows = {r.id: recipient_windows(model, r) for r in recipients}
+        mode = BACKFILL
     else:
-        windows, scheduled = scheduled_windows(model), True
+        tick = scheduled_windows(model)
+        windows = {r.id: tick for r in recipients}
+        mode = INCREMENTAL
+    windows = {rid: keys for rid, keys in windows.items() if keys}
     if not windows:
         print(f"model {model.model_name}: no window has started yet (min_start_time_epoch is in the future)")
         return 0
     defs, instance = resident(file) if resident else (build_definitions(file), dagster_instance(file))
-    print(f"transfer {model.model_name} → {recipient.id}: {len(windows)} window(s) {windows[0]} .. {windows[-1]}", flush=True)
-    lines = run_transfers(
-        defs, instance, config=config, model=model, recipient=recipient, windows=windows, scheduled=scheduled,
-        full_refresh=args.full_refresh, tags=user_run_tags(parse_tags(args.tag or [])),
-        progress=lambda line: print(line, flush=True),
+    specs = plan_runs(
+        config, model, recipients, windows={rid: (keys[0], keys[-1]) for rid, keys in windows.items()},
+        registered=register(instance, list(windows)), mode=mode, full_refresh=args.full_refresh,
+        user_tags=user_run_tags(parse_tags(args.tag or [])),
     )
-    failed = [line for line in lines if not line.ok]
-    if failed:
-        print(f"error: {failure_message(instance) or 'transfer failed; see the run in the Dagster UI'}", file=sys.stderr)
-        return 1
-    return 0
+    n_windows = sum(len(k) for k in windows.values())
+    first = min(k[0] for k in windows.values())
+    last = max(k[-1] for k in windows.values())
+    who = recipients[0].id if len(windows) == 1 else f"{len(windows)} recipients"
+    runs = f" in {len(specs)} runs" if len(specs) > 1 else ""
+    print(f"transfer {model.model_name} → {who}: {n_windows} window(s) {first} .. {last}{runs}", flush=True)
+    results = execute_runs(defs, instance, specs, windows=windows, progress=lambda line: print(line, flush=True))
+    failed = [r for r in results if not r.success]
+    for result in failed:
+        print(f"error: {result.error or 'transfer failed; see run ' + result.run_id + ' in the Dagster UI'}", file=sys.stderr)
+    return 1 if failed else 0
 
 
 def cmd_janitor(args: argparse.Namespace) -> int:
@@ -188,9 +204,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--connect", action="store_true", help="also reach every source and destination")
     p.set_defaults(func=cmd_validate)
 
-    p = sub.add_parser("transfer", help="materialize a model for a recipient through Dagster")
+    p = sub.add_parser("transfer", help="materialize a model for its recipients through Dagster")
     p.add_argument("model")
-    p.add_argument("--recipient", required=True)
+    p.add_argument("--recipient", action="append",
+                   help="a recipient id (repeatable; default: every enabled recipient)")
     group = p.add_mutually_exclusive_group()
     group.add_argument("--window", help="one window partition key, e.g. 2024-03-01")
     group.add_argument("--backfill", action="store_true", help="every window from the recipient's start")

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import re
+from functools import cached_property
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -31,6 +32,8 @@ DEFAULT_LOOKBACK_SECONDS: dict[str, int] = {
     "mariadb": 5,
 }
 FALLBACK_LOOKBACK_SECONDS = 300
+# libyaml's safe loader parses a 10,000-recipient file ~5x faster than the pure-Python one.
+_YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 class _Strict(BaseModel):
@@ -158,6 +161,11 @@ class ModelConfig(_Strict):
     min_start_time_epoch: int = Field(ge=0)
     frequency: str = "*/15 * * * *"
     lookback_seconds: int | None = Field(default=None, ge=0)
+    max_rows_per_batch: int = Field(
+        default=1_000_000, ge=1,
+        description="A transfer over many windows is read once and committed in batches of at most this many "
+        "rows, split at window boundaries (a window is never split).",
+    )
 
     @model_validator(mode="after")
     def _shape(self) -> ModelConfig:
@@ -201,13 +209,18 @@ class IncsyncConfig(_Strict):
     models: list[ModelConfig] = Field(default_factory=list)
     recipients: list[RecipientConfig] = Field(default_factory=list)
     staging_dir: str | None = Field(default=None, description="Root of per-transfer staging folders.")
+    recipients_per_run: int = Field(
+        default=256, ge=1,
+        description="Schedules, the sensor and the CLI launch one run per this many recipients of a model; "
+        "the run reads them with one query and publishes each recipient's rows to its own destination.",
+    )
     spark: dict[str, str] = Field(default_factory=dict, description="Extra Spark settings (spark.master, ...).")
 
     def source(self, name: str) -> SourceConfig:
         return next(s for s in self.sources if s.name == name)
 
     def destination(self, name: str) -> DestinationConfig:
-        return next(d for d in self.destinations if d.name == name)
+        return self._destinations_by_name[name]
 
     def model(self, name: str) -> ModelConfig:
         for m in self.models:
@@ -216,10 +229,19 @@ class IncsyncConfig(_Strict):
         raise KeyError(f'unknown model "{name}"; known: {", ".join(m.model_name for m in self.models)}')
 
     def recipient(self, rid: str) -> RecipientConfig:
-        for r in self.recipients:
-            if r.id == rid:
-                return r
-        raise KeyError(f'unknown recipient "{rid}"; known: {", ".join(r.id for r in self.recipients)}')
+        found = self._recipients_by_id.get(rid)
+        if found is None:
+            known = ", ".join(r.id for r in self.recipients[:20]) + (", ..." if len(self.recipients) > 20 else "")
+            raise KeyError(f'unknown recipient "{rid}"; known: {known}')
+        return found
+
+    @cached_property
+    def _recipients_by_id(self) -> dict[str, RecipientConfig]:
+        return {r.id: r for r in self.recipients}
+
+    @cached_property
+    def _destinations_by_name(self) -> dict[str, DestinationConfig]:
+        return {d.name: d for d in self.destinations}
 
     def lookback_seconds(self, model: ModelConfig) -> int:
         """Model override, else source override, else the vendor default."""
@@ -327,8 +349,9 @@ def _cross_check(cfg: IncsyncConfig) -> list[str]:
                 f'destinations[{i}]: "{d.name}" is used by recipients {", ".join(users[d.name])}; a {d.kind} '
                 "destination holds one recipient's copy, so give each recipient its own (object_storage may be shared)"
             )
+    known_destinations = set(destination_names)
     for i, r in enumerate(cfg.recipients):
-        if r.destination not in destination_names:
+        if r.destination not in known_destinations:
             problems.append(
                 f'recipients[{i}].destination: "{r.destination}" is not a configured destination; '
                 f'known: [{", ".join(destination_names)}]'
@@ -385,7 +408,7 @@ def load_config(path: str | os.PathLike[str] | None = None) -> IncsyncConfig:
     if not file.exists():
         raise ConfigError(str(file), [f"file not found; create it or point {CONFIG_ENV_VAR} at it"])
     try:
-        data = yaml.safe_load(file.read_text())
+        data = yaml.load(file.read_text(), Loader=_YAML_LOADER)  # noqa: S506 - a safe loader, in C when built
     except yaml.YAMLError as exc:
         raise ConfigError(str(file), [f"not valid YAML: {exc}"]) from None
     cfg = parse_config(data, path=str(file))
@@ -394,9 +417,9 @@ def load_config(path: str | os.PathLike[str] | None = None) -> IncsyncConfig:
 
 def _resolve_paths(cfg: IncsyncConfig, base: Path) -> IncsyncConfig:
     def resolve(p: str | None) -> str | None:
-        if p is None or "://" in p or Path(p).is_absolute():
+        if p is None or "://" in p or os.path.isabs(p):
             return p
-        return str((base / p).resolve())
+        return os.path.normpath(os.path.join(base, p))  # no per-path stat: cheap for 10,000 destinations
 
     sources = [s.model_copy(update={"path": resolve(s.path)}) if isinstance(s, LakeSourceConfig) else s for s in cfg.sources]
     destinations = [

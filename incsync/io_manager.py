@@ -1,4 +1,4 @@
-"""The IO manager that stages, validates and publishes each transfer an asset hands it."""
+"""The IO manager: plans the run's partitions into transfers and publishes them (see ``execute``)."""
 
 from __future__ import annotations
 
@@ -7,41 +7,48 @@ from pathlib import Path
 import dagster as dg
 from pydantic import Field
 
-from incsync.errors import IncsyncError, LeaseError
+from incsync.dagster_compat import add_partition_metadata
+from incsync.errors import IncsyncError
+from incsync.execute import SpanFailure, TransferFailures, execute
 from incsync.metadata import transfer_metadata
-from incsync.transfer import TransferOutcome, TransferRequest, run_transfer
-
-# A transfer that lost its lease to a concurrent one (two backfill runs of one destination) starts
-# over from the new state; a stale writer never publishes, it redoes its work against fresh state.
-LEASE_ATTEMPTS = 4
+from incsync.transfer import TransferOutcome, TransferRequest
 
 
 class TransferIOManager(dg.ConfigurableIOManager):
-    """Runs every (window, recipient) transfer of the output as its own commit with its own metadata."""
+    """Runs the output's (window, recipient) partitions as coalesced transfers; every partition gets
+    its own materialization with exact metadata, and a failure fails only the partitions it touched."""
 
     staging_dir: str = Field(description="Root of the per-transfer staging folders.")
 
     def handle_output(self, context: dg.OutputContext, obj: list[TransferRequest]) -> None:
         single = len(context.asset_partition_keys) <= 1
         committed: list[tuple[TransferRequest, dict[str, dg.MetadataValue]]] = []
-        for request in obj:
-            try:
-                outcome = _run_with_lease(context, request, Path(self.staging_dir))
-            except Exception:
-                if not single:
-                    _record_committed(context, committed)
-                raise
+
+        def on_commit(request: TransferRequest, outcome: TransferOutcome) -> None:
             metadata = transfer_metadata(outcome, destination=request.destination.name)
-            context.log.info(
-                "transfer %s committed: %s rows (%s new), high watermark %s",
-                outcome.record.transfer_id, outcome.record.rows_transferred,
-                outcome.record.delta_rows_transferred, outcome.record.high_watermark,
-            )
+            if outcome.first_of_commit:  # one line per commit: every event costs a write to the event log
+                context.log.info(
+                    "transfer %s committed %s rows of recipient %s from window %s (%s window(s) in the transfer), "
+                    "high watermark %s",
+                    outcome.record.transfer_id, outcome.commit_rows, request.recipient.id, request.partition.window_key,
+                    outcome.windows_in_transfer, outcome.record.high_watermark,
+                )
             committed.append((request, metadata))
             if single:
                 context.add_output_metadata(metadata)
-            else:
-                context.step_context.add_asset_metadata(metadata, partition_key=request.partition.key)
+
+        failures = execute(obj, staging_root=Path(self.staging_dir), on_commit=on_commit)
+        if not failures:
+            if not single:
+                add_partition_metadata(context, {str(r.partition.key): md for r, md in committed})
+            return
+        if not single:
+            _record_committed(context, committed)
+        for failure in failures:
+            context.log.error(
+                "recipient %s: %s window(s) not committed: %s", failure.recipient_id, len(failure.requests), failure.error
+            )
+        raise _combined(failures)
 
     def load_input(self, context: dg.InputContext) -> None:
         raise IncsyncError(
@@ -50,19 +57,19 @@ class TransferIOManager(dg.ConfigurableIOManager):
         )
 
 
+def _combined(failures: list[SpanFailure]) -> BaseException:
+    """One failure is raised as itself; several become one error naming each recipient."""
+    if len(failures) == 1:
+        return failures[0].error
+    lines = [f"{f.recipient_id}: {type(f.error).__name__}: {f.error}" for f in failures]
+    recipients = sorted({f.recipient_id for f in failures})
+    error = TransferFailures(f"{len(recipients)} recipient(s) failed, the others committed:\n  " + "\n  ".join(lines))
+    error.__cause__ = failures[0].error
+    return error
+
+
 def _record_committed(context: dg.OutputContext, committed: list[tuple[TransferRequest, dict[str, dg.MetadataValue]]]) -> None:
     """A run covering several partitions failed part-way: the windows committed before the failure
     stay committed, so say so, and a backfill retried from failure resumes at the failed window."""
     for request, metadata in committed:
         context.log_event(dg.AssetMaterialization(asset_key=context.asset_key, partition=str(request.partition.key), metadata=metadata))
-
-
-def _run_with_lease(context: dg.OutputContext, request: TransferRequest, staging_root: Path) -> TransferOutcome:
-    for attempt in range(1, LEASE_ATTEMPTS + 1):
-        try:
-            return run_transfer(request, staging_root=staging_root)
-        except LeaseError as exc:
-            if attempt == LEASE_ATTEMPTS:
-                raise
-            context.log.warning("%s (attempt %s of %s; starting over from the new state)", exc, attempt, LEASE_ATTEMPTS)
-    raise AssertionError("unreachable")

@@ -25,6 +25,8 @@ STAGED_BYTES = "staged_bytes"
 DURATION_SECONDS = "duration_seconds"
 RECIPIENT = "recipient"
 COLUMN_SCHEMA = "dagster/column_schema"
+TRANSFER_WINDOWS = "transfer_windows"  # windows the transfer (one read) covered
+TRANSFER_BATCH = "transfer_batch"  # "k/n": the commit holding this window, when the transfer was split
 
 
 def _ts(iso: str) -> dg.MetadataValue:
@@ -56,6 +58,10 @@ def transfer_metadata(outcome: TransferOutcome, *, destination: str) -> dict[str
         metadata[COLUMN_SCHEMA] = dg.MetadataValue.table_schema(
             dg.TableSchema(columns=[dg.TableColumn(name=name, type=kind) for name, kind in outcome.columns])
         )
+    if outcome.windows_in_transfer > 1:
+        metadata[TRANSFER_WINDOWS] = dg.MetadataValue.int(outcome.windows_in_transfer)
+    if outcome.batch:
+        metadata[TRANSFER_BATCH] = dg.MetadataValue.text(outcome.batch)
     if outcome.full_refresh_reason:
         metadata[FULL_REFRESH_REASON] = dg.MetadataValue.text(outcome.full_refresh_reason)
     for key, value in outcome.destination_metadata.items():

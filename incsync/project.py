@@ -9,6 +9,7 @@ import dagster as dg
 from incsync.assets import IO_MANAGER_KEY, build_model_asset, source_specs
 from incsync.automation.registry import automation
 from incsync.config import config_path, load_config
+from incsync.dagster_compat import tune_sqlite_storage
 from incsync.io_manager import TransferIOManager
 from incsync.resources import (
     DestinationKindResource,
@@ -23,6 +24,7 @@ from incsync.sources.jdbc import driver_jars, driver_packages
 
 
 def build_definitions(path: str | os.PathLike[str] | None = None) -> dg.Definitions:
+    tune_sqlite_storage()  # every process that runs transfers loads these definitions
     file = str(config_path(path).resolve())
     config = load_config(file)
     resources: dict[str, object] = {

@@ -58,14 +58,19 @@ def spark_resource(
 
 
 @lru_cache(maxsize=8)
-def _load(path: str, mtime: float) -> IncsyncConfig:
-    del mtime  # part of the cache key: an edited file is read again
+def _load(path: str, mtime_ns: int, size: int) -> IncsyncConfig:
+    del mtime_ns, size  # part of the cache key: an edited file is read again
     return load_config(path)
 
 
 def cached_config(path: str) -> IncsyncConfig:
-    file = Path(path)
-    return _load(str(file.resolve()), file.stat().st_mtime if file.exists() else 0.0)
+    """The file parsed once per process, and again only when its path, mtime or size changes."""
+    file = Path(path).resolve()
+    try:
+        stat = file.stat()
+    except FileNotFoundError:
+        return load_config(file)  # raises the clear "file not found" error
+    return _load(str(file), stat.st_mtime_ns, stat.st_size)
 
 
 class IncsyncConfigResource(dg.ConfigurableResource):

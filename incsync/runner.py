@@ -9,15 +9,15 @@ from datetime import datetime
 from pathlib import Path
 
 import dagster as dg
-from dagster._core.storage.tags import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG
 
-from incsync.assets import FULL_REFRESH_TAG, model_asset_key
-from incsync.automation.tags import INCREMENTAL, transfer_run_tags
+from incsync.assets import model_asset_key
+from incsync.automation.tags import INCREMENTAL
+from incsync.launch import RunSpec, plan_runs, register
 from incsync.changes import UTC
 from incsync.config import IncsyncConfig, ModelConfig, RecipientConfig
 from incsync.metadata import DELTA_ROWS_TRANSFERRED, HIGH_WATERMARK, ROWS_TRANSFERRED, TRANSFER_TYPE
 from incsync.paths import dagster_home
-from incsync.partitions import RECIPIENTS_PARTITIONS, partition_key, split_key, window_partitions
+from incsync.partitions import split_key, window_partitions
 from incsync.transfer import recipient_start
 
 MANUAL = "manual"
@@ -84,6 +84,68 @@ def scheduled_windows(model: ModelConfig, *, now: datetime | None = None, previo
     return [current]
 
 
+@dataclass(frozen=True)
+class RunResult:
+    """One launched run: its lines (one per partition) and, when it failed, why (read from that run)."""
+
+    run_id: str
+    success: bool
+    lines: list[TransferLine]
+    error: str | None = None
+
+
+def execute_runs(
+    defs: dg.Definitions,
+    instance: dg.DagsterInstance,
+    specs: Sequence[RunSpec],
+    *,
+    windows: dict[str, list[str]],
+    progress: Callable[[TransferLine], None] | None = None,
+    log_level: str = "CRITICAL",
+) -> list[RunResult]:
+    """Execute each run in this process (one Spark session for all), as the daemon would launch it.
+
+    ``windows[recipient]`` lists the window keys each recipient's lines report (its part of the box).
+    """
+    job = defs.resolve_implicit_global_asset_job_def()
+    results: list[RunResult] = []
+    for spec in specs:
+        key = spec.single_partition
+        kwargs: dict[str, object] = {"partition_key": key} if key is not None else {}
+        tags = dict(spec.tags) if key is not None else {**spec.tags, **spec.range_tags}
+        result = job.execute_in_process(
+            instance=instance, asset_selection=[model_asset_key(spec.model)], tags=tags, raise_on_error=False,
+            run_config={"loggers": {"console": {"config": {"log_level": log_level}}}}, **kwargs,
+        )
+        done: dict[tuple[str, str], TransferLine] = {}
+        for event in result.get_asset_materialization_events():
+            mat = event.materialization
+            if mat is None or mat.partition is None:
+                continue
+            md = {k: v.value for k, v in mat.metadata.items()}
+            hw = md.get(HIGH_WATERMARK)
+            cell = split_key(spec.model, mat.partition)
+            done[(cell.recipient_id, cell.window_key)] = TransferLine(
+                model=spec.model.model_name,
+                recipient=cell.recipient_id,
+                window=cell.window_key,
+                rows_transferred=md.get(ROWS_TRANSFERRED),
+                delta_rows_transferred=md.get(DELTA_ROWS_TRANSFERRED),
+                high_watermark=None if hw is None else datetime.fromtimestamp(hw, UTC).isoformat(),
+                transfer_type=md.get(TRANSFER_TYPE),
+            )
+        lines = []
+        for rid in spec.recipients:
+            for window in windows.get(rid, []):
+                line = done.get((rid, window)) or TransferLine(spec.model.model_name, rid, window, None, None, None, None, ok=False)
+                lines.append(line)
+                if progress:
+                    progress(line)
+        error = None if result.success else failure_message(instance, result.run_id)
+        results.append(RunResult(result.run_id, result.success, lines, error))
+    return results
+
+
 def run_transfers(
     defs: dg.Definitions,
     instance: dg.DagsterInstance,
@@ -95,70 +157,23 @@ def run_transfers(
     scheduled: bool = False,
     full_refresh: bool = False,
     tags: dict[str, str] | None = None,
-    batch_size: int = 31,
     progress: Callable[[TransferLine], None] | None = None,
     log_level: str = "CRITICAL",
 ) -> list[TransferLine]:
-    """Materialize ``windows`` of (model, recipient); consecutive windows share one run (one Spark session)."""
-    if not instance.has_dynamic_partition(RECIPIENTS_PARTITIONS, recipient.id):
-        instance.add_dynamic_partitions(RECIPIENTS_PARTITIONS, [recipient.id])
-    job = defs.resolve_implicit_global_asset_job_def()
-    asset_key = model_asset_key(model)
-    run_tags = {
-        **transfer_run_tags(config, model, recipient, mode=INCREMENTAL if scheduled else MANUAL),
-        **({FULL_REFRESH_TAG: "true"} if full_refresh else {}),
-        **(tags or {}),
-    }
+    """Materialize ``windows`` (contiguous) of (model, recipient) in one run: one read, one Spark session."""
     ordered = sorted(windows)
-    lines: list[TransferLine] = []
-    for i in range(0, len(ordered), batch_size):
-        chunk = ordered[i : i + batch_size]
-        first, last = partition_key(chunk[0], recipient.id), partition_key(chunk[-1], recipient.id)
-        chunk_tags = dict(run_tags)
-        kwargs: dict[str, object] = {}
-        if len(chunk) == 1:
-            kwargs["partition_key"] = first
-        else:
-            chunk_tags[ASSET_PARTITION_RANGE_START_TAG] = str(first)
-            chunk_tags[ASSET_PARTITION_RANGE_END_TAG] = str(last)
-        result = job.execute_in_process(
-            instance=instance, asset_selection=[asset_key], tags=chunk_tags, raise_on_error=False,
-            run_config={"loggers": {"console": {"config": {"log_level": log_level}}}}, **kwargs,
-        )
-        done = {}
-        for event in result.get_asset_materialization_events():
-            mat = event.materialization
-            if mat is None or mat.partition is None:
-                continue
-            md = {k: v.value for k, v in mat.metadata.items()}
-            hw = md.get(HIGH_WATERMARK)
-            cell = split_key(model, mat.partition)
-            done[cell.window_key] = TransferLine(
-                model=model.model_name,
-                recipient=recipient.id,
-                window=cell.window_key,
-                rows_transferred=md.get(ROWS_TRANSFERRED),
-                delta_rows_transferred=md.get(DELTA_ROWS_TRANSFERRED),
-                high_watermark=None if hw is None else datetime.fromtimestamp(hw, UTC).isoformat(),
-                transfer_type=md.get(TRANSFER_TYPE),
-            )
-        for window in chunk:
-            line = done.get(window) or TransferLine(model.model_name, recipient.id, window, None, None, None, None, ok=False)
-            lines.append(line)
-            if progress:
-                progress(line)
-        if not result.success:
-            break
-    return lines
+    registered = register(instance, [recipient.id])
+    specs = plan_runs(
+        config, model, [recipient], windows={recipient.id: (ordered[0], ordered[-1])}, registered=registered,
+        mode=INCREMENTAL if scheduled else MANUAL, full_refresh=full_refresh, user_tags=tags,
+    )
+    results = execute_runs(defs, instance, specs, windows={recipient.id: ordered}, progress=progress, log_level=log_level)
+    return [line for r in results for line in r.lines]
 
 
-def failure_message(instance: dg.DagsterInstance) -> str | None:
-    """The error of the newest failed step, for the CLI's last line."""
-    records = instance.get_run_records(limit=1)
-    if not records:
-        return None
-    run_id = records[0].dagster_run.run_id
-    for event in instance.all_logs(run_id):
+def failure_message(instance: dg.DagsterInstance, run_id: str) -> str | None:
+    """The error of the run's failed step, for the CLI's last line."""
+    for event in instance.all_logs(run_id, of_type=dg.DagsterEventType.STEP_FAILURE):
         if event.dagster_event and event.dagster_event.is_step_failure:
             data = event.dagster_event.step_failure_data
             if data and data.error:

@@ -11,6 +11,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
@@ -81,6 +82,35 @@ def _stage_arrow(table: pa.Table, path: Path, *, schema: pa.Schema | None = None
     return StagedBatch(path=path, files=files, schema=schema, rows=table.num_rows, bytes=sum(f.stat().st_size for f in files))
 
 
+def last_modified_micros(batch: StagedBatch, column: str) -> np.ndarray:
+    """The batch's last-modified values as int64 microseconds since the epoch (validated non-null)."""
+    if batch.rows == 0:
+        return np.zeros(0, dtype=np.int64)
+    values = batch.table(columns=[column])[column]
+    return pc.cast(pc.cast(values, pa.timestamp("us", tz="UTC")), pa.int64()).to_numpy(zero_copy_only=False)
+
+
+def filtered_batch(batch: StagedBatch, path: Path, where: ds.Expression | None) -> StagedBatch:
+    """The staged rows matching ``where`` (None: all), as a batch of its own in ``path`` (same schema)."""
+    table = batch.dataset().to_table(filter=where) if batch.rows else batch.schema.empty_table()
+    return _stage_arrow(table, path, schema=batch.schema)
+
+
+def slice_batch(
+    batch: StagedBatch, path: Path, column: str, *, lower: datetime | None, upper: datetime | None
+) -> StagedBatch:
+    """The staged rows with ``lower <= column < upper`` (None: unbounded), as a batch of its own."""
+    field = ds.field(column)
+    kind = batch.schema.field(column).type
+    where = None
+    if lower is not None:
+        where = field >= pa.scalar(lower, kind)
+    if upper is not None:
+        below = field < pa.scalar(upper, kind)
+        where = below if where is None else where & below
+    return filtered_batch(batch, path, where)
+
+
 def _utc_schema(df: DataFrame, file_schema: pa.Schema | None) -> pa.Schema:
     if file_schema is not None:
         return file_schema.remove_metadata()
@@ -147,6 +177,23 @@ def _keys_text(table: pa.Table, pk: list[str]) -> str:
     return ", ".join("(" + ", ".join(repr(r[c]) for c in pk) + ")" for r in rows)
 
 
+def _refuse_null_last_modified(keys: pa.Table, *, model: ModelConfig, where: str) -> None:
+    pk, lm = list(model.primary_key), model.last_modified_column
+    null_lm = keys.filter(pc.is_null(keys[lm]))
+    if null_lm.num_rows:
+        raise ValidationError(
+            f"{where}: {null_lm.num_rows} row(s) have a NULL last-modified column {lm} "
+            f"(keys {_keys_text(null_lm, pk)}); nothing was published. Fix the source rows or the model."
+        )
+
+
+def check_last_modified(batch: StagedBatch, *, model: ModelConfig, recipient_id: str) -> None:
+    """Refuse a batch holding NULL last-modified rows: such a row fits no window and no commit."""
+    if batch.rows:
+        keys = batch.table(columns=list(dict.fromkeys([*model.primary_key, model.last_modified_column])))
+        _refuse_null_last_modified(keys, model=model, where=f"model {model.model_name}, recipient {recipient_id}")
+
+
 def validate_and_count(
     batch: StagedBatch, *, model: ModelConfig, recipient_id: str, delta_threshold: datetime | None
 ) -> BatchFacts:
@@ -166,12 +213,7 @@ def validate_and_count(
             f"{where}: {null_pk.num_rows} row(s) have a NULL primary key {pk} (e.g. {_keys_text(null_pk, pk)}); "
             "nothing was published. Fix the source rows or the model's primary_key."
         )
-    null_lm = keys.filter(pc.is_null(keys[lm]))
-    if null_lm.num_rows:
-        raise ValidationError(
-            f"{where}: {null_lm.num_rows} row(s) have a NULL last-modified column {lm} "
-            f"(keys {_keys_text(null_lm, pk)}); nothing was published. Fix the source rows or the model."
-        )
+    _refuse_null_last_modified(keys, model=model, where=where)
     counts = keys.group_by(pk).aggregate([([], "count_all")])
     dupes = counts.filter(pc.greater(counts["count_all"], 1))
     if dupes.num_rows:

@@ -1,4 +1,6 @@
-"""One transfer of (model, recipient, window): DESIGN "One transfer", steps 1-8."""
+"""One transfer of (model, recipient, contiguous windows): DESIGN "One transfer", steps 1-8, and the
+split of its rows back into per-window records ("Transfer plans").
+"""
 
 from __future__ import annotations
 
@@ -6,27 +8,30 @@ import logging
 import re
 import time
 import uuid
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from incsync.changes import (
+    UTC,
     Bounds,
     compute_bounds,
     delta_threshold,
     epoch_seconds_floor,
     from_epoch,
+    from_micros,
     new_high_watermark,
     to_micros,
 )
 from incsync.config import ModelConfig, RecipientConfig
 from incsync.crashpoints import crash_point
-from incsync.destinations.base import FULL_REFRESH, INCREMENTAL, Destination, TransferRecord
+from incsync.destinations.base import FULL_REFRESH, INCREMENTAL, Destination, DestinationState, TransferRecord
 from incsync.partitions import WindowPartition
 from incsync.sources.base import Source
-from incsync.staging import claim, remove_if_abandoned, stage, validate_and_count
+from incsync.plan import count_by_window, plan_batches
+from incsync.staging import StagedBatch, check_last_modified, claim, last_modified_micros, remove, remove_if_abandoned, slice_batch, stage, validate_and_count
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -68,7 +73,7 @@ def remove_stale_staging(staging_root: Path, model: ModelConfig, recipient: Reci
 
 @dataclass
 class TransferRequest:
-    """Everything one transfer needs; the asset builds it, the IO manager runs it."""
+    """One (window, recipient) partition of a run; the asset builds them, the IO manager plans and runs them."""
 
     model: ModelConfig
     recipient: RecipientConfig
@@ -82,98 +87,224 @@ class TransferRequest:
     scheduled: bool = False
     full_refresh: bool = False
 
+    @property
+    def recipient_id(self) -> str:
+        return self.recipient.id
+
+    @property
+    def start(self) -> datetime:
+        return self.partition.start
+
+    @property
+    def end(self) -> datetime:
+        return self.partition.end
+
 
 @dataclass(frozen=True)
 class TransferOutcome:
-    """A committed transfer and what it cost."""
+    """What one window partition of a committed transfer records: its own rows, its batch's commit."""
 
-    record: TransferRecord
-    bounds: Bounds
+    record: TransferRecord  # the window's share: its bounds, its rows; HW and id of the commit holding it
+    bounds: Bounds  # the bounds of the commit (batch) that holds the window
     staged_bytes: int
     duration_seconds: float
     full_refresh_reason: str | None
     destination_metadata: dict[str, object] = field(default_factory=dict)
     columns: tuple[tuple[str, str], ...] = ()  # (name, Arrow type) of the published batch
+    windows_in_transfer: int = 1
+    batch: str | None = None  # "k/n" when the transfer was split into several commits
+    commit_rows: int = 0  # rows of the commit holding the window (all its windows)
+    first_of_commit: bool = True  # the first window of its commit (one log line per commit, not per window)
 
 
-def run_transfer(request: TransferRequest, *, staging_root: Path) -> TransferOutcome:
-    """Read state, bound, extract, stage once, validate, count, publish; staging removed always."""
-    started = time.monotonic()
-    model, recipient, window = request.model, request.recipient, request.partition
-    state = request.destination.read_state(model=model, recipient=recipient)
-    start_r = recipient_start(model, recipient)
+OnCommit = Callable[[TransferRequest, TransferOutcome], None]
 
-    reason = None
+
+@dataclass
+class PreparedSpan:
+    """A span's state, bounds and staging folder, decided before anything is read."""
+
+    requests: tuple[TransferRequest, ...]
+    state: DestinationState
+    bounds: Bounds
+    previous_hw: datetime | None
+    reason: str | None
+    transfer_id: str
+    staging: Path
+    started: float
+
+    @property
+    def first(self) -> TransferRequest:
+        return self.requests[0]
+
+
+def full_refresh_reason(request: TransferRequest, state: DestinationState) -> str | None:
     if request.full_refresh:
-        reason = "requested"
-    elif state.last_transfer is not None and state.last_transfer.fingerprint != request.fingerprint:
-        reason = f"model_changed ({state.last_transfer.fingerprint} -> {request.fingerprint})"
+        return "requested"
+    if state.last_transfer is not None and state.last_transfer.fingerprint != request.fingerprint:
+        return f"model_changed ({state.last_transfer.fingerprint} -> {request.fingerprint})"
+    return None
 
+
+def open_window_end(model: ModelConfig, now: datetime) -> datetime:
+    """End of the window holding ``now`` (windows are aligned to the UTC epoch)."""
+    seconds = model.max_transfer_time_window_seconds
+    return from_epoch((epoch_seconds_floor(now) // seconds + 1) * seconds)
+
+
+def prepare(requests: Sequence[TransferRequest], *, staging_root: Path) -> PreparedSpan:
+    """Read the destination's state and bound the span: ``[L(first window), U(last window))``.
+
+    A full refresh reads ``[start, end of the open window)``: one transfer, published once.
+    """
+    first, last = requests[0], requests[-1]
+    model, recipient = first.model, first.recipient
+    state = first.destination.read_state(model=model, recipient=recipient)
+    start_r = recipient_start(model, recipient)
+    reason = full_refresh_reason(first, state)
     if reason:
         previous_hw = None
-        bounds = Bounds(lower=start_r, upper=window.end, lookback_seconds=request.lookback_seconds, reason="full_refresh")
+        upper = max(last.partition.end, open_window_end(model, datetime.now(UTC)))
+        bounds = Bounds(lower=min(start_r, upper), upper=upper, lookback_seconds=first.lookback_seconds, reason="full_refresh")
     else:
         previous_hw = state.high_watermark
         bounds = compute_bounds(
-            window_start=window.start,
-            window_end=window.end,
-            grid_start=request.grid_start,
+            window_start=first.partition.start,
+            window_end=last.partition.end,
+            grid_start=first.grid_start,
             recipient_start=start_r,
             high_watermark=previous_hw,
-            lookback_seconds=request.lookback_seconds,
-            scheduled=request.scheduled,
+            lookback_seconds=first.lookback_seconds,
+            scheduled=first.scheduled,
         )
-
     remove_stale_staging(staging_root, model, recipient)
     transfer_id = new_transfer_id()
     staging = staging_root / f"{model.model_name}-{recipient.id}-{transfer_id}"
     log.info(
-        "transfer %s: model %s recipient %s window [%s, %s) bounds [%s, %s) (%s)",
-        transfer_id, model.model_name, recipient.id, window.start, window.end, bounds.lower, bounds.upper, bounds.reason,
+        "transfer %s: model %s recipient %s, %s window(s) [%s, %s), bounds [%s, %s) (%s)",
+        transfer_id, model.model_name, recipient.id, len(requests), first.partition.start, last.partition.end,
+        bounds.lower, bounds.upper, bounds.reason,
     )
-    with claim(staging):  # removes the staging folder on the way out, success or not
-        # A cheap count first: a window with no row in bounds then costs no Spark job, a small one a collect
-        # through Arrow instead of a Parquet write job (either batch is validated, counted and recorded alike).
-        count = request.source.count_rows(model=model, recipient=recipient, bounds=bounds, cap=COLLECT_MAX_ROWS)
-        df = request.source.read(request.spark(), model=model, recipient=recipient, bounds=bounds, rows_hint=count)
-        batch = stage(df, staging, known_empty=count == 0, collect=count is not None and count <= COLLECT_MAX_ROWS)
-        if count == 0:
-            log.info("transfer %s: the source has no row in bounds; Spark staging skipped", transfer_id)
-        facts = validate_and_count(batch, model=model, recipient_id=recipient.id, delta_threshold=delta_threshold(previous_hw))
+    return PreparedSpan(
+        requests=tuple(requests), state=state, bounds=bounds, previous_hw=previous_hw, reason=reason,
+        transfer_id=transfer_id, staging=staging, started=time.monotonic(),
+    )
+
+
+def extract(span: PreparedSpan) -> StagedBatch:
+    """Read the span's rows once (pushed down) and stage them in its private folder."""
+    first = span.first
+    model, recipient = first.model, first.recipient
+    # A cheap count first: a span with no row in bounds then costs no Spark job, a small one a collect
+    # through Arrow instead of a Parquet write job (either batch is validated, counted and recorded alike).
+    count = first.source.count_rows(model=model, recipient=recipient, bounds=span.bounds, cap=COLLECT_MAX_ROWS)
+    if count == 0:
+        log.info("transfer %s: the source has no row in bounds; Spark staging skipped", span.transfer_id)
+    df = first.source.read(first.spark(), model=model, recipient=recipient, bounds=span.bounds, rows_hint=count)
+    return stage(df, span.staging, known_empty=count == 0, collect=count is not None and count <= COLLECT_MAX_ROWS)
+
+
+def publish_span(span: PreparedSpan, batch: StagedBatch, *, on_commit: OnCommit) -> None:
+    """Validate the span's rows, attribute them to windows, publish them in size-bounded commits in order.
+
+    Every window lies in exactly one commit; ``on_commit`` hears of each window once its commit landed.
+    """
+    first = span.first
+    model, recipient, destination = first.model, first.recipient, first.destination
+    threshold = delta_threshold(span.previous_hw)
+    check_last_modified(batch, model=model, recipient_id=recipient.id)
+    windows = [r.partition for r in span.requests]
+    counts = count_by_window(
+        windows, last_modified_micros(batch, model.last_modified_column),
+        delta_after_micros=None if threshold is None else to_micros(threshold),
+    )
+    splits = [range(len(windows))] if span.reason else plan_batches(counts.rows, model.max_rows_per_batch)
+    columns = tuple((f.name, str(f.type)) for f in batch.schema)
+    hw, state = span.previous_hw, span.state
+    for k, indexes in enumerate(splits):
+        lo, hi = indexes.start, indexes.stop - 1
+        is_first, is_last = k == 0, k == len(splits) - 1
+        lower = span.bounds.lower if is_first else windows[lo].start
+        upper = span.bounds.upper if is_last else windows[hi].end
+        part = batch if len(splits) == 1 else slice_batch(
+            batch, span.staging.with_name(f"{span.staging.name}-b{k + 1}"), model.last_modified_column,
+            lower=None if is_first else windows[lo].start, upper=None if is_last else windows[hi].end,
+        )
+        try:
+            validate_and_count(part, model=model, recipient_id=recipient.id, delta_threshold=threshold)
+        except Exception:
+            if part is not batch:
+                remove(part.path)
+            raise
         crash_point("after_staging")
-        hw = new_high_watermark(previous_hw, facts.max_last_modified)
+        tops = [m for m in counts.max_micros[lo : hi + 1] if m is not None]
+        hw = new_high_watermark(hw, from_micros(max(tops)) if tops else None)
+        transfer_id = span.transfer_id if len(splits) == 1 else f"{span.transfer_id}-b{k + 1}"
         record = TransferRecord(
             transfer_id=transfer_id,
             model_name=model.model_name,
             recipient_id=recipient.id,
-            window_start=window.start.isoformat(),
-            window_end=window.end.isoformat(),
-            lower_bound=bounds.lower.isoformat(),
-            upper_bound=bounds.upper.isoformat(),
-            rows_transferred=facts.rows,
-            delta_rows_transferred=facts.delta_rows,
+            window_start=windows[lo].start.isoformat(),
+            window_end=windows[hi].end.isoformat(),
+            lower_bound=lower.isoformat(),
+            upper_bound=upper.isoformat(),
+            rows_transferred=sum(counts.rows[lo : hi + 1]),
+            delta_rows_transferred=sum(counts.delta_rows[lo : hi + 1]),
             high_watermark_micros=None if hw is None else to_micros(hw),
-            transfer_type=FULL_REFRESH if reason else INCREMENTAL,
-            fingerprint=request.fingerprint,
-            lookback_seconds=request.lookback_seconds,
+            transfer_type=FULL_REFRESH if span.reason else INCREMENTAL,
+            fingerprint=first.fingerprint,
+            lookback_seconds=first.lookback_seconds,
             committed_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-            extra={"full_refresh_reason": reason} if reason else {},
+            extra={"full_refresh_reason": span.reason} if span.reason else {},
         )
-        destination_metadata = request.destination.publish(
-            model=model, recipient=recipient, batch=batch, record=record, expected=state
-        )
-        staged_bytes = batch.bytes
-        columns = tuple((f.name, str(f.type)) for f in batch.schema)
+        try:
+            destination_metadata = destination.publish(model=model, recipient=recipient, batch=part, record=record, expected=state)
+        finally:
+            if part is not batch:
+                remove(part.path)
         crash_point("after_publish")
-    return TransferOutcome(
-        record=record,
-        bounds=bounds,
-        staged_bytes=staged_bytes,
-        duration_seconds=time.monotonic() - started,
-        full_refresh_reason=reason,
-        destination_metadata=destination_metadata,
-        columns=columns,
-    )
+        if not is_last:
+            state = destination.read_state(model=model, recipient=recipient)
+        batch_bounds = Bounds(lower=lower, upper=upper, lookback_seconds=span.bounds.lookback_seconds, reason=span.bounds.reason)
+        for i in indexes:
+            window_record = replace(
+                record,
+                window_start=windows[i].start.isoformat(),
+                window_end=windows[i].end.isoformat(),
+                rows_transferred=counts.rows[i],
+                delta_rows_transferred=counts.delta_rows[i],
+            )
+            on_commit(span.requests[i], TransferOutcome(
+                record=replace(window_record, transfer_id=span.transfer_id),
+                bounds=batch_bounds,
+                staged_bytes=part.bytes,
+                duration_seconds=time.monotonic() - span.started,
+                full_refresh_reason=span.reason,
+                destination_metadata=destination_metadata,
+                columns=columns,
+                windows_in_transfer=len(windows),
+                batch=None if len(splits) == 1 else f"{k + 1}/{len(splits)}",
+                commit_rows=record.rows_transferred,
+                first_of_commit=i == lo,
+            ))
+
+
+def run_span(requests: Sequence[TransferRequest], *, staging_root: Path, on_commit: OnCommit) -> None:
+    """One transfer over contiguous windows of one recipient: prepare, extract, stage once, publish.
+
+    The staging folder is removed on the way out, success or not.
+    """
+    span = prepare(requests, staging_root=staging_root)
+    with claim(span.staging):
+        batch = extract(span)
+        publish_span(span, batch, on_commit=on_commit)
+
+
+def run_transfer(request: TransferRequest, *, staging_root: Path) -> TransferOutcome:
+    """One window alone (tests and tools): the span of a single partition."""
+    outcomes: list[TransferOutcome] = []
+    run_span([request], staging_root=staging_root, on_commit=lambda _r, o: outcomes.append(o))
+    return outcomes[0]
 
 
 def high_watermark_epoch(record: TransferRecord) -> int | None:

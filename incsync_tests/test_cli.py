@@ -186,8 +186,9 @@ def test_dagster_yaml_limits_come_from_the_config(hand_config: Path, tmp_path: P
     assert doc["telemetry"] == {"enabled": False}
     assert doc["concurrency"]["runs"]["tag_concurrency_limits"] == [
         {"key": "incsync/model_destination", "value": {"applyLimitPerUniqueValue": True}, "limit": 1},
+        {"key": "incsync/shard", "value": {"applyLimitPerUniqueValue": True}, "limit": 1},
         {"key": "incsync/source", "value": "shop", "limit": 10},
         {"key": "incsync/destination", "value": "acme_lake", "limit": 1},
     ]
     with dg.instance_for_test(temp_dir=str(tmp_path), overrides={"concurrency": doc["concurrency"]}) as instance:
-        assert instance.get_concurrency_config().run_queue_config.tag_concurrency_limits[1]["limit"] == 10
+        assert instance.get_concurrency_config().run_queue_config.tag_concurrency_limits[2]["limit"] == 10

@@ -18,6 +18,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+import time
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -37,6 +38,7 @@ from incsync.destinations import build_destination
 from incsync.errors import ValidationError
 from incsync.partitions import grid_start, partition_key, split_key, window_key_for
 from incsync.sources import build_source
+from incsync.execute import execute
 from incsync.transfer import TransferRequest, run_transfer
 from incsync_tests.support import JAN1_EPOCH, ORDERS_SCHEMA, latest_metadata, materialize_partition
 
@@ -109,10 +111,13 @@ class ReferenceDestination:
     rows: dict[int, Row] = field(default_factory=dict)
     high_watermark: int | None = None
 
-    def bounds(self, *, start_r: int, window: int, scheduled: bool, full_refresh: bool) -> tuple[int, int]:
-        s, e = window, window + WINDOW
-        if full_refresh:  # reload from the recipient's start
-            return start_r, e
+    def bounds(
+        self, *, start_r: int, window: int, scheduled: bool, full_refresh: bool, last_window: int | None = None
+    ) -> tuple[int, int]:
+        """The bounds of one transfer over the contiguous windows ``window`` .. ``last_window``."""
+        s, e = window, (window if last_window is None else last_window) + WINDOW
+        if full_refresh:  # reload from the recipient's start to the end of the (wall clock's) open window
+            return start_r, max(e, (time.time_ns() // 1000 // WINDOW + 1) * WINDOW)
         first = (s <= start_r < e) or (start_r < GRID0 and s == GRID0)
         hw = self.high_watermark
         if scheduled and hw is not None and s <= hw < e:
@@ -124,9 +129,12 @@ class ReferenceDestination:
         return min(max(lower, start_r), e), e
 
     def transfer(
-        self, source: dict[int, Row], *, tenant: str, start_r: int, window: int, scheduled: bool, full_refresh: bool
+        self, source: dict[int, Row], *, tenant: str, start_r: int, window: int, scheduled: bool, full_refresh: bool,
+        last_window: int | None = None,
     ) -> Expected:
-        lower, upper = self.bounds(start_r=start_r, window=window, scheduled=scheduled, full_refresh=full_refresh)
+        lower, upper = self.bounds(
+            start_r=start_r, window=window, scheduled=scheduled, full_refresh=full_refresh, last_window=last_window
+        )
         batch = {k: r for k, r in source.items() if r[0] == tenant and lower <= r[3] < upper}
         previous = None if full_refresh else self.high_watermark
         threshold = None if previous is None else floor_second(previous)
@@ -258,17 +266,29 @@ class TransferMachine(RuleBasedStateMachine):
         """Every window of the grid up to the open one."""
         return list(range(GRID0, window_of(self.now) + WINDOW, WINDOW))
 
-    def run(self, rid: str, window: int, *, scheduled: bool = False, full_refresh: bool = False, via: str = "engine") -> None:
-        """Run one transfer for real and in the reference; their outcomes must agree."""
+    def run(
+        self, rid: str, window: int, *, scheduled: bool = False, full_refresh: bool = False, via: str = "engine",
+        last_window: int | None = None,
+    ) -> None:
+        """Run one transfer (over ``window`` .. ``last_window``) for real and in the reference; they must agree."""
         self.last_request[rid] = (window, scheduled, full_refresh)
         self.count(via)
         ref = self.reference[rid]
         expected = ref.peek(
             self.source_rows, tenant=TENANTS[rid], start_r=RECIPIENT_START[rid], window=window,
-            scheduled=scheduled, full_refresh=full_refresh,
+            scheduled=scheduled, full_refresh=full_refresh, last_window=last_window,
         )
         window_key = window_key_for(self.model, dt(window))
-        if via == "dagster":
+        if last_window is not None and last_window != window:
+            self.count("coalesced")
+            keys = [window_key_for(self.model, dt(w)) for w in range(window, last_window + WINDOW, WINDOW)]
+            outcomes = self.execute({rid: keys}, scheduled=scheduled, full_refresh=full_refresh)[rid]
+            assert [o.record.window_start for o in outcomes] == [dt(w).isoformat() for w in range(window, last_window + WINDOW, WINDOW)]
+            assert {(us(o.bounds.lower), us(o.bounds.upper)) for o in outcomes} == {(expected.lower, expected.upper)}
+            assert sum(o.record.rows_transferred for o in outcomes) == expected.rows
+            assert sum(o.record.delta_rows_transferred for o in outcomes) == expected.delta_rows
+            assert len({o.record.transfer_id for o in outcomes}) == 1
+        elif via == "dagster":
             result = materialize_partition(self.dagster_defs(), self.instance, window=window_key, recipient=rid, tags=self.tags(scheduled, full_refresh))
             assert result.success
             meta = latest_metadata(self.instance)
@@ -291,8 +311,16 @@ class TransferMachine(RuleBasedStateMachine):
         )
         ref.transfer(
             self.source_rows, tenant=TENANTS[rid], start_r=RECIPIENT_START[rid], window=window,
-            scheduled=scheduled, full_refresh=full_refresh,
+            scheduled=scheduled, full_refresh=full_refresh, last_window=last_window,
         )
+
+    def execute(self, keys: dict[str, list[str]], *, scheduled: bool = False, full_refresh: bool = False) -> dict[str, list[Any]]:
+        """One run of several (window, recipient) partitions through the transfer plan; outcomes by recipient."""
+        requests = [self.request(rid, k, scheduled=scheduled, full_refresh=full_refresh) for rid, ks in keys.items() for k in ks]
+        outcomes: dict[str, list[Any]] = {rid: [] for rid in keys}
+        failures = execute(requests, staging_root=self.staging, on_commit=lambda r, o: outcomes[r.recipient.id].append(o))
+        assert not failures, failures
+        return outcomes
 
     def request(self, rid: str, window_key: str, *, scheduled: bool, full_refresh: bool) -> TransferRequest:
         """The request the asset builds (assets.py), built here so most steps skip Dagster's overhead."""
@@ -395,10 +423,51 @@ class TransferMachine(RuleBasedStateMachine):
         """What a schedule tick runs: the window that closed since the last tick, then the open window."""
         self.count("scheduled_tick")
         current, previous = window_of(self.now), self.last_tick[rid]
-        if previous is not None and previous != current:
-            self.run(rid, previous, scheduled=True)
-        self.run(rid, current, scheduled=True, via=via)
+        if previous is not None and previous != current:  # one run, one read over both (coalesced)
+            self.run(rid, previous, scheduled=True, last_window=current)
+        else:
+            self.run(rid, current, scheduled=True, via=via)
         self.last_tick[rid] = current
+
+    @rule(rid=st.sampled_from(sorted(TENANTS)), data=st.data())
+    def coalesced_backfill(self, rid: str, data: st.DataObject) -> None:
+        """One run over up to four contiguous windows: one read, one commit, a record per window."""
+        windows = self.windows(rid)
+        first = data.draw(st.integers(0, len(windows) - 1), label="first")
+        last = data.draw(st.integers(first, min(len(windows) - 1, first + 3)), label="last")
+        self.run(rid, windows[first], last_window=windows[last])
+
+    @rule(data=st.data())
+    def fan_out_run(self, data: st.DataObject) -> None:
+        """Several recipients in one run: one read for all, each published to its own destination."""
+        self.count("fan_out")
+        rids = data.draw(st.lists(st.sampled_from(sorted(TENANTS)), min_size=2, max_size=len(TENANTS), unique=True), label="rids")
+        windows = self.windows(rids[0])
+        first = data.draw(st.integers(0, len(windows) - 1), label="first")
+        last = data.draw(st.integers(first, min(len(windows) - 1, first + 2)), label="last")
+        scheduled = data.draw(st.booleans(), label="scheduled")
+        span = range(windows[first], windows[last] + WINDOW, WINDOW)
+        keys = [window_key_for(self.model, dt(w)) for w in span]
+        expected = {
+            rid: self.reference[rid].peek(
+                self.source_rows, tenant=TENANTS[rid], start_r=RECIPIENT_START[rid], window=windows[first],
+                scheduled=scheduled, full_refresh=False, last_window=windows[last],
+            )
+            for rid in rids
+        }
+        outcomes = self.execute({rid: keys for rid in rids}, scheduled=scheduled)
+        for rid in rids:
+            got, want = outcomes[rid], expected[rid]
+            assert [o.record.window_start for o in got] == [dt(w).isoformat() for w in span]
+            assert {(us(o.bounds.lower), us(o.bounds.upper)) for o in got} == {(want.lower, want.upper)}, rid
+            assert sum(o.record.rows_transferred for o in got) == want.rows, rid
+            assert sum(o.record.delta_rows_transferred for o in got) == want.delta_rows, rid
+            record = self.destinations[rid].read_state(model=self.model, recipient=self.recipients[rid]).last_transfer
+            assert record is not None and record.high_watermark_micros == want.high_watermark, rid
+            self.reference[rid].transfer(
+                self.source_rows, tenant=TENANTS[rid], start_r=RECIPIENT_START[rid], window=windows[first],
+                scheduled=scheduled, full_refresh=False, last_window=windows[last],
+            )
 
     @rule(rid=st.sampled_from(sorted(TENANTS)), data=st.data())
     def backfill(self, rid: str, data: st.DataObject) -> None:

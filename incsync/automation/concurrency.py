@@ -8,7 +8,7 @@ from typing import Any
 
 import yaml
 
-from incsync.automation.tags import DESTINATION_TAG, MODEL_DESTINATION_TAG, SOURCE_TAG
+from incsync.automation.tags import DESTINATION_TAG, MODEL_DESTINATION_TAG, SHARD_TAG, SOURCE_TAG
 from incsync.config import IncsyncConfig
 
 
@@ -16,6 +16,7 @@ def tag_concurrency_limits(config: IncsyncConfig) -> list[dict[str, Any]]:
     """Limits on the tags every incsync run carries (dagster counts each (key, value) apart)."""
     limits: list[dict[str, Any]] = [
         {"key": MODEL_DESTINATION_TAG, "value": {"applyLimitPerUniqueValue": True}, "limit": 1},
+        {"key": SHARD_TAG, "value": {"applyLimitPerUniqueValue": True}, "limit": 1},
     ]
     limits += [{"key": SOURCE_TAG, "value": s.name, "limit": s.max_concurrent_transfers} for s in config.sources]
     limits += [{"key": DESTINATION_TAG, "value": d.name, "limit": d.max_concurrent_transfers} for d in config.destinations]

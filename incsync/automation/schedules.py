@@ -1,5 +1,6 @@
-"""Per-model schedules: at the model's ``frequency``, one run per enabled recipient for the open
-window plus the window that closed since the previous tick."""
+"""Per-model schedules: at the model's ``frequency``, runs over every enabled recipient (a run per
+``recipients_per_run`` of them, see ``launch``) for the open window plus the window that closed since
+the previous tick."""
 
 from __future__ import annotations
 
@@ -9,11 +10,12 @@ import dagster as dg
 from dagster._utils.schedules import get_latest_completed_cron_tick
 
 from incsync.assets import model_asset_key
-from incsync.automation.tags import INCREMENTAL, transfer_run_tags
-from incsync.automation.windows import range_tags, tick_span
+from incsync.automation.tags import INCREMENTAL
+from incsync.automation.windows import tick_span
 from incsync.changes import UTC
 from incsync.config import ModelConfig
-from incsync.partitions import RECIPIENTS_PARTITIONS
+from incsync.launch import plan_runs
+from incsync.partitions import RECIPIENTS_PARTITIONS, window_key_for
 from incsync.resources import cached_config
 
 
@@ -47,17 +49,16 @@ def build_model_schedule(
         if span is None:
             return dg.SkipReason(f"model {model.model_name} starts after {tick.isoformat()}")
         # Only recipients the sensor registered: a run on an unknown partition would fail.
-        registered = set(context.instance.get_dynamic_partitions(RECIPIENTS_PARTITIONS))
-        recipients = [r for r in config.recipients if r.enabled and r.id in registered]
+        registered = context.instance.get_dynamic_partitions(RECIPIENTS_PARTITIONS)
+        known = set(registered)
+        recipients = [r for r in config.recipients if r.enabled and r.id in known]
         if not recipients:
             return dg.SkipReason("no enabled recipient is registered yet")
-        return [
-            dg.RunRequest(
-                run_key=f"{model.model_name}:{r.id}:{tick.isoformat()}",
-                asset_selection=[model_asset_key(model)],
-                tags={**transfer_run_tags(config, model, r, mode=INCREMENTAL), **range_tags(model, r, *span)},
-            )
-            for r in recipients
-        ]
+        windows = (window_key_for(model, span[0]), window_key_for(model, span[1]))
+        specs = plan_runs(
+            config, model, recipients, windows={r.id: windows for r in recipients}, registered=registered,
+            mode=INCREMENTAL, run_key_prefix=f"tick:{tick.isoformat()}",
+        )
+        return [spec.run_request() for spec in specs]
 
     return model_schedule

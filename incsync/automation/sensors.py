@@ -8,12 +8,13 @@ from datetime import datetime
 
 import dagster as dg
 
-from incsync.assets import model_asset_key
-from incsync.automation.tags import BACKFILL, transfer_run_tags
-from incsync.automation.windows import initial_backfill_span, range_tags
+from incsync.automation.tags import BACKFILL
+from incsync.automation.windows import initial_backfill_span
 from incsync.changes import UTC
 from incsync.config import IncsyncConfig, ModelConfig, RecipientConfig
-from incsync.partitions import RECIPIENTS_PARTITIONS, recipients_partitions
+from incsync.assets import model_asset_key
+from incsync.launch import plan_runs
+from incsync.partitions import RECIPIENTS_PARTITIONS, recipients_partitions, window_key_for
 from incsync.resources import cached_config
 
 RECIPIENT_SENSOR = "incsync_recipients"
@@ -24,21 +25,27 @@ def _now() -> datetime:
 
 
 def initial_backfill_requests(
-    config: IncsyncConfig, models: Sequence[ModelConfig], recipient: RecipientConfig, now: datetime
+    config: IncsyncConfig,
+    models: Sequence[ModelConfig],
+    recipients: Sequence[RecipientConfig],
+    now: datetime,
+    *,
+    registered: Sequence[str],
 ) -> list[dg.RunRequest]:
-    """One run per model covering all of the recipient's windows, so one Spark session serves them."""
+    """Per model, runs covering each new recipient's windows from its start to the open window, many
+    recipients to a run (see ``launch``): one read per run, one Spark session."""
     requests = []
     for model in models:
-        span = initial_backfill_span(model, recipient, now)
-        if span is None:
-            continue
-        requests.append(
-            dg.RunRequest(
-                run_key=f"initial:{model.model_name}:{recipient.id}:{now.isoformat()}",
-                asset_selection=[model_asset_key(model)],
-                tags={**transfer_run_tags(config, model, recipient, mode=BACKFILL), **range_tags(model, recipient, *span)},
-            )
+        windows = {}
+        for recipient in recipients:
+            span = initial_backfill_span(model, recipient, now)
+            if span is not None:
+                windows[recipient.id] = (window_key_for(model, span[0]), window_key_for(model, span[1]))
+        specs = plan_runs(
+            config, model, recipients, windows=windows, registered=registered, mode=BACKFILL,
+            run_key_prefix=f"initial:{now.isoformat()}",
         )
+        requests += [spec.run_request() for spec in specs]
     return requests
 
 
@@ -64,7 +71,8 @@ def build_recipient_sensor(
     def recipients_sensor(context: dg.SensorEvaluationContext) -> dg.SensorResult | dg.SkipReason:
         config = cached_config(config_path)
         enabled = [r for r in config.recipients if r.enabled]
-        registered = set(context.instance.get_dynamic_partitions(RECIPIENTS_PARTITIONS))
+        order = context.instance.get_dynamic_partitions(RECIPIENTS_PARTITIONS)
+        registered = set(order)
         added = [r for r in enabled if r.id not in registered]
         removed = sorted(registered - {r.id for r in enabled})
         if not added and not removed:
@@ -80,7 +88,10 @@ def build_recipient_sensor(
             len(added), ", ".join(r.id for r in added[:10]), len(removed), ", ".join(removed[:10]),
         )
         return dg.SensorResult(
-            run_requests=[req for r in added for req in initial_backfill_requests(config, models, r, now)],
+            # The add request appends the new recipients in this order, so the runs' recipient ranges hold.
+            run_requests=initial_backfill_requests(
+                config, models, added, now, registered=[r for r in order if r not in removed] + [r.id for r in added]
+            ),
             dynamic_partitions_requests=partition_requests,
         )
 

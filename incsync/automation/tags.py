@@ -15,6 +15,8 @@ RECIPIENT_TAG = "incsync/recipient"
 SOURCE_TAG = "incsync/source"
 DESTINATION_TAG = "incsync/destination"
 MODEL_DESTINATION_TAG = "incsync/model_destination"
+# A run of several recipients: "<model>:<first window>:<index>"; dagster.yaml runs one per value at a time.
+SHARD_TAG = "incsync/shard"
 USER_TAG_PREFIX = "incsync/tag/"
 INCREMENTAL = "incremental"
 BACKFILL = "backfill"

@@ -4,19 +4,9 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from dagster._core.storage.tags import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG
-
 from incsync.config import ModelConfig, RecipientConfig
-from incsync.partitions import grid_start, partition_key, window_key_for
+from incsync.partitions import grid_start
 from incsync.transfer import recipient_start
-
-
-def range_tags(model: ModelConfig, recipient: RecipientConfig, first: datetime, last: datetime) -> dict[str, str]:
-    """Run tags that make one run cover the recipient's windows holding ``first`` .. ``last``."""
-    return {
-        ASSET_PARTITION_RANGE_START_TAG: str(partition_key(window_key_for(model, first), recipient.id)),
-        ASSET_PARTITION_RANGE_END_TAG: str(partition_key(window_key_for(model, last), recipient.id)),
-    }
 
 
 def initial_backfill_span(model: ModelConfig, recipient: RecipientConfig, now: datetime) -> tuple[datetime, datetime] | None:

@@ -282,9 +282,22 @@ class PostgresDestination(Destination):
         if updates or stale:
             sets = sql.SQL(", ").join([*(sql.SQL("{c} = EXCLUDED.{c}").format(c=sql.Identifier(c)) for c in updates),
                                        *(sql.SQL("{} = NULL").format(sql.Identifier(c)) for c in stale)])
-            insert = insert + sql.SQL(" ON CONFLICT ({pk}) DO UPDATE SET {sets}").format(pk=pk, sets=sets)
-            if not refresh:  # a full refresh's rows are the source's current ones: they always win
-                insert = insert + sql.SQL(" WHERE t.{lm} <= EXCLUDED.{lm}").format(lm=lm)
+            insert = insert + sql.SQL(" ON CONFLICT ({pk}) DO UPDATE SET {sets} WHERE ").format(pk=pk, sets=sets)
+            # A row is rewritten only when it changes (no dead tuples, no WAL for a replay). Values compare
+            # as text, so every type (json too) has an equality. A full refresh's rows are the source's
+            # current ones: any difference wins; otherwise newer, or as new with other values.
+            values = [c for c in updates if c != model.last_modified_column] if not refresh else updates
+            old = [sql.SQL("t.{}").format(sql.Identifier(c)) for c in [*values, *stale]]
+            new = [*(sql.SQL("EXCLUDED.{}").format(sql.Identifier(c)) for c in values), *(sql.SQL("NULL") for _ in stale)]
+            differ = sql.SQL("ROW({old})::text IS DISTINCT FROM ROW({new})::text").format(
+                old=sql.SQL(", ").join(old), new=sql.SQL(", ").join(new))
+            if refresh:
+                insert = insert + differ
+            elif values:
+                insert = insert + sql.SQL("t.{lm} < EXCLUDED.{lm} OR (t.{lm} = EXCLUDED.{lm} AND {differ})").format(
+                    lm=lm, differ=differ)
+            else:
+                insert = insert + sql.SQL("t.{lm} < EXCLUDED.{lm}").format(lm=lm)
         else:
             insert = insert + sql.SQL(" ON CONFLICT ({pk}) DO NOTHING").format(pk=pk)
         return conn.execute(insert).rowcount, deleted, evolution

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
@@ -18,6 +19,8 @@ class Source(ABC):
     """A source of one vendor; ``read`` returns a lazy DataFrame whose predicate the source runs."""
 
     vendor: str
+    # True when ``read_many`` reads several recipients of a column-tenanted model in one query.
+    supports_fan_out: bool = False
 
     @abstractmethod
     def read(
@@ -36,6 +39,20 @@ class Source(ABC):
         The answer must never be below the read's count (0 makes the transfer skip Spark's staging job;
         up to ``cap`` makes it collect the rows through Arrow instead of a Parquet write job).
         """
+        return None
+
+    def read_many(
+        self, spark: SparkSession, *, model: ModelConfig, targets: Sequence[tuple[RecipientConfig, Bounds]],
+        rows_hint: int | None = None,
+    ) -> DataFrame:
+        """Rows of every target recipient within its own bounds, in one pushed-down read (fan-out).
+
+        Rows of other tenants never come back; the caller splits by tenant and applies exact bounds.
+        """
+        raise NotImplementedError(f"source vendor {self.vendor} reads one recipient at a time")
+
+    def count_rows_many(self, *, model: ModelConfig, targets: Sequence[tuple[RecipientConfig, Bounds]], cap: int) -> int | None:
+        """``count_rows`` for a fan-out read: an upper bound, or None when it cannot tell cheaply."""
         return None
 
     def check(self, spark: SparkSession, *, model: ModelConfig, recipient: RecipientConfig) -> None:
@@ -104,6 +121,13 @@ def normalize_last_modified(df: DataFrame, *, model: ModelConfig, recipient: Rec
         f'model {model.model_name}: last_modified_column "{lm}" has type {kind.simpleString()}; it must be a '
         "timestamp (for CSV/JSON sources set the reader option timestampFormat, or cast it in a source_query)"
     )
+
+
+def envelope(targets: Sequence[tuple[RecipientConfig, Bounds]]) -> Bounds:
+    """The smallest bounds holding every target's bounds (the exact per-target bounds are applied later)."""
+    lower = min(b.lower for _, b in targets)
+    upper = max(b.upper for _, b in targets)
+    return Bounds(lower=lower, upper=upper, lookback_seconds=max(b.lookback_seconds for _, b in targets), reason="fan_out")
 
 
 def select_columns(df: DataFrame, model: ModelConfig) -> DataFrame:

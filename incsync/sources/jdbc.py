@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import timedelta
 from pathlib import Path
@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 from incsync.changes import UTC, Bounds
 from incsync.config import JdbcSourceConfig, ModelConfig, RecipientConfig
 from incsync.errors import ConfigError, SchemaError, SourceError
-from incsync.sources.base import Source, normalize_last_modified, select_columns
+from incsync.sources.base import Source, envelope, normalize_last_modified, select_columns
 from incsync.sources.jdbc_sql import DRIVERS, dialect_for, postgres_literal
 
 if TYPE_CHECKING:
@@ -47,6 +47,8 @@ def driver_packages(sources: Sequence[object]) -> list[str]:
 class JdbcSource(Source):
     """One database; every read is one query (or ``numPartitions`` range queries on the key)."""
 
+    supports_fan_out = True
+
     def __init__(self, config: JdbcSourceConfig):
         self.config = config
         self.vendor = config.vendor
@@ -67,12 +69,19 @@ class JdbcSource(Source):
             )
         return schema
 
-    def relation_sql(self, model: ModelConfig, recipient: RecipientConfig, *, bounds_where: str | None) -> str:
-        """The query the database runs: columns, tenant and (optionally) bounds, nothing left to Spark."""
+    def relation_sql(
+        self, model: ModelConfig, recipient: RecipientConfig, *, bounds_where: str | None, tenant_where: str | None = None
+    ) -> str:
+        """The query the database runs: columns, tenant and (optionally) bounds, nothing left to Spark.
+
+        ``tenant_where`` replaces the one-recipient tenant predicate (a fan-out read's tenants and bounds).
+        """
         d = self.dialect
         select = ", ".join(d.ident(c) for c in model.columns) if model.columns else "*"
         where = []
-        if model.organization_column:
+        if tenant_where:
+            where.append(tenant_where)
+        elif model.organization_column:
             where.append(f"{d.ident(model.organization_column)} = {d.literal(recipient.id_in_provider_system)}")
         if bounds_where:
             where.append(bounds_where)
@@ -188,6 +197,51 @@ class JdbcSource(Source):
         df = normalize_last_modified(df, model=model, recipient=recipient, bounds=bounds)
         return select_columns(df, model)
 
+    def read_many(
+        self, spark: SparkSession, *, model: ModelConfig, targets: Sequence[tuple[RecipientConfig, Bounds]],
+        rows_hint: int | None = None,
+    ) -> DataFrame:
+        """One query for several recipients: ``(tenant IN (...) AND bounds) OR ...``, grouped by bounds."""
+        from pyspark.sql import functions as F
+        from pyspark.sql.types import StringType, TimestampType
+
+        anyone = targets[0][0]
+        fields = self._probe(spark, model, anyone)
+        zoned = isinstance(fields[model.last_modified_column], TimestampType)
+        sql = self.relation_sql(model, anyone, bounds_where=None, tenant_where=self._fan_out_where(model, targets, zoned=zoned))
+        options = self._options(model, anyone)
+        what = f"model {model.model_name}, {len(targets)} recipients"
+        split = rows_hint is None or rows_hint >= PARTITIONED_READ_MIN_ROWS
+        extra = self._partitioning(spark, model, fields, sql, options, what) if split else {}
+        df = self._load(spark, sql, options, what=what, extra=extra)
+        assert model.organization_column is not None
+        if isinstance(fields[model.organization_column], StringType):
+            values = sorted({r.id_in_provider_system for r, _ in targets})
+            df = df.where(F.col(model.organization_column).isin(values))
+        df = normalize_last_modified(df, model=model, recipient=anyone, bounds=envelope(targets))
+        return select_columns(df, model)
+
+    def _fan_out_where(self, model: ModelConfig, targets: Sequence[tuple[RecipientConfig, Bounds]], *, zoned: bool) -> str:
+        d = self.dialect
+        assert model.organization_column is not None
+        tenant = d.ident(model.organization_column)
+        by_bounds: dict[tuple[object, object], list[str]] = {}
+        for recipient, bounds in targets:
+            by_bounds.setdefault((bounds.lower, bounds.upper), []).append(recipient.id_in_provider_system)
+        terms = []
+        for (lower, upper), values in by_bounds.items():
+            literals = ", ".join(d.literal(v) for v in sorted(set(values)))
+            bounds = Bounds(lower=lower, upper=upper, lookback_seconds=0, reason="fan_out")  # type: ignore[arg-type]
+            terms.append(f"({tenant} IN ({literals}) AND {self._bounds_where(model, bounds, zoned=zoned)})")
+        return "(" + " OR ".join(terms) + ")"
+
+    def count_rows_many(self, *, model: ModelConfig, targets: Sequence[tuple[RecipientConfig, Bounds]], cap: int) -> int | None:
+        anyone = targets[0][0]
+        return self._count(
+            model, anyone, cap,
+            lambda zoned: self.relation_sql(model, anyone, bounds_where=None, tenant_where=self._fan_out_where(model, targets, zoned=zoned)),
+        )
+
     def _bounds_where(self, model: ModelConfig, bounds: Bounds, *, zoned: bool) -> str:
         lower, upper = bounds.lower.astimezone(UTC), bounds.upper.astimezone(UTC)
         if not zoned:
@@ -208,6 +262,12 @@ class JdbcSource(Source):
         an upper bound. Any doubt (another vendor, a URL with driver options, an error) answers None, and
         the read then runs as usual, with its own clear errors.
         """
+        return self._count(
+            model, recipient, cap,
+            lambda zoned: self.relation_sql(model, recipient, bounds_where=self._bounds_where(model, bounds, zoned=zoned)),
+        )
+
+    def _count(self, model: ModelConfig, recipient: RecipientConfig, cap: int, sql_for: Callable[[bool], str]) -> int | None:
         target = _postgres_target(self.config.jdbc_url) if self.vendor == "postgres" else None
         if target is None:
             return None
@@ -227,7 +287,7 @@ class JdbcSource(Source):
                 kind = conn.execute(f"SELECT {lm} FROM ({relation}) q LIMIT 0").description[0].type_code
                 if kind not in (_PG_TIMESTAMPTZ, _PG_TIMESTAMP):
                     return None
-                sql = self.relation_sql(model, recipient, bounds_where=self._bounds_where(model, bounds, zoned=kind == _PG_TIMESTAMPTZ))
+                sql = sql_for(kind == _PG_TIMESTAMPTZ)
                 return int(conn.execute(f"SELECT count(*) FROM ({sql} LIMIT {int(cap) + 1}) q").fetchone()[0])
         except Exception:  # noqa: BLE001 - the read reports the problem, naming the source
             log.debug("source %s: the row probe failed; reading through Spark", self.config.name)

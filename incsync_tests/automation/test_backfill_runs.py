@@ -1,4 +1,5 @@
-"""Runs covering several (window, recipient) partitions: each is its own transfer with exact metadata."""
+"""Runs covering several (window, recipient) partitions: one coalesced transfer per recipient, exact
+metadata per partition, committed batches kept when a later one fails."""
 
 from __future__ import annotations
 
@@ -62,7 +63,10 @@ def test_one_run_over_two_windows_and_two_recipients_records_each_transfer_exact
         "globex|2024-01-02": (3, 3, "globex", ts(2).timestamp()),
     }
     assert metadata["globex|2024-01-02"]["high_watermark_epoch_seconds"] == int(ts(2, 10).timestamp())
-    assert len({m["transfer_id"] for m in metadata.values()}) == 4
+    # One read per recipient over both windows (coalesced), each window with its own exact counts.
+    ids = {k: m["transfer_id"] for k, m in metadata.items()}
+    assert ids["acme|2024-01-01"] == ids["acme|2024-01-02"] != ids["globex|2024-01-01"] == ids["globex|2024-01-02"]
+    assert {m["transfer_windows"] for m in metadata.values()} == {2}
     assert [r["id"] for r in delta_rows(tmp_path / "out" / "acme" / "orders")] == [1, 2, 3]
     assert [r["id"] for r in delta_rows(tmp_path / "out" / "globex" / "orders")] == [4, 5, 6, 7]
     config = load_config(tmp_path / "incsync.yaml")
@@ -75,7 +79,8 @@ def test_one_run_over_two_windows_and_two_recipients_records_each_transfer_exact
 def test_a_failed_window_keeps_the_committed_ones_and_a_backfill_resumes_at_it(spark, tmp_path: Path, instance):
     rows = [order(1, "org_1", ts(1, 10)), order(2, "org_1", ts(2, 10)), order(2, "org_1", ts(2, 11)), order(3, "org_1", ts(3, 10))]
     write_table(tmp_path / "src", "orders", rows)
-    config_file = lake_config(tmp_path, recipients=RECIPIENTS[:1])
+    # One window per commit, so the bad second window leaves the first committed.
+    config_file = lake_config(tmp_path, recipients=RECIPIENTS[:1], model={"max_rows_per_batch": 1})
     defs = build_definitions(config_file)
     instance.add_dynamic_partitions(RECIPIENTS_PARTITIONS, ["acme"])
 

@@ -112,23 +112,48 @@ def test_schedule_requests_the_open_window_and_the_one_closed_since_the_last_tic
         context = dg.build_schedule_context(instance=instance, instance_ref=instance.get_ref(), scheduled_execution_time=at)
         return list(schedule.evaluate_tick(context).run_requests or [])
 
+    # One run for both enabled recipients (one read, see "Transfer plans"); initech is disabled.
     mid_day = tick(datetime(2024, 1, 3, 7, 15, tzinfo=UTC))
-    assert [
-        (r.tags["incsync/recipient"], r.tags["dagster/asset_partition_range_start"], r.tags["dagster/asset_partition_range_end"])
-        for r in mid_day
-    ] == [("acme", "acme|2024-01-03", "acme|2024-01-03"), ("globex", "globex|2024-01-03", "globex|2024-01-03")]
-    assert mid_day[0].tags["incsync/mode"] == "incremental"
-    assert mid_day[0].tags["incsync/model_destination"] == "orders@acme_delta"
-    assert mid_day[0].tags["incsync/tag/tier"] == "gold"
-    assert mid_day[0].run_key == "orders:acme:2024-01-03T07:15:00+00:00"
+    assert [(r.tags["dagster/asset_partition_range_start"], r.tags["dagster/asset_partition_range_end"]) for r in mid_day] == [
+        ("acme|2024-01-03", "globex|2024-01-03")
+    ]
+    assert {k: v for k, v in mid_day[0].tags.items() if k.startswith("incsync/")} == {
+        "incsync/model": "orders", "incsync/source": "lake", "incsync/shard": "orders:2024-01-03:0", "incsync/mode": "incremental",
+    }
+    assert mid_day[0].run_key == "tick:2024-01-03T07:15:00+00:00:orders:2024-01-03:acme..globex"
 
     after_midnight = tick(datetime(2024, 1, 4, 0, 0, tzinfo=UTC))
     assert [(r.tags["dagster/asset_partition_range_start"], r.tags["dagster/asset_partition_range_end"]) for r in after_midnight] == [
-        ("acme|2024-01-03", "acme|2024-01-04"), ("globex|2024-01-03", "globex|2024-01-04")
+        ("acme|2024-01-03", "globex|2024-01-04")
     ]
     assert [r.tags["dagster/asset_partition_range_start"] for r in tick(datetime(2024, 1, 4, 0, 15, tzinfo=UTC))] == [
-        "acme|2024-01-04", "globex|2024-01-04"
+        "acme|2024-01-04"
     ]
+
+
+def test_schedule_shards_recipients_contiguous_in_registration_order(tmp_path: Path, instance):
+    recipients = [
+        {"id": f"r{i}", "id_in_provider_system": f"org_{i}", "destination": f"r{i}_delta", "tags": {"tier": "gold"}}
+        for i in range(5)
+    ]
+    recipients[2]["enabled"] = False
+    config_file = lake_config(tmp_path, recipients=recipients, model={"frequency": "*/15 * * * *"})
+    doc = yaml.safe_load(config_file.read_text())
+    doc["recipients_per_run"] = 2
+    config_file.write_text(yaml.safe_dump(doc, sort_keys=False))
+    model = load_config(config_file).models[0]
+    schedule = build_model_schedule(str(config_file), model)
+    instance.add_dynamic_partitions(RECIPIENTS_PARTITIONS, ["r0", "r1", "r2", "r3", "r4"])
+    context = dg.build_schedule_context(
+        instance=instance, instance_ref=instance.get_ref(), scheduled_execution_time=datetime(2024, 1, 3, 7, 15, tzinfo=UTC)
+    )
+    requests = list(schedule.evaluate_tick(context).run_requests or [])
+    # r2 (disabled, still registered) splits the range: a run's recipient range holds all registered between its ends.
+    assert [(r.tags["dagster/asset_partition_range_start"], r.tags["dagster/asset_partition_range_end"]) for r in requests[:2]] == [
+        ("r0|2024-01-03", "r1|2024-01-03"), ("r3|2024-01-03", "r4|2024-01-03"),
+    ]
+    assert requests[0].tags["incsync/tag/tier"] == "gold" and "incsync/recipient" not in requests[0].tags
+    assert len(requests) == 2
 
 
 def test_definitions_register_the_sensor_and_one_schedule_per_model(tmp_path: Path, monkeypatch):
@@ -140,3 +165,31 @@ def test_definitions_register_the_sensor_and_one_schedule_per_model(tmp_path: Pa
         (schedule_name(load_config(config_file).models[0]), "5 * * * *", dg.DefaultScheduleStatus.STOPPED)
     ]
     assert sensors[0].default_status == dg.DefaultSensorStatus.STOPPED
+
+
+def test_ten_thousand_recipients_take_forty_runs_and_ticks_of_seconds(tmp_path: Path, instance):
+    """DESIGN "Transfer plans": runs of recipients_per_run (256) recipients; ticks stay cheap at scale."""
+    n = 10_000
+    recipients = [{"id": f"r{i:05d}", "id_in_provider_system": f"org_{i}", "destination": "files"} for i in range(n)]
+    config_file = lake_config(
+        tmp_path, recipients=recipients, destinations=[{"name": "files", "kind": "object_storage", "path": "./out"}],
+        model={"frequency": "*/15 * * * *"},
+    )
+    model = load_config(config_file).models[0]
+    sensor = build_recipient_sensor(str(config_file), [model], clock=lambda: NOW)
+
+    started = time.monotonic()
+    data = _evaluate_sensor(sensor, instance, _defs_with(sensor=sensor, config_file=config_file))
+    sensor_seconds = time.monotonic() - started
+    assert len(data.run_requests) == 40
+    assert [r.tags["dagster/asset_partition_range_start"] for r in data.run_requests[:2]] == ["r00000|2024-01-01", "r00256|2024-01-01"]
+    assert data.run_requests[-1].tags["dagster/asset_partition_range_end"] == "r09999|2024-01-03"
+
+    schedule = build_model_schedule(str(config_file), model)
+    context = dg.build_schedule_context(instance=instance, instance_ref=instance.get_ref(), scheduled_execution_time=NOW)
+    started = time.monotonic()
+    requests = list(schedule.evaluate_tick(context).run_requests or [])
+    schedule_seconds = time.monotonic() - started
+    assert len(requests) == 40
+    assert {r.tags["dagster/asset_partition_range_start"][-10:] for r in requests} == {"2024-01-03"}
+    assert sensor_seconds < 10 and schedule_seconds < 10, (sensor_seconds, schedule_seconds)

@@ -1,0 +1,179 @@
+"""Transfer plans through real Dagster runs: coalesced windows, batches by size, fan-out reads, no-change runs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import dagster as dg
+import pytest
+from dagster._core.storage.tags import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG
+from deltalake import DeltaTable
+
+from incsync.partitions import RECIPIENTS_PARTITIONS, partition_key
+from incsync.project import build_definitions
+from incsync.sources.lake import LakeSource
+from incsync_tests.support import delta_rows, lake_config, order, ts, write_table
+
+MODEL = dg.AssetKey(["lake", "orders"])
+THREE = [
+    {"id": "acme", "id_in_provider_system": "org_1", "destination": "acme_delta"},
+    {"id": "globex", "id_in_provider_system": "org_2", "destination": "globex_delta"},
+    {"id": "initech", "id_in_provider_system": "org_3", "destination": "initech_delta"},
+]
+
+
+def run_range(config: Path, instance: dg.DagsterInstance, first: tuple[str, str], last: tuple[str, str], tags=None):
+    """Materialize the box of partitions from ``first`` to ``last`` ((window, recipient) each) in one run."""
+    recipients = sorted({first[1], last[1]})
+    missing = [r for r in recipients if not instance.has_dynamic_partition(RECIPIENTS_PARTITIONS, r)]
+    if missing:
+        instance.add_dynamic_partitions(RECIPIENTS_PARTITIONS, missing)
+    job = build_definitions(config).resolve_implicit_global_asset_job_def()
+    return job.execute_in_process(
+        instance=instance, asset_selection=[MODEL], raise_on_error=False,
+        tags={ASSET_PARTITION_RANGE_START_TAG: str(partition_key(*first)), ASSET_PARTITION_RANGE_END_TAG: str(partition_key(*last)),
+              **(tags or {})},
+    )
+
+
+def metadata_by_partition(instance: dg.DagsterInstance) -> dict[str, dict[str, object]]:
+    out: dict[str, dict[str, object]] = {}
+    for record in reversed(instance.fetch_materializations(MODEL, limit=1000).records):
+        mat = record.asset_materialization
+        out[mat.partition] = {k: v.value for k, v in mat.metadata.items()}
+    return out
+
+
+@pytest.fixture
+def reads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Records every source read (the reads still run): 'one' per single-recipient read, 'many' per fan-out read."""
+    calls: list[str] = []
+    one, many = LakeSource.read, LakeSource.read_many
+
+    def read(self, *args, **kwargs):
+        calls.append("one")
+        return one(self, *args, **kwargs)
+
+    def read_many(self, *args, **kwargs):
+        calls.append(f"many:{len(kwargs['targets'])}")
+        return many(self, *args, **kwargs)
+
+    monkeypatch.setattr(LakeSource, "read", read)
+    monkeypatch.setattr(LakeSource, "read_many", read_many)
+    return calls
+
+
+def test_a_backfill_over_many_windows_is_one_read_and_one_commit_with_exact_window_metadata(
+    spark, tmp_path: Path, dagster_instance, reads: list[str]
+) -> None:
+    write_table(tmp_path / "src", "orders", [
+        order(1, "org_1", ts(1, 10)),
+        order(2, "org_1", ts(1, 23, 58)),  # in the lookback (300 s) below Jan 2: counted in Jan 2's window
+        order(3, "org_1", ts(2)),
+        order(4, "org_1", ts(2, 12, 0, 0, 250_000)),
+        order(5, "org_1", ts(4, 1)),  # Jan 3 holds no row
+        order(6, "org_1", ts(5, 23, 59, 59, 999_999)),
+        order(7, "org_2", ts(2, 5)),  # another tenant: never read for acme
+        order(8, "org_1", ts(6, 1)),  # after the last window
+    ])
+    config = lake_config(tmp_path)
+    assert run_range(config, dagster_instance, ("2024-01-01", "acme"), ("2024-01-01", "acme")).success
+    table = tmp_path / "out" / "acme" / "orders"
+    version = DeltaTable(str(table)).version()
+    reads.clear()
+
+    result = run_range(config, dagster_instance, ("2024-01-02", "acme"), ("2024-01-05", "acme"))
+
+    assert result.success
+    assert reads == ["one"]
+    assert DeltaTable(str(table)).version() == version + 1  # one commit for four windows
+    assert [r["id"] for r in delta_rows(table)] == [1, 2, 3, 4, 5, 6]
+    md = metadata_by_partition(dagster_instance)
+    windows = ["2024-01-02", "2024-01-03", "2024-01-04", "2024-01-05"]
+    got = {w: md[f"acme|{w}"] for w in windows}
+    assert [(m["rows_transferred"], m["delta_rows_transferred"]) for m in got.values()] == [(3, 2), (0, 0), (1, 1), (1, 1)]
+    assert [m["window_start"] for m in got.values()] == [ts(d).timestamp() for d in (2, 3, 4, 5)]
+    assert {m["lower_bound"] for m in got.values()} == {ts(1, 23, 55).timestamp()}
+    assert {m["upper_bound"] for m in got.values()} == {ts(6).timestamp()}
+    assert {m["high_watermark"] for m in got.values()} == {ts(5, 23, 59, 59, 999_999).timestamp()}
+    assert len({m["transfer_id"] for m in got.values()}) == 1
+    assert {m["transfer_windows"] for m in got.values()} == {4}
+    assert all("transfer_batch" not in m for m in got.values())
+
+
+def test_a_transfer_larger_than_max_rows_per_batch_commits_whole_windows_in_order(
+    spark, tmp_path: Path, dagster_instance
+) -> None:
+    rows = [order(i, "org_1", ts(day, i)) for i, day in enumerate([1, 1, 2, 3, 5, 5], start=1)]
+    write_table(tmp_path / "src", "orders", rows)
+    config = lake_config(tmp_path, model={"max_rows_per_batch": 2})
+
+    result = run_range(config, dagster_instance, ("2024-01-01", "acme"), ("2024-01-05", "acme"))
+
+    assert result.success
+    table = DeltaTable(str(tmp_path / "out" / "acme" / "orders"))
+    assert table.version() == 2  # three commits: Jan 1 | Jan 2-4 | Jan 5
+    md = metadata_by_partition(dagster_instance)
+    got = [(md[f"acme|2024-01-0{d}"]["transfer_batch"], md[f"acme|2024-01-0{d}"]["rows_transferred"],
+            md[f"acme|2024-01-0{d}"]["high_watermark"]) for d in range(1, 6)]
+    assert got == [
+        ("1/3", 2, ts(1, 2).timestamp()),
+        ("2/3", 1, ts(3, 4).timestamp()),
+        ("2/3", 1, ts(3, 4).timestamp()),
+        ("2/3", 0, ts(3, 4).timestamp()),
+        ("3/3", 2, ts(5, 6).timestamp()),
+    ]
+    records = [c.get("incsync.transfer") for c in table.history() if c.get("incsync.transfer")]
+    assert len(records) == 3
+
+
+def test_recipients_of_one_run_are_read_together_and_one_bad_recipient_fails_alone(
+    spark, tmp_path: Path, dagster_instance, reads: list[str]
+) -> None:
+    write_table(tmp_path / "src", "orders", [
+        order(1, "org_1", ts(1, 1)), order(2, "org_1", ts(2, 1)),
+        order(3, "org_2", ts(1, 2)), order(3, "org_2", ts(2, 2)),  # globex: a duplicate key
+        order(4, "org_3", ts(2, 3)),
+        order(5, "org_9", ts(1, 4)),  # nobody's tenant
+    ])
+    config = lake_config(tmp_path, recipients=THREE)
+    dagster_instance.add_dynamic_partitions(RECIPIENTS_PARTITIONS, ["acme", "globex", "initech"])
+
+    result = run_range(config, dagster_instance, ("2024-01-01", "acme"), ("2024-01-02", "initech"))
+
+    assert not result.success
+    assert reads == ["many:3"]
+    assert dagster_instance.get_materialized_partitions(MODEL) == {
+        "acme|2024-01-01", "acme|2024-01-02", "initech|2024-01-01", "initech|2024-01-02"
+    }
+    assert [r["id"] for r in delta_rows(tmp_path / "out" / "acme" / "orders")] == [1, 2]
+    assert [r["id"] for r in delta_rows(tmp_path / "out" / "initech" / "orders")] == [4]
+    assert not (tmp_path / "out" / "globex" / "orders").exists()
+    md = metadata_by_partition(dagster_instance)
+    assert [md[f"acme|2024-01-0{d}"]["rows_transferred"] for d in (1, 2)] == [1, 1]
+    assert [md[f"initech|2024-01-0{d}"]["rows_transferred"] for d in (1, 2)] == [0, 1]
+    failure = next(e for e in result.all_events if e.is_step_failure)
+    message = failure.step_failure_data.error.cause.message
+    assert "globex" in message and "primary key" in message and "acme" not in message
+
+    # The retry of globex alone resumes it, once its source is fixed.
+    write_table(tmp_path / "src", "orders", [order(3, "org_2", ts(2, 2))])
+    assert run_range(config, dagster_instance, ("2024-01-01", "globex"), ("2024-01-02", "globex")).success
+    assert [(r["id"], r["updated_at"]) for r in delta_rows(tmp_path / "out" / "globex" / "orders")] == [(3, ts(2, 2))]
+
+
+def test_a_run_with_no_changed_rows_rewrites_no_delta_file(spark, tmp_path: Path, dagster_instance) -> None:
+    write_table(tmp_path / "src", "orders", [order(i, "org_1", ts(2, i)) for i in range(1, 6)])
+    config = lake_config(tmp_path)
+    assert run_range(config, dagster_instance, ("2024-01-01", "acme"), ("2024-01-02", "acme")).success
+    table = tmp_path / "out" / "acme" / "orders"
+    files = sorted(DeltaTable(str(table)).file_uris())
+
+    again = run_range(config, dagster_instance, ("2024-01-02", "acme"), ("2024-01-02", "acme"))
+
+    assert again.success
+    dt = DeltaTable(str(table))
+    assert sorted(dt.file_uris()) == files
+    assert dt.history(1)[0]["operation"] != "MERGE"  # the transfer is recorded in a commit with no data
+    md = metadata_by_partition(dagster_instance)["acme|2024-01-02"]
+    assert (md["rows_transferred"], md["delta_rows_transferred"]) == (5, 0)
