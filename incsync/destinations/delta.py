@@ -146,7 +146,7 @@ class DeltaDestination(Destination):
         on = " AND ".join(f"t.{_quote(c)} = s.{_quote(c)}" + _key_range(batch, c) for c in model.primary_key)
         (
             dt.merge(_reader(batch), predicate=on, source_alias="s", target_alias="t", merge_schema=True, commit_properties=props)
-            .when_matched_update_all(predicate=_newer_or_different(batch, model))
+            .when_matched_update_all(predicate=_newer_or_different(batch, model, existing=dt.schema().to_arrow().names))
             .when_not_matched_insert_all()
             .execute()
         )
@@ -202,14 +202,16 @@ def _key_range(batch: StagedBatch, column: str) -> str:
     return f" AND t.{_quote(column)} >= {int(low)} AND t.{_quote(column)} <= {int(high)}"
 
 
-def _newer_or_different(batch: StagedBatch, model: ModelConfig) -> str:
+def _newer_or_different(batch: StagedBatch, model: ModelConfig, *, existing: list[str]) -> str:
     """A row is replaced by a newer one, or by one as new whose values differ: replaying a batch (or
-    a no-change lookback re-read) updates no row, so the MERGE rewrites no file and makes no commit."""
+    a no-change lookback re-read) updates no row, so the MERGE rewrites no file and makes no commit.
+    A column the table does not have yet (added at the source) differs where the batch holds a value."""
     lm = _quote(model.last_modified_column)
     others = [c for c in batch.schema.names if c not in model.primary_key and c != model.last_modified_column]
     if not others:
         return f"s.{lm} > t.{lm}"
-    differ = " OR ".join(f"(s.{_quote(c)} IS DISTINCT FROM t.{_quote(c)})" for c in others)
+    differ = " OR ".join(f"(s.{_quote(c)} IS DISTINCT FROM t.{_quote(c)})" if c in existing else f"(s.{_quote(c)} IS NOT NULL)"
+                         for c in others)
     return f"s.{lm} > t.{lm} OR (s.{lm} = t.{lm} AND ({differ}))"
 
 
