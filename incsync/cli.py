@@ -31,6 +31,10 @@ def cmd_validate(args: argparse.Namespace) -> int:
         f"{config_path(args.config)}: OK ({len(config.sources)} sources, {len(config.destinations)} destinations, "
         f"{len(config.models)} models, {len(config.recipients)} recipients)"
     )
+    from incsync.locations import location_notes
+
+    for note in location_notes(config, Path.cwd()):
+        print(f"note: {note}")
     if args.connect:
         from incsync.checks import check_connectivity
 
@@ -256,6 +260,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--workdir", default="demo")
     p.add_argument("--rows", type=int, default=120_000)
     p.set_defaults(func=cmd_demo)
+    from incsync.handover import add_parser as add_transfer_ownership
+
+    add_transfer_ownership(sub)
     return parser
 
 

@@ -373,8 +373,11 @@ def _format_loc(loc: tuple[Any, ...]) -> str:
     return out or "(top level)"
 
 
-def parse_config(data: Any, *, path: str = "<memory>") -> IncsyncConfig:
-    """Validate a loaded YAML document; raise ConfigError with every problem at once."""
+def parse_config(data: Any, *, path: str = "<memory>", base: Path | None = None) -> IncsyncConfig:
+    """Validate a loaded YAML document; raise ConfigError with every problem at once.
+
+    ``base`` is the folder relative paths are taken against (the file's; default the working directory).
+    """
     if data is None:
         data = {}
     if not isinstance(data, dict):
@@ -393,7 +396,13 @@ def parse_config(data: Any, *, path: str = "<memory>") -> IncsyncConfig:
                 msg = f'"{err["input"]}" must match {err["ctx"]["pattern"]} (letters, digits, _ and - only)'
             problems.append(f"{_format_loc(err['loc'])}: {msg}")
         raise ConfigError(path, problems) from None
-    problems = _cross_check(cfg)
+    from incsync.limits import length_problems
+
+    problems = _cross_check(cfg) + length_problems(cfg)
+    if not problems:
+        from incsync.locations import shared_location_problems
+
+        problems = shared_location_problems(cfg, base or Path.cwd())
     if problems:
         raise ConfigError(path, problems)
     return cfg
@@ -411,7 +420,7 @@ def load_config(path: str | os.PathLike[str] | None = None) -> IncsyncConfig:
         data = yaml.load(file.read_text(), Loader=_YAML_LOADER)  # noqa: S506 - a safe loader, in C when built
     except yaml.YAMLError as exc:
         raise ConfigError(str(file), [f"not valid YAML: {exc}"]) from None
-    cfg = parse_config(data, path=str(file))
+    cfg = parse_config(data, path=str(file), base=file.resolve().parent)
     return _resolve_paths(cfg, file.resolve().parent)
 
 

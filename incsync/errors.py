@@ -39,3 +39,7 @@ class PublishError(IncsyncError):
 
 class LeaseError(PublishError):
     """Another writer published to the same (model, recipient) since this transfer read its state."""
+
+
+class OwnershipError(PublishError):
+    """A destination table or prefix belongs to another recipient: nothing was written."""

@@ -17,12 +17,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
 from incsync.errors import IncsyncError, LeaseError, SourceError
 from incsync.plan import Span, coalesce
-from incsync.staging import StagedBatch, claim, filtered_batch, stage
+from incsync.staging import StagedBatch, claim, filtered_batch, stage_by_tenant
 from incsync.transfer import (
     COLLECT_MAX_ROWS,
     OnCommit,
@@ -40,6 +39,7 @@ log = logging.getLogger(__name__)
 # over from the new state; a stale writer never publishes, it redoes its work against fresh state.
 LEASE_ATTEMPTS = 4
 MAX_PARALLEL_PUBLISHES = 4
+MAX_PARALLEL_STATE_READS = 8
 
 
 @dataclass(frozen=True)
@@ -52,7 +52,7 @@ class SpanFailure:
 
 
 class TransferFailures(IncsyncError):
-    """Several recipients of one run failed; the others committed."""
+    """Recipients of one run failed: several, or one with an error that does not name it."""
 
 
 def execute(requests: Sequence[TransferRequest], *, staging_root: Path, on_commit: OnCommit) -> list[SpanFailure]:
@@ -127,11 +127,17 @@ def _fan_out(
 ) -> list[SpanFailure]:
     failures: list[SpanFailure] = []
     prepared: list[PreparedSpan] = []
-    for span in spans:
+
+    def prepare_one(span: Span[TransferRequest]) -> PreparedSpan | SpanFailure:
         try:
-            prepared.append(prepare(span.windows, staging_root=staging_root))
+            return prepare(span.windows, staging_root=staging_root)
         except Exception as exc:  # noqa: BLE001 - e.g. an unreachable destination fails its recipient only
-            failures.append(SpanFailure(span.recipient_id, span.windows, exc))
+            return SpanFailure(span.recipient_id, span.windows, exc)
+
+    # Reading each destination's state is I/O (a Delta log, a PostgreSQL query): overlap them.
+    with ThreadPoolExecutor(max_workers=min(MAX_PARALLEL_STATE_READS, len(spans))) as pool:
+        for result in pool.map(prepare_one, spans):
+            (failures if isinstance(result, SpanFailure) else prepared).append(result)  # type: ignore[arg-type]
     if not prepared:
         return failures
     first = prepared[0].first
@@ -142,12 +148,17 @@ def _fan_out(
         try:
             count = source.count_rows_many(model=model, targets=targets, cap=COLLECT_MAX_ROWS)
             df = source.read_many(first.spark(), model=model, targets=targets, rows_hint=count)
-            staged = stage(df, shared, known_empty=count == 0, collect=count is not None and count <= COLLECT_MAX_ROWS)
+            assert model.organization_column is not None
+            schema, staged = stage_by_tenant(
+                df, shared, model.organization_column, known_empty=count == 0,
+                collect=count is not None and count <= COLLECT_MAX_ROWS,
+            )
             _check_tenants(staged, prepared)
         except Exception as exc:  # noqa: BLE001 - the shared read failed: every recipient of it fails
             return failures + [SpanFailure(p.first.recipient.id, p.requests, exc) for p in prepared]
         log.info(
-            "fan-out read of model %s: %s rows for %s recipients, staged once", model.model_name, staged.rows, len(prepared)
+            "fan-out read of model %s: %s rows for %s recipients, staged once",
+            model.model_name, sum(b.rows for b in staged.values()), len(prepared),
         )
         limits = _destination_limits(prepared)
 
@@ -155,7 +166,7 @@ def _fan_out(
             with limits[span.first.destination.name]:
                 try:
                     with claim(span.staging):
-                        publish_span(span, _share_of(staged, span), on_commit=on_commit)
+                        publish_span(span, _share_of(staged, schema, span), on_commit=on_commit)
                     return None
                 except LeaseError:
                     # Another writer committed since this span read its state: redo it alone, from fresh state.
@@ -180,38 +191,30 @@ def _destination_limits(prepared: Sequence[PreparedSpan]) -> dict[str, threading
     return limits
 
 
-def _tenant_text(staged: StagedBatch, column: str) -> pa.Array:
-    values = staged.table(columns=[column])[column]
-    return pc.cast(values, pa.string())
-
-
-def _check_tenants(staged: StagedBatch, prepared: Sequence[PreparedSpan]) -> None:
+def _check_tenants(staged: dict[str, StagedBatch], prepared: Sequence[PreparedSpan]) -> None:
     """Every staged row must belong to one of the run's recipients: a tenant value the database matched
     but incsync cannot (e.g. ``042`` against an integer 42) would otherwise be dropped silently."""
-    if staged.rows == 0:
-        return
     model = prepared[0].first.model
-    column = model.organization_column
-    assert column is not None
-    wanted = pa.array(sorted({p.first.recipient.id_in_provider_system for p in prepared}), pa.string())
-    text = _tenant_text(staged, column)
-    stray = pc.filter(text, pc.invert(pc.is_in(text, value_set=wanted)))
-    if len(stray):
+    wanted = {p.first.recipient.id_in_provider_system for p in prepared}
+    stray = sorted(v for v, batch in staged.items() if batch.rows and v not in wanted)
+    if stray:
+        column = model.organization_column
         raise SourceError(
-            f"model {model.model_name}: the source returned rows whose {column} ({pc.unique(stray)[:3].to_pylist()}) "
-            "equals none of the recipients' id_in_provider_system as written; write each id_in_provider_system "
-            f"exactly as the source stores {column} (e.g. 42, not 042)"
+            f"model {model.model_name}: the source returned rows whose {column} ({stray[:3]}) equals none of the "
+            "recipients' id_in_provider_system as written; write each id_in_provider_system exactly as the source "
+            f"stores {column} (e.g. 42, not 042)"
         )
 
 
-def _share_of(staged: StagedBatch, span: PreparedSpan) -> StagedBatch:
+def _share_of(staged: dict[str, StagedBatch], schema: pa.Schema, span: PreparedSpan) -> StagedBatch:
     """One recipient's rows of the shared read, within its own bounds (NULL last-modified rows of its
     tenant included, so its validation names them)."""
     model, recipient = span.first.model, span.first.recipient
+    mine = staged.get(recipient.id_in_provider_system)
+    if mine is None:  # no row of this tenant in the read: an empty batch with the read's schema
+        span.staging.mkdir(parents=True, exist_ok=True)
+        return StagedBatch(path=span.staging, files=(), schema=schema, rows=0, bytes=0)
     lm = model.last_modified_column
-    column = model.organization_column
-    assert column is not None
-    kind = staged.schema.field(lm).type
-    tenant = ds.field(column).cast(pa.string()) == recipient.id_in_provider_system
+    kind = mine.schema.field(lm).type
     within = (ds.field(lm) >= pa.scalar(span.bounds.lower, kind)) & (ds.field(lm) < pa.scalar(span.bounds.upper, kind))
-    return filtered_batch(staged, span.staging, tenant & (within | ds.field(lm).is_null()))
+    return filtered_batch(mine, span.staging, within | ds.field(lm).is_null())

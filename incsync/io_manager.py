@@ -58,12 +58,13 @@ class TransferIOManager(dg.ConfigurableIOManager):
 
 
 def _combined(failures: list[SpanFailure]) -> BaseException:
-    """One failure is raised as itself; several become one error naming each recipient."""
-    if len(failures) == 1:
+    """One incsync error is raised as itself; anything else, or several, becomes one error naming each recipient."""
+    if len(failures) == 1 and isinstance(failures[0].error, IncsyncError):
         return failures[0].error
     lines = [f"{f.recipient_id}: {type(f.error).__name__}: {f.error}" for f in failures]
     recipients = sorted({f.recipient_id for f in failures})
-    error = TransferFailures(f"{len(recipients)} recipient(s) failed, the others committed:\n  " + "\n  ".join(lines))
+    head = f"recipient {recipients[0]} failed" if len(failures) == 1 else f"{len(recipients)} recipients failed, the others committed"
+    error = TransferFailures(f"{head}:\n  " + "\n  ".join(lines))
     error.__cause__ = failures[0].error
     return error
 

@@ -9,6 +9,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
+from urllib.parse import unquote
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -67,6 +68,48 @@ def stage(df: DataFrame | pa.Table, path: Path, *, known_empty: bool = False, co
     schema = _utc_schema(df, ds.dataset([str(f) for f in files], format="parquet").schema if files else None)
     rows = ds.dataset([str(f) for f in files], format="parquet", schema=schema).count_rows() if files else 0
     return StagedBatch(path=path, files=files, schema=schema, rows=rows, bytes=sum(f.stat().st_size for f in files))
+
+
+TENANT_PARTITION = "__incsync_tenant"
+
+
+def stage_by_tenant(
+    df: DataFrame, path: Path, column: str, *, known_empty: bool = False, collect: bool = False
+) -> tuple[pa.Schema, dict[str, StagedBatch]]:
+    """Stage a fan-out read once, split by the tenant column's text: the schema, and a batch per tenant value.
+
+    Spark writes the split itself (``partitionBy`` on a text copy of the column, so the files keep the
+    column as it was); a small read collected through Arrow is split here. Every later step reads only
+    its tenant's files.
+    """
+    path.mkdir(parents=True, exist_ok=True)
+    if known_empty:
+        return spark_parquet_schema(df), {}
+    if collect:
+        schema = spark_parquet_schema(df)
+        table = df.toArrow().cast(schema)
+        text = pc.cast(table[column], pa.string())
+        return schema, {
+            str(value): _stage_arrow(table.filter(pc.equal(text, value)), path / f"t{i:05d}", schema=schema)
+            for i, value in enumerate(pc.unique(text).to_pylist())
+        }
+    from pyspark.sql import functions as F
+
+    (
+        df.withColumn(TENANT_PARTITION, F.col(column).cast("string"))
+        .write.mode("overwrite").option("outputTimestampType", "TIMESTAMP_MICROS")
+        .partitionBy(TENANT_PARTITION).parquet(str(path))
+    )
+    folders = sorted(p for p in path.glob(f"{TENANT_PARTITION}=*") if p.is_dir())
+    files = {f: tuple(sorted(f.glob("*.parquet"))) for f in folders}
+    first = next((fs[0] for fs in files.values() if fs), None)
+    schema = _utc_schema(df, ds.dataset([str(first)], format="parquet").schema if first else None)
+    batches = {}
+    for folder, parts in files.items():
+        rows = ds.dataset([str(f) for f in parts], format="parquet", schema=schema).count_rows() if parts else 0
+        value = unquote(folder.name.split("=", 1)[1])  # Spark escapes path characters as %XX
+        batches[value] = StagedBatch(path=folder, files=parts, schema=schema, rows=rows, bytes=sum(f.stat().st_size for f in parts))
+    return schema, batches
 
 
 def _stage_arrow(table: pa.Table, path: Path, *, schema: pa.Schema | None = None) -> StagedBatch:

@@ -141,6 +141,8 @@ class PreparedSpan:
 def full_refresh_reason(request: TransferRequest, state: DestinationState) -> str | None:
     if request.full_refresh:
         return "requested"
+    if state.reset_reason:  # data and transfer log disagree: never continue from a stale HW
+        return state.reset_reason
     if state.last_transfer is not None and state.last_transfer.fingerprint != request.fingerprint:
         return f"model_changed ({state.last_transfer.fingerprint} -> {request.fingerprint})"
     return None
@@ -177,6 +179,15 @@ def prepare(requests: Sequence[TransferRequest], *, staging_root: Path) -> Prepa
             lookback_seconds=first.lookback_seconds,
             scheduled=first.scheduled,
         )
+        if first.scheduled and state.last_transfer is None and first.partition.start > max(start_r, first.grid_start):
+            # A schedule tick finds no transfer record past the recipient's first window: a destination
+            # wiped whole (folder, schema or prefix deleted) or a recipient whose backfill never ran.
+            # Reading only this tick's windows would leave everything before them out, silently.
+            reason = "no_transfer_record (the destination holds no transfer: re-synced from the recipient's start)"
+    if reason and bounds.reason != "full_refresh":
+        previous_hw = None
+        upper = max(last.partition.end, open_window_end(model, datetime.now(UTC)))
+        bounds = Bounds(lower=min(start_r, upper), upper=upper, lookback_seconds=first.lookback_seconds, reason="full_refresh")
     remove_stale_staging(staging_root, model, recipient)
     transfer_id = new_transfer_id()
     staging = staging_root / f"{model.model_name}-{recipient.id}-{transfer_id}"

@@ -85,8 +85,9 @@ def test_first_window_exact_rows_and_metadata(project: Path, dagster_instance) -
         "transfer_type": "INCREMENTAL",
         "destination": "acme_delta",
         "recipient": "acme",
-        "delta_table_version": 0,
+        "delta_table_version": 1,  # version 0 is the owner stamp's commit
         "delta_table_path": str(project.parent / "out" / "acme" / "orders"),
+        "destination_owner": "acme",
     }
     history = DeltaTable(str(project.parent / "out" / "acme" / "orders")).history(1)[0]
     record = TransferRecord.from_json(history[RECORD_KEY])

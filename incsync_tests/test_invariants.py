@@ -110,13 +110,20 @@ class ReferenceDestination:
 
     rows: dict[int, Row] = field(default_factory=dict)
     high_watermark: int | None = None
+    transferred: bool = False  # a transfer record exists (an empty batch records one with no HW)
+
+    def resyncs(self, *, start_r: int, window: int, scheduled: bool) -> bool:
+        """A schedule tick that finds no transfer record past the recipient's first window re-syncs from its start."""
+        first = (window <= start_r) or (start_r < GRID0 and window == GRID0)
+        return scheduled and not self.transferred and not first
 
     def bounds(
         self, *, start_r: int, window: int, scheduled: bool, full_refresh: bool, last_window: int | None = None
     ) -> tuple[int, int]:
         """The bounds of one transfer over the contiguous windows ``window`` .. ``last_window``."""
         s, e = window, (window if last_window is None else last_window) + WINDOW
-        if full_refresh:  # reload from the recipient's start to the end of the (wall clock's) open window
+        if full_refresh or self.resyncs(start_r=start_r, window=window, scheduled=scheduled):
+            # reload from the recipient's start to the end of the (wall clock's) open window
             return start_r, max(e, (time.time_ns() // 1000 // WINDOW + 1) * WINDOW)
         first = (s <= start_r < e) or (start_r < GRID0 and s == GRID0)
         hw = self.high_watermark
@@ -132,6 +139,7 @@ class ReferenceDestination:
         self, source: dict[int, Row], *, tenant: str, start_r: int, window: int, scheduled: bool, full_refresh: bool,
         last_window: int | None = None,
     ) -> Expected:
+        full_refresh = full_refresh or self.resyncs(start_r=start_r, window=window, scheduled=scheduled)
         lower, upper = self.bounds(
             start_r=start_r, window=window, scheduled=scheduled, full_refresh=full_refresh, last_window=last_window
         )
@@ -150,10 +158,11 @@ class ReferenceDestination:
                 if old is None or row[3] >= old[3]:  # replaced only by a newer or equal last-modified
                     self.rows[key] = row
         self.high_watermark = hw
+        self.transferred = True
         return Expected(lower, upper, len(batch), delta, hw, full_refresh)
 
     def peek(self, source: dict[int, Row], **kwargs: Any) -> Expected:
-        copy = ReferenceDestination(rows=dict(self.rows), high_watermark=self.high_watermark)
+        copy = ReferenceDestination(rows=dict(self.rows), high_watermark=self.high_watermark, transferred=self.transferred)
         return copy.transfer(source, **kwargs)
 
 
@@ -297,7 +306,7 @@ class TransferMachine(RuleBasedStateMachine):
             assert meta["delta_rows_transferred"] == expected.delta_rows
             hw_epoch = None if expected.high_watermark is None else expected.high_watermark // S
             assert meta["high_watermark_epoch_seconds"] == hw_epoch
-            assert meta["transfer_type"] == ("FULL_REFRESH" if full_refresh else "INCREMENTAL")
+            assert meta["transfer_type"] == ("FULL_REFRESH" if expected.full_refresh else "INCREMENTAL")
             assert (meta["lower_bound"], meta["upper_bound"]) == (expected.lower / S, expected.upper / S)
         else:
             outcome = run_transfer(self.request(rid, window_key, scheduled=scheduled, full_refresh=full_refresh), staging_root=self.staging)

@@ -150,3 +150,26 @@ def test_a_malformed_dsn_is_not_echoed(tmp_path: Path, monkeypatch: pytest.Monke
     with pytest.raises(ConfigError, match=rf"\${PG_DSN_ENV} is not a PostgreSQL connection string") as info:
         Target(config).state()
     assert "s3cret-pw" not in str(info.value)
+
+
+def test_a_replayed_or_unchanged_batch_updates_no_row_and_a_changed_value_at_equal_time_does(pg: None, tmp_path: Path) -> None:
+    rows = [{**ROW, "id": i} for i in (1, 2, 3)]
+    config = _config(tmp_path, rows)
+    run(config, "2024-01-01", scheduled=False)
+    target = Target(config)
+
+    def versions() -> dict[int, str]:
+        with target.destination._connect() as conn:
+            return dict(conn.execute("SELECT id, xmin::text FROM acme.orders").fetchall())
+
+    before = versions()
+    replay = run(config, "2024-01-01", scheduled=False)
+    assert versions() == before  # no row rewritten: no new tuple version, no WAL, no dead rows
+    assert (replay.record.rows_transferred, replay.destination_metadata["postgres_rows_written"]) == (3, 0)
+
+    write_table(tmp_path / "src", "orders", [rows[0], {**rows[1], "small": 8}, rows[2]], schema=TYPED)
+    changed = run(config, "2024-01-01", scheduled=False)
+    after = versions()
+    assert changed.destination_metadata["postgres_rows_written"] == 1
+    assert [k for k in before if after[k] != before[k]] == [2]
+    assert [r["small"] for r in target.rows()] == [7, 8, 7]

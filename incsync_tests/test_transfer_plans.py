@@ -112,7 +112,7 @@ def test_a_transfer_larger_than_max_rows_per_batch_commits_whole_windows_in_orde
 
     assert result.success
     table = DeltaTable(str(tmp_path / "out" / "acme" / "orders"))
-    assert table.version() == 2  # three commits: Jan 1 | Jan 2-4 | Jan 5
+    assert table.version() == 3  # the owner stamp (version 0), then three commits: Jan 1 | Jan 2-4 | Jan 5
     md = metadata_by_partition(dagster_instance)
     got = [(md[f"acme|2024-01-0{d}"]["transfer_batch"], md[f"acme|2024-01-0{d}"]["rows_transferred"],
             md[f"acme|2024-01-0{d}"]["high_watermark"]) for d in range(1, 6)]
@@ -177,3 +177,51 @@ def test_a_run_with_no_changed_rows_rewrites_no_delta_file(spark, tmp_path: Path
     assert dt.history(1)[0]["operation"] != "MERGE"  # the transfer is recorded in a commit with no data
     md = metadata_by_partition(dagster_instance)["acme|2024-01-02"]
     assert (md["rows_transferred"], md["delta_rows_transferred"]) == (5, 0)
+
+
+def test_a_full_refresh_over_many_windows_is_one_transfer_published_once(spark, tmp_path: Path, dagster_instance) -> None:
+    """Faults issue, item 2: each window used to publish its own full refresh, leaving only the last one."""
+    write_table(tmp_path / "src", "orders", [order(1, "org_1", ts(1, 1)), order(2, "org_1", ts(2, 1)), order(3, "org_1", ts(3, 1))])
+    config = lake_config(tmp_path)
+    assert run_range(config, dagster_instance, ("2024-01-01", "acme"), ("2024-01-03", "acme")).success
+    table = tmp_path / "out" / "acme" / "orders"
+    version = DeltaTable(str(table)).version()
+    write_table(tmp_path / "src", "orders", [order(1, "org_1", ts(1, 1), status="fixed"), order(3, "org_1", ts(3, 1)),
+                                             order(4, "org_1", ts(4, 1))])
+
+    result = run_range(config, dagster_instance, ("2024-01-02", "acme"), ("2024-01-03", "acme"),
+                       tags={"incsync/full_refresh": "true"})
+
+    assert result.success
+    dt = DeltaTable(str(table))
+    assert dt.version() == version + 1 and dt.history(1)[0]["operation"] == "WRITE"  # one overwrite commit
+    # Everything from the recipient's start to now (row 2 was deleted at the source; row 4 lies after the run's windows).
+    assert [(r["id"], r["status"]) for r in delta_rows(table)] == [(1, "fixed"), (3, "new"), (4, "new")]
+    md = metadata_by_partition(dagster_instance)
+    got = [(md[f"acme|2024-01-0{d}"]["transfer_type"], md[f"acme|2024-01-0{d}"]["rows_transferred"]) for d in (2, 3)]
+    assert got == [("FULL_REFRESH", 1), ("FULL_REFRESH", 2)]  # the first window holds what lies below it too
+    assert md["acme|2024-01-02"]["lower_bound"] == ts(1).timestamp()
+    assert md["acme|2024-01-02"]["full_refresh_reason"] == "requested"
+
+
+def test_a_fan_out_staged_by_spark_splits_by_tenant_even_with_path_characters_in_its_values(
+    spark, tmp_path: Path, dagster_instance, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import incsync.execute
+
+    monkeypatch.setattr(incsync.execute, "COLLECT_MAX_ROWS", 0)  # every read goes through Spark's partitioned write
+    tenants = {"acme": "org/1 a=b%", "globex": "Org 2", "initech": "org_3"}
+    write_table(tmp_path / "src", "orders", [
+        order(1, tenants["acme"], ts(1, 1)), order(2, tenants["acme"], ts(2, 1)), order(3, tenants["globex"], ts(2, 2)),
+        order(4, "org 2", ts(2, 3)),  # not globex: another case
+    ])
+    recipients = [{"id": rid, "id_in_provider_system": org, "destination": f"{rid}_delta"} for rid, org in tenants.items()]
+    config = lake_config(tmp_path, recipients=recipients)
+    dagster_instance.add_dynamic_partitions(RECIPIENTS_PARTITIONS, list(tenants))
+
+    result = run_range(config, dagster_instance, ("2024-01-01", "acme"), ("2024-01-02", "initech"))
+
+    assert result.success
+    assert [r["id"] for r in delta_rows(tmp_path / "out" / "acme" / "orders")] == [1, 2]
+    assert [r["organization_id"] for r in delta_rows(tmp_path / "out" / "globex" / "orders")] == ["Org 2"]
+    assert delta_rows(tmp_path / "out" / "initech" / "orders") == []

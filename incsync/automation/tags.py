@@ -31,6 +31,10 @@ class TagError(InputError):
 
 
 def validate_tag(key: str, value: str) -> tuple[str, str]:
+    from incsync.limits import tag_length_problem
+
+    if problem := tag_length_problem(key, value):
+        raise TagError(problem)
     for what, text in (("key", key), ("value", value)):
         if not _ID_RE.match(text):
             raise TagError(

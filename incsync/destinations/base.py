@@ -55,6 +55,9 @@ class DestinationState:
 
     last_transfer: TransferRecord | None = None
     version: str | None = None  # an opaque token the publish checks to refuse stale writers
+    # Set when the destination's data and its transfer log disagree (data dropped, emptied or deleted while
+    # the log stays, or the log gone while data stays): the next transfer re-syncs from the recipient's start.
+    reset_reason: str | None = None
 
     @property
     def high_watermark(self) -> datetime | None:
@@ -87,9 +90,29 @@ class Destination(ABC):
         Raises LeaseError when the state moved since ``expected`` was read.
         """
 
+    def transfer_ownership(self, *, model: ModelConfig, recipient: RecipientConfig, reason: str) -> object | None:
+        """Stamp ``recipient`` as the owner of the model's table or prefix (an explicit move, logged in the
+        destination); return the previous owner, if any."""
+        raise NotImplementedError(f"{self.kind} destinations cannot transfer ownership")
+
     @abstractmethod
     def read_rows(self, *, model: ModelConfig, recipient: RecipientConfig) -> pa.Table:
         """Everything a reader of the destination sees for (model, recipient)."""
+
+
+def reset_reason(where: str, record: TransferRecord | None, *, has_data: bool, missing: str | None = None) -> str | None:
+    """Why ``where`` must be re-synced from the start, or None when its data and transfer log agree.
+
+    A log whose high watermark is set promises rows; data without a log of this recipient cannot be continued.
+    """
+    if missing:
+        return f"destination_reset: {missing}"
+    if record is not None and record.high_watermark_micros is not None and not has_data:
+        return (f"destination_reset: {where} holds no rows, but its transfer log records transfer {record.transfer_id} "
+                f"up to {record.high_watermark.isoformat()}")  # type: ignore[union-attr]
+    if record is None and has_data:
+        return f"destination_reset: {where} holds rows but no transfer record of this recipient"
+    return None
 
 
 def hw_micros(ts: datetime | None) -> int | None:

@@ -11,27 +11,38 @@ import json
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
+from urllib.parse import unquote
 
 import pyarrow as pa
-from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
+from deltalake import CommitProperties, DeltaTable, write_deltalake
 from deltalake.exceptions import CommitFailedError, TableNotFoundError
 
 from incsync.config import DeltaDestinationConfig, ModelConfig, RecipientConfig
 from incsync.crashpoints import crash_point
-from incsync.destinations.base import FULL_REFRESH, Destination, DestinationState, TransferRecord
+from incsync.destinations.base import FULL_REFRESH, Destination, DestinationState, TransferRecord, reset_reason
 from incsync.destinations.delta_rewrite import merged_rows, widened_schema
+from incsync.destinations.delta_state import RECORD_KEY, find_record, transactions
+from incsync.destinations.delta_state import app_id as delta_app_id
+from incsync.destinations.ownership import METADATA_KEY as OWNER_KEY
+from incsync.destinations.ownership import (
+    OWNER_PROPERTY,
+    OWNERSHIP_LOG_KEY,
+    Owner,
+    check_owner,
+    now_iso,
+    owner_of,
+    refuse_unstamped,
+)
 from incsync.errors import LeaseError, PublishError
 from incsync.schema_change import SchemaDiff, arrow_diff, change_metadata, incompatible_error
 from incsync.staging import StagedBatch
 
-RECORD_KEY = "incsync.transfer"
-HISTORY_SCAN = 100
 # Commits of other recipients to the same table make a publish re-check its lease and try again.
 PUBLISH_ATTEMPTS = 8
 
 
 def app_id(model: ModelConfig, recipient: RecipientConfig) -> str:
-    return f"incsync:{model.model_name}:{recipient.id}"
+    return delta_app_id(model.model_name, recipient.id)
 
 
 def _quote(column: str) -> str:
@@ -57,21 +68,34 @@ class DeltaDestination(Destination):
             return None
 
     def read_state(self, *, model: ModelConfig, recipient: RecipientConfig) -> DestinationState:
-        return self._state(self._table(model), model=model, recipient=recipient)
+        """The last transfer, checked against the table's data (DESIGN: a reset destination is re-synced)."""
+        dt = self._table(model)
+        path = self.table_path(model)
+        if dt is None:
+            if "://" not in path and any(Path(path).rglob("*.parquet")):
+                return DestinationState(reset_reason=f"destination_reset: {path} holds data files but no Delta log")
+            return DestinationState()
+        state = self._state(dt, model=model, recipient=recipient)
+        actions = pa.table(dt.get_add_actions(flatten=False)).select(["path", "num_records"]).to_pydict()
+        rows = actions["num_records"]
+        has_data = any(n is None or n > 0 for n in rows)
+        missing = None
+        if "://" not in path:
+            gone = [p for p in actions["path"] if not (Path(path) / unquote(p)).exists()]
+            if gone:
+                missing = f"{len(gone)} data file(s) of Delta table {path} are missing (e.g. {gone[0]})"
+        raw = dt.metadata().configuration.get(OWNER_PROPERTY)
+        last_id = state.last_transfer.transfer_id if state.last_transfer else None
+        missing = (Owner.from_json(raw).moved_reason(last_id) if raw else None) or missing
+        reason = reset_reason(f"Delta table {path}", state.last_transfer, has_data=has_data, missing=missing)
+        return replace(state, reset_reason=reason) if reason else state
 
     def _state(self, dt: DeltaTable | None, *, model: ModelConfig, recipient: RecipientConfig) -> DestinationState:
         """The last transfer of (model, recipient) as of the version ``dt`` was loaded at."""
         if dt is None:
             return DestinationState()
-        version = str(dt.version())
-        for commit in dt.history(limit=HISTORY_SCAN):
-            raw = commit.get(RECORD_KEY)
-            if raw is None:
-                continue
-            record = TransferRecord.from_json(raw if isinstance(raw, str) else json.dumps(raw))
-            if record.recipient_id == recipient.id and record.model_name == model.model_name:
-                return DestinationState(last_transfer=record, version=version)
-        return DestinationState(version=version)
+        record = find_record(dt, model=model.model_name, recipient=recipient.id)
+        return DestinationState(last_transfer=record, version=str(dt.version()))
 
     def publish(
         self,
@@ -82,24 +106,31 @@ class DeltaDestination(Destination):
         record: TransferRecord,
         expected: DestinationState,
     ) -> dict[str, object]:
-        txns = [Transaction(app_id(model, recipient), record.high_watermark_micros)] if record.high_watermark_micros is not None else []
-        # max_commit_retries=0 turns each commit into a compare-and-swap on the table version the
-        # lease was checked at: delta-rs refuses the commit when any other writer committed since.
-        props = CommitProperties(
-            custom_metadata={RECORD_KEY: record.to_json()}, app_transactions=txns, max_commit_retries=0
-        )
         path = self.table_path(model)
         where = f"model {model.model_name}, recipient {recipient.id}"
         refresh = record.transfer_type == FULL_REFRESH
+        me = owner_of(model, recipient)
         for _ in range(PUBLISH_ATTEMPTS):
             dt = self._table(model)
+            if dt is None:
+                self._create(path, batch.schema, me, transfer_id=record.transfer_id)
+                continue
+            if self._claim(dt, me, model=model, recipient=recipient, transfer_id=record.transfer_id):
+                continue  # the adoption stamp committed a version of its own: publish against the new one
             self._check_lease(dt, model=model, recipient=recipient, expected=expected)
-            change = SchemaDiff() if dt is None else arrow_diff(pa.schema(dt.schema().to_arrow()), batch.schema)
+            change = arrow_diff(pa.schema(dt.schema().to_arrow()), batch.schema)
             if change.incompatible and not refresh:
                 raise incompatible_error(where, path, change.incompatible, model=model.model_name, recipient=recipient.id)
+            # max_commit_retries=0 turns each commit into a compare-and-swap on the table version the
+            # lease was checked at: delta-rs refuses the commit when any other writer committed since,
+            # so the record's commit is exactly the next version, which its transactions point at.
+            props = CommitProperties(
+                custom_metadata={RECORD_KEY: record.to_json()},
+                app_transactions=transactions(record, commit_version=dt.version() + 1), max_commit_retries=0,
+            )
             try:
-                if dt is None:
-                    write_deltalake(path, _reader(batch), mode="append", commit_properties=props, configuration=self._layout())
+                if dt.version() == 0 and not refresh and not dt.file_uris():
+                    write_deltalake(dt, _reader(batch), mode="append", commit_properties=props)  # the stamped, empty table
                 elif refresh:
                     same = _same_columns(dt.schema().to_arrow(), batch.schema)
                     write_deltalake(
@@ -113,14 +144,12 @@ class DeltaDestination(Destination):
             except CommitFailedError:
                 continue  # another writer committed after the lease check: check again at the new version
             except Exception as exc:  # delta-rs raises several unrelated types; name the table and keep the cause
-                if dt is None and self._table(model) is not None:
-                    continue  # another writer created the table first
                 raise PublishError(
                     f"{where}: Delta publish to {path} failed and nothing was committed: {exc}"
                 ) from exc
             # A full refresh overwrites the schema: columns the source dropped are gone, not kept.
             applied = replace(change, dropped=()) if refresh else change
-            return {"delta_table_version": DeltaTable(path).version(), "delta_table_path": path,
+            return {"delta_table_version": DeltaTable(path).version(), "delta_table_path": path, OWNER_KEY: recipient.id,
                     **change_metadata(change, applied, replaced=refresh)}
         raise LeaseError(
             f"{where}: {path} changed under {PUBLISH_ATTEMPTS} publish "
@@ -140,6 +169,77 @@ class DeltaDestination(Destination):
     def _layout(self) -> dict[str, str | None]:
         """Table properties of a new table: files small enough that a MERGE rewrites only a few of them."""
         return {"delta.targetFileSize": str(self.config.target_file_size)}
+
+    def _where(self, model: ModelConfig) -> str:
+        return f"Delta table {self.table_path(model)} (destination {self.name})"
+
+    def _create(self, path: str, schema: pa.Schema, owner: Owner, *, transfer_id: str) -> None:
+        """Create the empty table stamped with its owner; the first transfer commits into it next.
+
+        delta-rs accepts custom table properties only when creating a table or altering one, never in a
+        data commit, so the stamp's commit (version 0) precedes the first transfer's.
+        """
+        log = {"owner": owner.to_json(), "previous": None, "reason": f"first transfer {transfer_id}", "at": now_iso()}
+        try:
+            DeltaTable.create(
+                path, schema=schema, mode="error", configuration={**self._layout(), OWNER_PROPERTY: owner.to_json()},
+                raise_if_key_not_exists=False,
+                commit_properties=CommitProperties(custom_metadata={OWNERSHIP_LOG_KEY: json.dumps(log)}),
+            )
+        except Exception:  # noqa: BLE001 - another writer created it first: the caller reloads and checks its stamp
+            if self._table_at(path) is None:
+                raise
+
+    def _table_at(self, path: str) -> DeltaTable | None:
+        try:
+            return DeltaTable(path)
+        except TableNotFoundError:
+            return None
+
+    def _claim(
+        self, dt: DeltaTable, me: Owner, *, model: ModelConfig, recipient: RecipientConfig, transfer_id: str
+    ) -> bool:
+        """Refuse a table of another recipient; stamp an unstamped one whose log names only ``me``.
+
+        Returns True when it committed the adoption stamp (the caller must reload the table).
+        """
+        raw = dt.metadata().configuration.get(OWNER_PROPERTY)
+        if raw is not None:
+            check_owner(Owner.from_json(raw), me, where=self._where(model))
+            return False
+        named = {r.recipient_id for r in _records(dt.history())}
+        if dt.transaction_version(app_id(model, recipient)) is not None:
+            named.add(recipient.id)
+        others = sorted(named - {recipient.id})
+        if others or recipient.id not in named:
+            raise refuse_unstamped(me, where=self._where(model), others=others)
+        try:
+            self._stamp(dt, me, previous=None, reason=f"adopted by transfer {transfer_id}: its log names only {recipient.id}")
+        except CommitFailedError:
+            pass  # another writer committed first: the caller reloads and checks again
+        return True
+
+    def _stamp(self, dt: DeltaTable, owner: Owner, *, previous: Owner | None, reason: str) -> None:
+        log = {"owner": owner.to_json(), "previous": previous.to_json() if previous else None, "reason": reason, "at": now_iso()}
+        dt.alter.set_table_properties(
+            {OWNER_PROPERTY: owner.to_json()}, raise_if_not_exists=False,
+            commit_properties=CommitProperties(custom_metadata={OWNERSHIP_LOG_KEY: json.dumps(log)}, max_commit_retries=0),
+        )
+
+    def owner(self, model: ModelConfig) -> Owner | None:
+        dt = self._table(model)
+        raw = dt.metadata().configuration.get(OWNER_PROPERTY) if dt is not None else None
+        return None if raw is None else Owner.from_json(raw)
+
+    def transfer_ownership(self, *, model: ModelConfig, recipient: RecipientConfig, reason: str) -> Owner | None:
+        dt = self._table(model)
+        if dt is None:
+            raise PublishError(f"model {model.model_name}: {self._where(model)} does not exist; there is nothing to move")
+        previous = self.owner(model)
+        last = self._state(dt, model=model, recipient=recipient).last_transfer
+        new = replace(owner_of(model, recipient), moved=last.transfer_id if last else "")
+        self._stamp(dt, new, previous=previous, reason=reason)
+        return previous
 
     def _merge(self, dt: DeltaTable, *, model: ModelConfig, batch: StagedBatch, props: CommitProperties) -> None:
         before = dt.version()
@@ -173,6 +273,13 @@ class DeltaDestination(Destination):
     def read_rows(self, *, model: ModelConfig, recipient: RecipientConfig) -> pa.Table:
         dt = self._table(model)
         return dt.to_pyarrow_table() if dt is not None else pa.table({})
+
+
+def _records(history: list[dict]) -> Iterator[TransferRecord]:
+    for commit in history:
+        raw = commit.get(RECORD_KEY)
+        if raw is not None:
+            yield TransferRecord.from_json(raw if isinstance(raw, str) else json.dumps(raw))
 
 
 def _reader(batch: StagedBatch) -> pa.RecordBatchReader:

@@ -38,7 +38,9 @@ import pyarrow.parquet as pq
 
 from incsync.config import ModelConfig, ObjectStorageDestinationConfig, RecipientConfig
 from incsync.crashpoints import crash_point
-from incsync.destinations.base import FULL_REFRESH, Destination, DestinationState, TransferRecord
+from incsync.destinations.base import FULL_REFRESH, Destination, DestinationState, TransferRecord, reset_reason
+from incsync.destinations.ownership import METADATA_KEY as OWNER_KEY
+from incsync.destinations.ownership import OWNER_FILE, Owner, check_owner, now_iso, owner_of
 from incsync.errors import ConfigError, LeaseError, PublishError
 from incsync.schema_change import SchemaDiff, arrow_diff, change_metadata, conform, incompatible_error
 from incsync.staging import StagedBatch
@@ -163,10 +165,27 @@ class ObjectStorageDestination(Destination):
         self.log = TransferLog(self.root, private=config.disable_manifest)
 
     def read_state(self, *, model: ModelConfig, recipient: RecipientConfig) -> DestinationState:
+        """The newest manifest, checked against the files: manifests or data files deleted mean a re-sync."""
         manifest = self.log.newest(model.model_name, recipient.id)
+        where = f"prefix {self.root / model.model_name / f'recipient={recipient.id}'}"
+        stamp = self.owner(model, recipient)
+        moved = stamp.moved_reason(manifest["transfer_id"] if manifest else None) if stamp else None
+        if moved:
+            record = TransferRecord(**manifest["transfer_record"]) if manifest else None
+            return DestinationState(last_transfer=record, version=str(manifest["sequence"]) if manifest else None,
+                                    reset_reason=f"destination_reset: {moved}")
         if manifest is None:
-            return DestinationState()
-        return DestinationState(last_transfer=TransferRecord(**manifest["transfer_record"]), version=str(manifest["sequence"]))
+            pointer = self.log.pointer(model.model_name, recipient.id)
+            if pointer.exists():
+                return DestinationState(reset_reason=f"destination_reset: the manifests of {where} were deleted ({pointer} "
+                                        "names one that is gone)")
+            has_data = any((self.root / model.model_name / f"recipient={recipient.id}").glob("dt=*/*.parquet"))
+            return DestinationState(reset_reason=reset_reason(where, None, has_data=has_data))
+        gone = [k for k in self._live_files(model, recipient, manifest) if not (self.root / k).exists()]
+        missing = f"{len(gone)} data file(s) of manifest {manifest['manifest_file_key']} are missing (e.g. {gone[0]})" if gone else None
+        record = TransferRecord(**manifest["transfer_record"])
+        return DestinationState(last_transfer=record, version=str(manifest["sequence"]),
+                                reset_reason=reset_reason(where, record, has_data=True, missing=missing))
 
     @contextmanager
     def _lock(self, model: ModelConfig, recipient: RecipientConfig) -> Iterator[None]:
@@ -210,10 +229,15 @@ class ObjectStorageDestination(Destination):
                 [previous, batch.schema], promote_options="permissive")
             # A full refresh supersedes the earlier manifests: columns the source dropped are gone, not kept.
             metadata = change_metadata(change, replace(change, dropped=()) if refresh else change, replaced=refresh)
+            me = owner_of(model, recipient)
+            stamp = self.owner(model, recipient)
+            check_owner(stamp, me, where=self._where(model, recipient))
             try:
-                return self._publish(model=model, recipient=recipient, batch=batch, record=record,
-                                     sequence=int(expected.version or 0) + 1, reader_schema=combined,
-                                     schema_metadata=metadata)
+                if stamp is None:  # first transfer (or one written before stamps): stamped before its manifest
+                    self._stamp(me, previous=None, reason=f"first transfer {record.transfer_id}")
+                return {**self._publish(model=model, recipient=recipient, batch=batch, record=record,
+                                        sequence=int(expected.version or 0) + 1, reader_schema=combined,
+                                        schema_metadata=metadata), OWNER_KEY: recipient.id}
             except OSError as exc:
                 raise PublishError(
                     f"model {model.model_name}, recipient {recipient.id}: writing to {self.root} failed and no manifest "
@@ -231,6 +255,51 @@ class ObjectStorageDestination(Destination):
         manifests = committed_manifests(self.root, model.model_name, recipient.id, private=self.config.disable_manifest)
         schemas = [pq.read_schema(self.root / f["data_file_key"]) for m in manifests for f in m["files"]]
         return pa.unify_schemas(schemas, promote_options="permissive") if schemas else None
+
+    def _live_files(self, model: ModelConfig, recipient: RecipientConfig, newest: dict) -> list[str]:
+        """The data files a reader of (model, recipient) reads: the newest manifest's, plus those the
+        pointer lists for the manifests since the last full refresh (rebuilt from the manifests when the
+        pointer is behind, after a crash, or was written before it kept the list)."""
+        keys = [f["data_file_key"] for f in newest["files"]]
+        if newest["transfer_type"] == FULL_REFRESH:
+            return keys
+        hint = self.log._load(self.log.pointer(model.model_name, recipient.id)) or {}
+        if hint.get("sequence") == newest["sequence"] and "live_files" in hint:
+            return hint["live_files"]
+        if hint.get("sequence") == newest["sequence"] - 1 and "live_files" in hint:
+            return hint["live_files"] + keys
+        manifests = committed_manifests(self.root, model.model_name, recipient.id, private=self.config.disable_manifest)
+        return [f["data_file_key"] for m in manifests for f in m["files"]]
+
+    def _stamp_path(self, model: str, recipient: str) -> Path:
+        return self.root / model / f"recipient={recipient}" / OWNER_FILE
+
+    def _where(self, model: ModelConfig, recipient: RecipientConfig) -> str:
+        return f"object-storage prefix {self.root / model.model_name / f'recipient={recipient.id}'} (destination {self.name})"
+
+    def owner(self, model: ModelConfig, recipient: RecipientConfig) -> Owner | None:
+        try:
+            return Owner.from_json(self._stamp_path(model.model_name, recipient.id).read_text())
+        except FileNotFoundError:
+            return None
+
+    def _stamp(self, owner: Owner, *, previous: Owner | None, reason: str) -> None:
+        path = self._stamp_path(owner.model, owner.recipient)
+        try:
+            history = json.loads(path.read_text()).get("history", [])
+        except FileNotFoundError:
+            history = []
+        history.append({"owner": json.loads(owner.to_json()), "previous": json.loads(previous.to_json()) if previous else None,
+                        "reason": reason, "at": now_iso()})
+        _atomic_write(path, json.dumps({**json.loads(owner.to_json()), "history": history}, indent=1))
+
+    def transfer_ownership(self, *, model: ModelConfig, recipient: RecipientConfig, reason: str) -> Owner | None:
+        with self._lock(model, recipient):
+            previous = self.owner(model, recipient)
+            last = self.log.newest(model.model_name, recipient.id)
+            new = replace(owner_of(model, recipient), moved=last["transfer_id"] if last else "")
+            self._stamp(new, previous=previous, reason=reason)
+        return previous
 
     def _publish(
         self, *, model: ModelConfig, recipient: RecipientConfig, batch: StagedBatch, record: TransferRecord, sequence: int,
@@ -279,7 +348,8 @@ class ObjectStorageDestination(Destination):
         }
         _atomic_write(self.root / key, json.dumps(manifest, indent=1, sort_keys=True))
         crash_point("after_manifest")
-        pointer = {"manifest_file_key": key, "sequence": sequence, "transfer_id": record.transfer_id}
+        pointer = {"manifest_file_key": key, "sequence": sequence, "transfer_id": record.transfer_id,
+                   "live_files": self._live_files(model, recipient, manifest)}
         _atomic_write(self.log.pointer(model.model_name, recipient.id), json.dumps(pointer))
         return {"manifest_file_key": key, "files_written": len(files), **schema_metadata}
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import io
 import json
 import os
+from dataclasses import replace
 from collections.abc import Iterator
 from datetime import datetime
 
@@ -25,9 +26,11 @@ from psycopg.conninfo import conninfo_to_dict
 
 from incsync.config import ModelConfig, PostgresDestinationConfig, RecipientConfig
 from incsync.crashpoints import crash_point
-from incsync.destinations.base import FULL_REFRESH, Destination, DestinationState, TransferRecord
+from incsync.destinations.base import FULL_REFRESH, Destination, DestinationState, TransferRecord, reset_reason
+from incsync.destinations.ownership import METADATA_KEY as OWNER_KEY
+from incsync.destinations.ownership import Owner, owner_of, pg_claim, pg_owner, pg_stamp
 from incsync.destinations.postgres_schema import Evolution, evolve, register
-from incsync.errors import ConfigError, LeaseError, PublishError, SchemaError
+from incsync.errors import ConfigError, LeaseError, OwnershipError, PublishError, SchemaError
 from incsync.schema_change import SchemaDiff
 from incsync.staging import StagedBatch
 
@@ -150,9 +153,18 @@ class PostgresDestination(Destination):
         return f"{self.schema}.{model.model_name}"
 
     def read_state(self, *, model: ModelConfig, recipient: RecipientConfig) -> DestinationState:
+        """The last transfer, checked against the table (dropped or emptied while the log stays, or the reverse)."""
         with self._connect() as conn:
             record = self._last_record(conn, model=model, recipient=recipient)
-        return DestinationState(last_transfer=record, version=record.transfer_id if record else None)
+            exists = self._columns(conn, model.model_name) is not None
+            has_data = exists and bool(conn.execute(
+                sql.SQL("SELECT EXISTS (SELECT 1 FROM {})").format(self._ident(model.model_name))).fetchone()[0])
+            stamp = pg_owner(conn, self.schema, model.model_name)
+        missing = stamp.moved_reason(record.transfer_id if record else None) if stamp else None
+        if not missing and record is not None and record.high_watermark_micros is not None and not exists:
+            missing = f"table {self.table_name(model)} was dropped while its transfer log records transfer {record.transfer_id}"
+        reason = reset_reason(f"table {self.table_name(model)}", record, has_data=has_data, missing=missing)
+        return DestinationState(last_transfer=record, version=record.transfer_id if record else None, reset_reason=reason)
 
     def _last_record(self, conn: psycopg.Connection, *, model: ModelConfig, recipient: RecipientConfig) -> TransferRecord | None:
         if self._columns(conn, TRANSFERS_TABLE) is None:
@@ -199,13 +211,14 @@ class PostgresDestination(Destination):
                 conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(self.schema)))
                 conn.execute(sql.SQL(_TRANSFERS_DDL).format(table=self._ident(TRANSFERS_TABLE)))
                 self._check_lease(conn, model=model, recipient=recipient, expected=expected)
+                self._claim(conn, model=model, recipient=recipient, record=record)
                 written, deleted, evolution = self._write(
                     conn, model=model, recipient=recipient, batch_columns=columns, wanted=wanted, record=record, where=where
                 )
                 crash_point("mid_publish")
                 self._insert_record(conn, record)
                 conn.commit()
-            except (LeaseError, SchemaError):
+            except (LeaseError, SchemaError, OwnershipError):
                 conn.rollback()
                 raise
             except psycopg.Error as exc:
@@ -214,7 +227,8 @@ class PostgresDestination(Destination):
                     f"{where}: PostgreSQL publish to {self.table_name(model)} failed and nothing was committed: "
                     f"{str(exc).strip()}"
                 ) from exc
-        metadata: dict[str, object] = {"postgres_table": self.table_name(model), "postgres_rows_written": written}
+        metadata: dict[str, object] = {"postgres_table": self.table_name(model), "postgres_rows_written": written,
+                                       OWNER_KEY: recipient.id}
         if record.transfer_type == FULL_REFRESH:
             metadata["postgres_rows_deleted"] = deleted
         return {**metadata, **evolution.metadata(refresh=record.transfer_type == FULL_REFRESH)}
@@ -319,6 +333,32 @@ class PostgresDestination(Destination):
                 f"model {model.model_name}, recipient {recipient.id}: transfer {now} committed to "
                 f"{self.table_name(model)} after this transfer read {was}; nothing was published. Re-run the window."
             )
+
+    def _claim(self, conn: psycopg.Connection, *, model: ModelConfig, recipient: RecipientConfig, record: TransferRecord) -> None:
+        """Refuse, before any row is written, a table that belongs to another recipient; stamp a new one."""
+        def logged() -> list[str]:
+            query = sql.SQL("SELECT DISTINCT recipient_id FROM {} WHERE model_name = %s").format(self._ident(TRANSFERS_TABLE))
+            return [r for (r,) in conn.execute(query, [model.model_name]).fetchall()]
+
+        pg_claim(
+            conn, self.schema, owner_of(model, recipient), where=self._where(model),
+            table_exists=lambda: self._columns(conn, model.model_name) is not None, recipients_logged=logged,
+            transfer_id=record.transfer_id,
+        )
+
+    def _where(self, model: ModelConfig) -> str:
+        return f"PostgreSQL table {self.table_name(model)} (destination {self.name})"
+
+    def transfer_ownership(self, *, model: ModelConfig, recipient: RecipientConfig, reason: str) -> Owner | None:
+        with self._connect() as conn:
+            conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", [_advisory_key(self.schema, model.model_name)])
+            conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(self.schema)))
+            previous = pg_owner(conn, self.schema, model.model_name)
+            last = self._last_record(conn, model=model, recipient=recipient)
+            new = replace(owner_of(model, recipient), moved=last.transfer_id if last else "")
+            pg_stamp(conn, self.schema, new, reason=reason)
+            conn.commit()
+        return previous
 
     def _insert_record(self, conn: psycopg.Connection, record: TransferRecord) -> None:
         values = [

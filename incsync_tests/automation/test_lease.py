@@ -152,4 +152,4 @@ def test_a_commit_that_is_not_a_transfer_meanwhile_does_not_block_a_publish(spar
     assert [(r["id"], r["organization_id"]) for r in delta_rows(table)] == [(1, "org_1"), (2, "org_1")]
     records = [TransferRecord.from_json(r) for r in _history_records(table)]
     assert [r.transfer_id for r in records] == [result[0].record.transfer_id, first.record.transfer_id]
-    assert DeltaTable(str(table)).version() == 2  # create, the foreign commit, the second transfer
+    assert DeltaTable(str(table)).version() == 3  # owner stamp, first transfer, the foreign commit, the second transfer
