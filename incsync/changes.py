@@ -62,6 +62,7 @@ def compute_bounds(
 
     - scheduled run of the window holding the HW (a repeat run of the open window):
       ``L = floor(HW) - lookback``, never below ``window_start - lookback``;
+    - scheduled run of windows after the HW: ``L = floor(HW) - lookback`` (what changed since the HW);
     - otherwise the first window of the recipient's grid: ``L = recipient_start``, no lookback below it;
     - anything else (backfills, hand-launched runs): ``L = window_start - lookback``.
 
@@ -76,6 +77,11 @@ def compute_bounds(
     if scheduled and high_watermark is not None and window_start <= high_watermark < window_end:
         lower = max(floor_to_second(high_watermark) - lookback, window_start - lookback)
         reason = "repeat_of_open_window"
+    elif scheduled and high_watermark is not None and high_watermark < window_start:
+        # The HW lies before the run's windows: a tick after a pause, or a HW held back by a long
+        # transaction (the safe horizon) in a window the tick no longer runs. What changed since the
+        # HW is what the tick must move; the whole window would miss the rows between.
+        lower, reason = floor_to_second(high_watermark) - lookback, "since_high_watermark"
     elif is_first:
         lower, reason = recipient_start, "first_window"
     else:
@@ -84,8 +90,14 @@ def compute_bounds(
     return Bounds(lower=lower, upper=upper, lookback_seconds=lookback_seconds, reason=reason)
 
 
-def new_high_watermark(previous: datetime | None, batch_max: datetime | None) -> datetime | None:
-    """The HW never moves backwards and never names data that is not in the batch or before it."""
+def new_high_watermark(
+    previous: datetime | None, batch_max: datetime | None, cap: datetime | None = None
+) -> datetime | None:
+    """``max(previous, min(batch_max, cap))``: the HW never moves backwards, never names data that is not
+    in the batch or before it, and never passes ``cap`` (the extraction's start and the source's safe
+    horizon, see ``incsync.horizon``), so rows beyond the cap are read again by the next run."""
+    if batch_max is not None and cap is not None:
+        batch_max = min(batch_max, cap)
     candidates = [ts for ts in (previous, batch_max) if ts is not None]
     return max(candidates) if candidates else None
 

@@ -57,7 +57,7 @@ def cmd_transfer(args: argparse.Namespace) -> int:
     resident: Resident | None = args.resident
     worker = None if resident else (args.worker or os.environ.get(WORKER_ENV_VAR))
     if worker:
-        return forward(worker, argv=args.argv, config=args.config)
+        return forward(worker, transfer=transfer_request(args), config=args.config)
 
     from incsync.automation.tags import BACKFILL, INCREMENTAL, parse_tags, user_run_tags
     from incsync.launch import plan_runs, register
@@ -107,6 +107,28 @@ def cmd_transfer(args: argparse.Namespace) -> int:
     for result in failed:
         print(f"error: {result.error or 'transfer failed; see run ' + result.run_id + ' in the Dagster UI'}", file=sys.stderr)
     return 1 if failed else 0
+
+
+def transfer_request(args: argparse.Namespace) -> dict[str, object]:
+    """What ``incsync transfer`` was asked, as the worker protocol's typed fields."""
+    return {
+        "model": args.model,
+        "recipients": list(args.recipient or []),
+        "window": args.window,
+        "backfill": bool(args.backfill),
+        "full_refresh": bool(args.full_refresh),
+        "tags": list(args.tag or []),
+    }
+
+
+def run_transfer_request(transfer: dict[str, object], *, config: str, resident: Resident) -> int:
+    """Run a worker's transfer request as ``incsync transfer`` would (same output, same exit status)."""
+    args = argparse.Namespace(
+        model=transfer["model"], recipient=transfer["recipients"] or None, window=transfer["window"],
+        backfill=transfer["backfill"], full_refresh=transfer["full_refresh"], tag=transfer["tags"] or None,
+        worker=None, config=config, func=cmd_transfer,
+    )
+    return _run(args, resident=resident)
 
 
 def cmd_janitor(args: argparse.Namespace) -> int:
@@ -268,8 +290,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def run_command(argv: list[str], *, resident: Resident | None = None) -> int:
     """Run one command line; ``resident`` (from a worker) supplies loaded definitions and instance."""
-    args = build_parser().parse_args(argv)
-    args.argv, args.resident = list(argv), resident
+    return _run(build_parser().parse_args(argv), resident=resident)
+
+
+def _run(args: argparse.Namespace, *, resident: Resident | None) -> int:
+    args.resident = resident
     try:
         return args.func(args)
     except (ConfigError, InputError) as exc:

@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, m
 from pydantic import ValidationError as PydanticValidationError
 
 from incsync.errors import ConfigError
+from incsync.recipients_table import read_recipient_rows, rename_row_problems
 from incsync.paths import CONFIG_ENV_VAR, DEFAULT_CONFIG_FILE, config_path  # noqa: F401 - re-exported
 
 
@@ -75,6 +76,16 @@ class JdbcSourceConfig(_Strict):
     max_concurrent_transfers: int = Field(default=10, ge=1)
     max_concurrent_queries_per_transfer: int = Field(default=1, ge=1)
     fetch_size: int = Field(default=10_000, ge=1)
+    safe_horizon: bool = Field(
+        default=True,
+        description="Hold the high watermark at the start of the oldest transaction still open at extraction "
+        "(DESIGN step 6); false: the lookback alone.",
+    )
+    max_horizon_lag_seconds: int = Field(
+        default=3600, ge=0,
+        description="A transaction (or replica lag) older than this no longer holds the high watermark back; "
+        "the transfer's metadata warns with its age.",
+    )
 
     @field_validator("jdbc_url")
     @classmethod
@@ -166,6 +177,7 @@ class ModelConfig(_Strict):
         description="A transfer over many windows is read once and committed in batches of at most this many "
         "rows, split at window boundaries (a window is never split).",
     )
+    max_horizon_lag_seconds: int | None = Field(default=None, ge=0, description="Overrides the source's.")
 
     @model_validator(mode="after")
     def _shape(self) -> ModelConfig:
@@ -201,6 +213,14 @@ class RecipientConfig(_Strict):
         return tags
 
 
+class RecipientsFromConfig(_Strict):
+    """A table of recipients (columns: the recipient fields), read through a postgres source."""
+
+    source: str = Field(description="A source of vendor postgres whose credentials read the table.")
+    table: str = Field(description="`table` or `schema.table`.")
+    refresh_seconds: int = Field(default=30, ge=0, description="Read the table again after this long (0: every time).")
+
+
 class IncsyncConfig(_Strict):
     """The whole file."""
 
@@ -209,6 +229,9 @@ class IncsyncConfig(_Strict):
     models: list[ModelConfig] = Field(default_factory=list)
     recipients: list[RecipientConfig] = Field(default_factory=list)
     staging_dir: str | None = Field(default=None, description="Root of per-transfer staging folders.")
+    recipients_from: RecipientsFromConfig | None = Field(
+        default=None, description="A table of recipients, read beside the `recipients` of the file."
+    )
     recipients_per_run: int = Field(
         default=256, ge=1,
         description="Schedules, the sensor and the CLI launch one run per this many recipients of a model; "
@@ -420,7 +443,18 @@ def load_config(path: str | os.PathLike[str] | None = None) -> IncsyncConfig:
         data = yaml.load(file.read_text(), Loader=_YAML_LOADER)  # noqa: S506 - a safe loader, in C when built
     except yaml.YAMLError as exc:
         raise ConfigError(str(file), [f"not valid YAML: {exc}"]) from None
-    cfg = parse_config(data, path=str(file), base=file.resolve().parent)
+    rows = read_recipient_rows(data, path=str(file)) if isinstance(data, dict) else []
+    if rows:
+        first_row = len(data.get("recipients") or [])
+        data = {**data, "recipients": [*(data.get("recipients") or []), *rows]}
+        try:
+            cfg = parse_config(data, path=str(file), base=file.resolve().parent)
+        except ConfigError as exc:
+            table = str(data["recipients_from"]["table"])
+            ids = [str(r.get("id")) for r in rows]
+            raise ConfigError(exc.path, rename_row_problems(exc.problems, first_row=first_row, table=table, ids=ids)) from None
+    else:
+        cfg = parse_config(data, path=str(file), base=file.resolve().parent)
     return _resolve_paths(cfg, file.resolve().parent)
 
 

@@ -146,6 +146,10 @@ def _fan_out(
     shared = staging_root / f"{model.model_name}-fanout-{new_transfer_id()}"
     with claim(shared):
         try:
+            # One safe horizon for the one read, before it: every recipient's HW stays below its cap.
+            horizon = source.horizon(first.spark, model=model, recipient=first.recipient)
+            for span in prepared:
+                span.take_horizon(horizon)
             count = source.count_rows_many(model=model, targets=targets, cap=COLLECT_MAX_ROWS)
             df = source.read_many(first.spark(), model=model, targets=targets, rows_hint=count)
             assert model.organization_column is not None

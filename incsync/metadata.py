@@ -6,6 +6,7 @@ from datetime import datetime
 
 import dagster as dg
 
+from incsync.horizon import FUTURE_DATED_ROWS, HELD_BACK_SECONDS, HORIZON, HORIZON_WARNING, SOURCE_HORIZON
 from incsync.transfer import TransferOutcome, high_watermark_epoch
 
 ROWS_TRANSFERRED = "rows_transferred"
@@ -27,6 +28,7 @@ RECIPIENT = "recipient"
 COLUMN_SCHEMA = "dagster/column_schema"
 TRANSFER_WINDOWS = "transfer_windows"  # windows the transfer (one read) covered
 TRANSFER_BATCH = "transfer_batch"  # "k/n": the commit holding this window, when the transfer was split
+HORIZON_HELD_BACK_SECONDS = HELD_BACK_SECONDS  # the horizon's keys are defined once, in incsync.horizon
 
 
 def _ts(iso: str) -> dg.MetadataValue:
@@ -64,6 +66,20 @@ def transfer_metadata(outcome: TransferOutcome, *, destination: str) -> dict[str
         metadata[TRANSFER_BATCH] = dg.MetadataValue.text(outcome.batch)
     if outcome.full_refresh_reason:
         metadata[FULL_REFRESH_REASON] = dg.MetadataValue.text(outcome.full_refresh_reason)
+    metadata.update(horizon_metadata(record.extra))
     for key, value in outcome.destination_metadata.items():
         metadata[key] = dg.MetadataValue.int(value) if isinstance(value, int) else dg.MetadataValue.text(str(value))
+    return metadata
+
+
+def horizon_metadata(extra: dict[str, str]) -> dict[str, dg.MetadataValue]:
+    """The safe horizon's facts (DESIGN step 6), from the transfer record where the transfer put them."""
+    metadata: dict[str, dg.MetadataValue] = {}
+    if SOURCE_HORIZON in extra:
+        metadata[SOURCE_HORIZON] = _ts(extra[SOURCE_HORIZON])
+        metadata[HORIZON] = dg.MetadataValue.text(extra[HORIZON])
+        metadata[HORIZON_HELD_BACK_SECONDS] = dg.MetadataValue.float(float(extra[HELD_BACK_SECONDS]))
+        metadata[FUTURE_DATED_ROWS] = dg.MetadataValue.int(int(extra[FUTURE_DATED_ROWS]))
+    if HORIZON_WARNING in extra:
+        metadata[HORIZON_WARNING] = dg.MetadataValue.text(extra[HORIZON_WARNING])
     return metadata

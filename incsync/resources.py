@@ -4,6 +4,7 @@ and the recipient registry. None of them starts a JVM or opens a connection unti
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Sequence
 from functools import lru_cache
 from pathlib import Path
@@ -58,19 +59,26 @@ def spark_resource(
 
 
 @lru_cache(maxsize=8)
-def _load(path: str, mtime_ns: int, size: int) -> IncsyncConfig:
-    del mtime_ns, size  # part of the cache key: an edited file is read again
+def _load(path: str, mtime_ns: int, size: int, period: int) -> IncsyncConfig:
+    del mtime_ns, size, period  # part of the cache key: an edited file (or a due table read) is read again
     return load_config(path)
 
 
 def cached_config(path: str) -> IncsyncConfig:
-    """The file parsed once per process, and again only when its path, mtime or size changes."""
+    """The file parsed once per process, and again only when its path, mtime or size changes; with
+    ``recipients_from``, also every ``refresh_seconds`` (the table's rows may change)."""
     file = Path(path).resolve()
     try:
         stat = file.stat()
     except FileNotFoundError:
         return load_config(file)  # raises the clear "file not found" error
-    return _load(str(file), stat.st_mtime_ns, stat.st_size)
+    config = _load(str(file), stat.st_mtime_ns, stat.st_size, 0)
+    if config.recipients_from is None:
+        return config
+    every = config.recipients_from.refresh_seconds
+    if every == 0:
+        return load_config(file)
+    return _load(str(file), stat.st_mtime_ns, stat.st_size, int(time.time() // every) + 1)
 
 
 class IncsyncConfigResource(dg.ConfigurableResource):

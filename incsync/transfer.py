@@ -28,6 +28,7 @@ from incsync.changes import (
 from incsync.config import ModelConfig, RecipientConfig
 from incsync.crashpoints import crash_point
 from incsync.destinations.base import FULL_REFRESH, INCREMENTAL, Destination, DestinationState, TransferRecord
+from incsync.horizon import HorizonCap, SourceHorizon, horizon_cap, horizon_record
 from incsync.partitions import WindowPartition
 from incsync.sources.base import Source
 from incsync.plan import count_by_window, plan_batches
@@ -132,6 +133,11 @@ class PreparedSpan:
     transfer_id: str
     staging: Path
     started: float
+    horizon: SourceHorizon | None = None  # taken just before the read; the HW never passes its cap
+    cap: HorizonCap | None = None
+
+    def take_horizon(self, horizon: SourceHorizon) -> None:
+        self.horizon, self.cap = horizon, horizon_cap(horizon)
 
     @property
     def first(self) -> TransferRequest:
@@ -206,6 +212,8 @@ def extract(span: PreparedSpan) -> StagedBatch:
     """Read the span's rows once (pushed down) and stage them in its private folder."""
     first = span.first
     model, recipient = first.model, first.recipient
+    # The safe horizon, asked before anything is read: the HW will not pass it (DESIGN step 6).
+    span.take_horizon(first.source.horizon(first.spark, model=model, recipient=recipient))
     # A cheap count first: a span with no row in bounds then costs no Spark job, a small one a collect
     # through Arrow instead of a Parquet write job (either batch is validated, counted and recorded alike).
     count = first.source.count_rows(model=model, recipient=recipient, bounds=span.bounds, cap=COLLECT_MAX_ROWS)
@@ -249,7 +257,12 @@ def publish_span(span: PreparedSpan, batch: StagedBatch, *, on_commit: OnCommit)
             raise
         crash_point("after_staging")
         tops = [m for m in counts.max_micros[lo : hi + 1] if m is not None]
-        hw = new_high_watermark(hw, from_micros(max(tops)) if tops else None)
+        batch_max = from_micros(max(tops)) if tops else None
+        previous = hw
+        hw = new_high_watermark(hw, batch_max, span.cap.cap if span.cap else None)
+        horizon_facts = horizon_record(
+            span.horizon, span.cap, previous=previous, batch=part, column=model.last_modified_column, batch_max=batch_max
+        ) if span.horizon and span.cap else {}
         transfer_id = span.transfer_id if len(splits) == 1 else f"{span.transfer_id}-b{k + 1}"
         record = TransferRecord(
             transfer_id=transfer_id,
@@ -266,7 +279,7 @@ def publish_span(span: PreparedSpan, batch: StagedBatch, *, on_commit: OnCommit)
             fingerprint=first.fingerprint,
             lookback_seconds=first.lookback_seconds,
             committed_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-            extra={"full_refresh_reason": span.reason} if span.reason else {},
+            extra={**({"full_refresh_reason": span.reason} if span.reason else {}), **horizon_facts},
         )
         try:
             destination_metadata = destination.publish(model=model, recipient=recipient, batch=part, record=record, expected=state)

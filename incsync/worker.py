@@ -6,8 +6,10 @@ A fresh ``incsync transfer`` process spends ~1.5 s importing Dagster, pyspark an
 first row, more than a small incremental moves data. Through a worker the client is a standard-library
 process (~0.05 s) and the transfer is the same Dagster run, recorded in the same instance.
 
-Protocol: one JSON request line from the client, then JSON lines from the worker, ``{"out": text}``,
-``{"err": text}``, and a last ``{"exit": code}``. The worker serves one request at a time (others wait
+Protocol (version 2): one JSON request line from the client, ``{"version", "config", "dagster_home",
+"transfer": {"model", "recipients", "window", "backfill", "full_refresh", "tags"}}`` (typed fields, each
+checked; see ``TRANSFER_FIELDS``), then JSON lines from the worker, ``{"out": text}``, ``{"err": text}``,
+and a last ``{"exit": code}``. The worker serves one request at a time (others wait
 in the socket's backlog) and only the configuration file it was started with. The socket is created
 mode 0600: only its owner can hand it work.
 """
@@ -34,7 +36,16 @@ if TYPE_CHECKING:
     import dagster as dg
 
 WORKER_ENV_VAR = "INCSYNC_WORKER"
-PROTOCOL_VERSION = 1
+PROTOCOL_VERSION = 2
+# The typed fields of a transfer request: what `incsync transfer` was asked, never its argv.
+TRANSFER_FIELDS: dict[str, tuple[type, ...]] = {
+    "model": (str,),
+    "recipients": (list,),
+    "window": (str, type(None)),
+    "backfill": (bool,),
+    "full_refresh": (bool,),
+    "tags": (list,),
+}
 MAX_SOCKET_PATH = 107  # sun_path holds 108 bytes, with the terminating NUL
 REQUEST_TIMEOUT_SECONDS = 10.0
 
@@ -57,14 +68,14 @@ def _check_socket_path(path: Path) -> None:
 # --- client (standard library only) -------------------------------------------------------------------
 
 
-def forward(socket_path: str | os.PathLike[str], *, argv: list[str], config: str | None) -> int:
-    """Send a ``transfer`` command line to the worker at ``socket_path``; relay its output; its exit code."""
+def forward(socket_path: str | os.PathLike[str], *, transfer: dict[str, Any], config: str | None) -> int:
+    """Send a transfer request (``TRANSFER_FIELDS``) to the worker at ``socket_path``; relay its output; its exit code."""
     path = Path(socket_path)
     config_file = config_path(config).resolve()
     _check_socket_path(path)
     request = {
         "version": PROTOCOL_VERSION,
-        "argv": argv,
+        "transfer": transfer,
         "config": str(config_file),
         "dagster_home": str(dagster_home(config_file).resolve()),
     }
@@ -169,13 +180,17 @@ class Worker:
         if request.get("dagster_home") != str(self.home):
             return (f"this worker records runs in the Dagster instance at {self.home}, the client expects "
                     f"{request.get('dagster_home')}; give both the same DAGSTER_HOME")
-        argv = request.get("argv")
-        if not isinstance(argv, list) or not argv or argv[0] != "transfer" or not all(isinstance(a, str) for a in argv):
-            return "the worker runs `transfer` commands only"
+        transfer = request.get("transfer")
+        if not isinstance(transfer, dict) or set(transfer) != set(TRANSFER_FIELDS):
+            return f"the worker runs transfer requests with the fields {', '.join(TRANSFER_FIELDS)}"
+        for name, kinds in TRANSFER_FIELDS.items():
+            value = transfer[name]
+            if not isinstance(value, kinds) or (isinstance(value, list) and not all(isinstance(v, str) for v in value)):
+                return f"transfer request field {name!r} has the wrong type ({type(value).__name__})"
         return None
 
     def handle(self, conn: socket.socket) -> None:
-        from incsync.cli import run_command
+        from incsync.cli import run_transfer_request
 
         out, err = _Relay(conn, "out"), _Relay(conn, "err")
         conn.settimeout(REQUEST_TIMEOUT_SECONDS)  # a client that connects and says nothing does not hold the worker
@@ -193,9 +208,9 @@ class Worker:
         else:
             try:
                 with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-                    code = run_command([*request["argv"], "-c", str(self.config_file)], resident=self.resident)
+                    code = run_transfer_request(request["transfer"], config=str(self.config_file), resident=self.resident)
             except Exception as exc:  # noqa: BLE001 - a bug in one request must not end the worker
-                log.exception("incsync worker: request %s failed", request["argv"])  # to the worker's own stderr
+                log.exception("incsync worker: request %s failed", request["transfer"])  # to the worker's own stderr
                 err.write(f"error: the worker failed on this request ({type(exc).__name__}: {exc}); its log has the traceback\n")
                 code = 1
         with contextlib.suppress(OSError):

@@ -49,6 +49,8 @@ CASES = [
     ("repeat-hw-just-after-window-start", dict(window_day=3, hw=ts(3, 0, 0, 0, 500), scheduled=True), ts(3) - timedelta(seconds=300), "repeat_of_open_window"),
     ("scheduled-hw-in-other-window", dict(window_day=3, hw=ts(4, 1), scheduled=True), ts(3) - timedelta(seconds=300), "whole_window"),
     ("scheduled-hw-at-window-end-is-next-window", dict(window_day=3, hw=ts(4), scheduled=True), ts(3) - timedelta(seconds=300), "whole_window"),
+    ("scheduled-after-the-hw-reads-since-the-hw", dict(window_day=3, hw=ts(1, 22, 10), scheduled=True), ts(1, 22, 5), "since_high_watermark"),
+    ("scheduled-after-the-hw-never-below-start", dict(window_day=3, hw=ts(1, 0, 1), scheduled=True, start=ts(1)), ts(1), "since_high_watermark"),
     ("postgres-lookback", dict(window_day=3, hw=ts(3, 12), scheduled=True, lookback=30), ts(3, 11, 59, 30), "repeat_of_open_window"),
     ("mysql-lookback", dict(window_day=3, lookback=5), ts(3) - timedelta(seconds=5), "whole_window"),
     ("lookback-clamped-at-recipient-start", dict(window_day=2, start=ts(1, 23, 59)), ts(1, 23, 59), "whole_window"),

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 from pathlib import Path
 
 import dagster as dg
@@ -68,6 +70,8 @@ def test_first_window_exact_rows_and_metadata(project: Path, dagster_instance) -
     staged = md.pop("staged_bytes")
     assert duration > 0 and staged > 0 and len(transfer_id) == 29
     schema = md.pop("dagster/column_schema")
+    source_horizon = md.pop("source_horizon")  # a lake source: the extraction's start by this machine's clock
+    assert abs(source_horizon - time.time()) < 120
     assert [(c.name, c.type) for c in schema.columns] == [
         ("id", "int64"), ("organization_id", "string"), ("status", "string"), ("amount", "double"),
         ("updated_at", "timestamp[us, tz=UTC]"),
@@ -88,6 +92,9 @@ def test_first_window_exact_rows_and_metadata(project: Path, dagster_instance) -
         "delta_table_version": 1,  # version 0 is the owner stamp's commit
         "delta_table_path": str(project.parent / "out" / "acme" / "orders"),
         "destination_owner": "acme",
+        "horizon": "lookback-only",
+        "horizon_held_back_seconds": 0.0,
+        "future_dated_rows": 0,
     }
     history = DeltaTable(str(project.parent / "out" / "acme" / "orders")).history(1)[0]
     record = TransferRecord.from_json(history[RECORD_KEY])

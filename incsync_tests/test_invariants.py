@@ -4,7 +4,8 @@ A real lake source (Parquet written with pyarrow, read by Spark) feeds real Delt
 machine interleaves source changes (inserts, forward updates, late rows, sub-second and on-boundary
 timestamps, rows sharing a timestamp) with transfers (scheduled ticks of the open window, backfills of
 random window sets in random order, re-runs, full refreshes, runs that must fail) under a controlled
-clock. After every step the destination must equal what the reference says (DESIGN "One transfer").
+clock, and writers whose transactions open early and commit late (issue 20: the safe horizon). After
+every step the destination must equal what the reference says (DESIGN "One transfer").
 
 Most transfers call the engine directly (``run_transfer``, the code the IO manager runs); about one
 in four goes through Dagster (asset + IO manager) so that path is proved too.
@@ -36,9 +37,10 @@ from incsync.assets import FULL_REFRESH_TAG, MODE_TAG, model_fingerprint
 from incsync.config import load_config
 from incsync.destinations import build_destination
 from incsync.errors import ValidationError
+from incsync.horizon import LOOKBACK_ONLY, TRANSACTIONS, SourceHorizon
 from incsync.partitions import grid_start, partition_key, split_key, window_key_for
-from incsync.sources import build_source
 from incsync.execute import execute
+from incsync.sources.lake import LakeSource
 from incsync.transfer import TransferRequest, run_transfer
 from incsync_tests.support import JAN1_EPOCH, ORDERS_SCHEMA, latest_metadata, materialize_partition
 
@@ -52,6 +54,7 @@ MAX_SPAN = 5 * WINDOW  # the clock stays within a few windows so catch-ups stay 
 TENANTS = {"acme": "org_1", "globex": "org_2"}  # org_3 has rows but no recipient
 RECIPIENT_START = {"acme": MIN_START, "globex": GRID0 + 2 * WINDOW + 1234 * S}
 PROFILE_ENV = "INCSYNC_HYPOTHESIS_PROFILE"
+HORIZON_LAG = WINDOW  # max_horizon_lag of the machine's source: an older open transaction stops holding the HW
 VIA = st.sampled_from(["engine"] * 5 + ["dagster"])  # a Dagster run costs ~2.5 s, a direct transfer ~0.4 s
 
 settings.register_profile(
@@ -129,6 +132,8 @@ class ReferenceDestination:
         hw = self.high_watermark
         if scheduled and hw is not None and s <= hw < e:
             lower = max(floor_second(hw) - LOOKBACK, s - LOOKBACK)
+        elif scheduled and hw is not None and hw < s:  # windows after the HW: what changed since it
+            lower = floor_second(hw) - LOOKBACK
         elif first:
             lower = start_r
         else:
@@ -138,6 +143,7 @@ class ReferenceDestination:
     def transfer(
         self, source: dict[int, Row], *, tenant: str, start_r: int, window: int, scheduled: bool, full_refresh: bool,
         last_window: int | None = None,
+        cap: int | None = None,
     ) -> Expected:
         full_refresh = full_refresh or self.resyncs(start_r=start_r, window=window, scheduled=scheduled)
         lower, upper = self.bounds(
@@ -148,6 +154,8 @@ class ReferenceDestination:
         threshold = None if previous is None else floor_second(previous)
         delta = sum(1 for r in batch.values() if threshold is None or r[3] > threshold)
         batch_max = max((r[3] for r in batch.values()), default=None)
+        if batch_max is not None and cap is not None:
+            batch_max = min(batch_max, cap)  # the safe horizon: never past an open transaction's start, nor now
         candidates = [t for t in (previous, batch_max) if t is not None]
         hw = max(candidates) if candidates else None
         if full_refresh:
@@ -204,6 +212,30 @@ def write_config(root: Path) -> Path:
     return path
 
 
+@dataclass
+class OpenTransaction:
+    """A writer's transaction: rows dated at its start, invisible to every read until it commits."""
+
+    start: int
+    rows: dict[int, Row]
+    outlived_lag: bool = False  # a transfer ran while it was older than HORIZON_LAG: its rows are the lookback's
+
+
+class MachineLake(LakeSource):
+    """The real lake source, whose clock and open transactions are the machine's (a lake has neither)."""
+
+    def __init__(self, config: Any, machine: TransferMachine):
+        super().__init__(config)
+        self.machine = machine
+
+    def horizon(self, spark: Any, *, model: Any, recipient: Any) -> SourceHorizon:
+        starts = [t.start for t in self.machine.open_txns]
+        return SourceHorizon(
+            extraction_start=dt(self.machine.now), mode=TRANSACTIONS if starts else LOOKBACK_ONLY,
+            oldest_open=dt(min(starts)) if starts else None, max_lag_seconds=HORIZON_LAG // S,
+        )
+
+
 class TransferMachine(RuleBasedStateMachine):
     """Source changes and transfers in any order; the destination must always match the reference."""
 
@@ -220,7 +252,7 @@ class TransferMachine(RuleBasedStateMachine):
         self.config = load_config(self.config_path)
         self.model = self.config.models[0]
         assert us(grid_start(self.model)) == GRID0
-        self.source = build_source(self.config.source("lake"))
+        self.source = MachineLake(self.config.source("lake"), self)
         self.destinations = {r.id: build_destination(self.config.destination(r.destination)) for r in self.config.recipients}
         self.recipients = {r.id: r for r in self.config.recipients}
         self.staging = Path(self.config.staging_dir or "")
@@ -233,6 +265,8 @@ class TransferMachine(RuleBasedStateMachine):
         self.last_tick: dict[str, int | None] = {rid: None for rid in TENANTS}
         self.last_request: dict[str, tuple[int, bool, bool] | None] = {rid: None for rid in TENANTS}
         self.file_no = 0
+        self.open_txns: list[OpenTransaction] = []
+        self.late_rows: list[tuple[str, int, list[int]]] = []  # (recipient, txn start, keys) the next tick must bring
 
     def count(self, what: str) -> None:
         self.stats[what] = self.stats.get(what, 0) + 1
@@ -281,11 +315,14 @@ class TransferMachine(RuleBasedStateMachine):
     ) -> None:
         """Run one transfer (over ``window`` .. ``last_window``) for real and in the reference; they must agree."""
         self.last_request[rid] = (window, scheduled, full_refresh)
+        if self.open_txns:
+            via = "engine"  # Dagster builds its own lake source, which knows no machine transaction
         self.count(via)
         ref = self.reference[rid]
+        cap = self.safe_horizon()
         expected = ref.peek(
             self.source_rows, tenant=TENANTS[rid], start_r=RECIPIENT_START[rid], window=window,
-            scheduled=scheduled, full_refresh=full_refresh, last_window=last_window,
+            scheduled=scheduled, full_refresh=full_refresh, last_window=last_window, cap=cap,
         )
         window_key = window_key_for(self.model, dt(window))
         if last_window is not None and last_window != window:
@@ -320,7 +357,7 @@ class TransferMachine(RuleBasedStateMachine):
         )
         ref.transfer(
             self.source_rows, tenant=TENANTS[rid], start_r=RECIPIENT_START[rid], window=window,
-            scheduled=scheduled, full_refresh=full_refresh, last_window=last_window,
+            scheduled=scheduled, full_refresh=full_refresh, last_window=last_window, cap=cap,
         )
 
     def execute(self, keys: dict[str, list[str]], *, scheduled: bool = False, full_refresh: bool = False) -> dict[str, list[Any]]:
@@ -330,6 +367,13 @@ class TransferMachine(RuleBasedStateMachine):
         failures = execute(requests, staging_root=self.staging, on_commit=lambda r, o: outcomes[r.recipient.id].append(o))
         assert not failures, failures
         return outcomes
+
+    def safe_horizon(self) -> int:
+        """DESIGN step 6, from the text: now, or the oldest open transaction's start unless older than the lag."""
+        held = [t.start for t in self.open_txns if self.now - t.start <= HORIZON_LAG]
+        for t in self.open_txns:
+            t.outlived_lag |= self.now - t.start > HORIZON_LAG
+        return min([self.now, *held])
 
     def request(self, rid: str, window_key: str, *, scheduled: bool, full_refresh: bool) -> TransferRequest:
         """The request the asset builds (assets.py), built here so most steps skip Dagster's overhead."""
@@ -411,6 +455,55 @@ class TransferMachine(RuleBasedStateMachine):
         self.source_rows[key] = (tenant, f"v{int(status[1:]) + 1}", amount + 1.0, t)
         self.write_source()
 
+    @precondition(lambda self: len(self.open_txns) < 2)
+    @rule(tenant=st.sampled_from(["org_1", "org_2", "org_3"]), n=st.integers(1, 3))
+    def open_transaction(self, tenant: str, n: int) -> None:
+        """A writer opens a transaction now and writes rows dated at its start; no read sees them yet."""
+        self.count("open_transaction")
+        self.open_now(tenant, n)
+
+    def open_now(self, tenant: str, n: int) -> None:
+        rows = {}
+        for _ in range(n):
+            key, self.next_id = self.next_id, self.next_id + 1
+            rows[key] = (tenant, "v0", key * 0.5, self.now)
+        self.open_txns.append(OpenTransaction(start=self.now, rows=rows))
+
+    @precondition(lambda self: bool(self.open_txns))
+    @rule(data=st.data())
+    def commit_transaction(self, data: st.DataObject) -> None:
+        """A transaction that opened early commits late: its rows, dated at its start, become visible."""
+        self.count("commit_transaction")
+        self.commit(data.draw(st.integers(0, len(self.open_txns) - 1), label="which"))
+
+    def commit(self, index: int) -> None:
+        txn = self.open_txns.pop(index)
+        self.source_rows.update(txn.rows)
+        self.write_source()
+        tenant = next(iter(txn.rows.values()))[0]
+        rid = next((r for r, org in TENANTS.items() if org == tenant), None)
+        if rid is not None and not txn.outlived_lag:
+            self.late_rows.append((rid, txn.start, sorted(txn.rows)))
+
+    @precondition(lambda self: len(self.open_txns) < 2 and self.now < GRID0 + MAX_SPAN)
+    @rule(
+        rid=st.sampled_from(sorted(TENANTS)),
+        delay=st.sampled_from([S, LOOKBACK, LOOKBACK + S, 2 * LOOKBACK, WINDOW // 3]),
+        data=st.data(),
+    )
+    def transaction_opens_early_commits_late(self, rid: str, delay: int, data: st.DataObject) -> None:
+        """Issue 20 as one step: a transaction opens, another writer commits a later row, a scheduled tick
+        runs, the transaction commits, and the next scheduled tick must bring its rows."""
+        self.count("transaction_opens_early_commits_late")
+        self.open_now(TENANTS[rid], 1)
+        self.now += delay
+        self.add_row(TENANTS[rid], self.now)
+        self.write_source()
+        self.scheduled_tick(rid, "engine")
+        self.now += data.draw(st.sampled_from([1, S, LOOKBACK + S]), label="then")
+        self.commit(len(self.open_txns) - 1)
+        self.scheduled_tick(rid, "engine")
+
     @precondition(lambda self: self.now < GRID0 + MAX_SPAN)
     @rule(step=st.one_of(st.sampled_from(["boundary", "before_boundary", 1, S // 2, S, LOOKBACK - S, LOOKBACK, LOOKBACK + 1]), st.integers(1, WINDOW)))
     def tick(self, step: int | str) -> None:
@@ -437,6 +530,19 @@ class TransferMachine(RuleBasedStateMachine):
         else:
             self.run(rid, current, scheduled=True, via=via)
         self.last_tick[rid] = current
+        self.no_row_left_behind(rid, ticked={current, previous})
+
+    def no_row_left_behind(self, rid: str, *, ticked: set[int | None]) -> None:
+        """Issue 20: a transaction that opened early and committed late has its rows in the destination
+        after the next scheduled tick that runs their window (a tick runs the open and the just-closed one)."""
+        rows, _ = self.visible(rid)
+        for entry in [e for e in self.late_rows if e[0] == rid]:
+            self.late_rows.remove(entry)
+            _, start, keys = entry
+            if window_of(start) in ticked:
+                self.count("late_rows_checked")
+                missing = [k for k in keys if k not in rows and self.source_rows[k][3] >= RECIPIENT_START[rid]]
+                assert not missing, f"{rid}: rows {missing} of a transaction open since {start} were left behind"
 
     @rule(rid=st.sampled_from(sorted(TENANTS)), data=st.data())
     def coalesced_backfill(self, rid: str, data: st.DataObject) -> None:
@@ -457,10 +563,11 @@ class TransferMachine(RuleBasedStateMachine):
         scheduled = data.draw(st.booleans(), label="scheduled")
         span = range(windows[first], windows[last] + WINDOW, WINDOW)
         keys = [window_key_for(self.model, dt(w)) for w in span]
+        cap = self.safe_horizon()
         expected = {
             rid: self.reference[rid].peek(
                 self.source_rows, tenant=TENANTS[rid], start_r=RECIPIENT_START[rid], window=windows[first],
-                scheduled=scheduled, full_refresh=False, last_window=windows[last],
+                scheduled=scheduled, full_refresh=False, last_window=windows[last], cap=cap,
             )
             for rid in rids
         }
@@ -475,7 +582,7 @@ class TransferMachine(RuleBasedStateMachine):
             assert record is not None and record.high_watermark_micros == want.high_watermark, rid
             self.reference[rid].transfer(
                 self.source_rows, tenant=TENANTS[rid], start_r=RECIPIENT_START[rid], window=windows[first],
-                scheduled=scheduled, full_refresh=False, last_window=windows[last],
+                scheduled=scheduled, full_refresh=False, last_window=windows[last], cap=cap,
             )
 
     @rule(rid=st.sampled_from(sorted(TENANTS)), data=st.data())
@@ -576,7 +683,11 @@ class TransferMachine(RuleBasedStateMachine):
             assert all(r[0] == TENANTS[rid] for r in rows.values()), f"{rid}: a row of another tenant"
             hw = state.last_transfer.high_watermark_micros if state.last_transfer else None
             assert hw == ref.high_watermark
-            assert hw == max((r[3] for r in rows.values()), default=None), f"{rid}: HW {hw} is not the max committed last-modified"
+            newest = max((r[3] for r in rows.values()), default=None)
+            assert hw is None or (newest is not None and hw <= newest), f"{rid}: HW {hw} names data not committed (newest {newest})"
+            for txn in self.open_txns:  # the safe horizon: an open transaction's rows stay within reach
+                if not txn.outlived_lag and hw is not None:
+                    assert hw <= txn.start, f"{rid}: HW {hw} passed the start of open transaction {txn.start}"
 
     @invariant()
     def staging_is_clean(self) -> None:

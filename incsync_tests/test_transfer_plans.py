@@ -225,3 +225,35 @@ def test_a_fan_out_staged_by_spark_splits_by_tenant_even_with_path_characters_in
     assert [r["id"] for r in delta_rows(tmp_path / "out" / "acme" / "orders")] == [1, 2]
     assert [r["organization_id"] for r in delta_rows(tmp_path / "out" / "globex" / "orders")] == ["Org 2"]
     assert delta_rows(tmp_path / "out" / "initech" / "orders") == []
+
+
+def test_the_cli_runs_every_enabled_recipient_in_one_run_and_names_the_one_that_failed(
+    spark, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from incsync.cli import main
+    from incsync.runner import dagster_instance
+
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "dagster_home"))
+    write_table(tmp_path / "src", "orders", [
+        order(1, "org_1", ts(2, 1)), order(2, "org_2", ts(2, 2)), order(2, "org_2", ts(2, 3)), order(3, "org_3", ts(2, 4)),
+    ])
+    recipients = [*THREE, {"id": "umbrella", "id_in_provider_system": "org_4", "destination": "umbrella_delta", "enabled": False}]
+    config = lake_config(tmp_path, recipients=recipients)
+
+    assert main(["transfer", "orders", "--window", "2024-01-02", "-c", str(config)]) == 1
+
+    out, err = capsys.readouterr()
+    assert out.splitlines()[0] == "transfer orders → 3 recipients: 3 window(s) 2024-01-02 .. 2024-01-02"
+    assert [line.split()[1] for line in out.splitlines()[1:]] == ["acme", "globex", "initech"]
+    assert "globex" in out.splitlines()[2] and "FAILED" in out.splitlines()[2]
+    assert err.startswith("error: ValidationError: model orders, recipient globex: 1 primary key value(s)")
+    instance = dagster_instance(config)
+    assert len(instance.get_run_records()) == 1  # one run, one read for the three recipients
+    assert [r["id"] for r in delta_rows(tmp_path / "out" / "initech" / "orders")] == [3]
+
+    # --recipient repeats; globex lies between them in registration order, so each is a run of its own,
+    # which carries the recipient's own tags.
+    assert main(["transfer", "orders", "--window", "2024-01-02", "--recipient", "acme", "--recipient", "initech",
+                 "-c", str(config)]) == 0
+    runs = instance.get_run_records(limit=3)
+    assert len(runs) == 3 and {r.dagster_run.tags.get("incsync/recipient") for r in runs[:2]} == {"acme", "initech"}

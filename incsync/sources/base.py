@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
-from datetime import timedelta
+from collections.abc import Callable, Sequence
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
-from incsync.changes import Bounds
+from incsync.changes import UTC, Bounds
 from incsync.config import ModelConfig, RecipientConfig
 from incsync.errors import SchemaError
+from incsync.horizon import LOOKBACK_ONLY, SourceHorizon
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -54,6 +55,14 @@ class Source(ABC):
     def count_rows_many(self, *, model: ModelConfig, targets: Sequence[tuple[RecipientConfig, Bounds]], cap: int) -> int | None:
         """``count_rows`` for a fan-out read: an upper bound, or None when it cannot tell cheaply."""
         return None
+
+    def horizon(self, spark: Callable[[], SparkSession], *, model: ModelConfig, recipient: RecipientConfig) -> SourceHorizon:
+        """The extraction's start and the safe horizon, by the source's clock, taken just before extraction.
+
+        Default (lake sources): no transactions to see, so the lookback alone covers late rows; the
+        extraction's start is this machine's clock, so rows dated in the future cannot move the HW past it.
+        """
+        return SourceHorizon(extraction_start=datetime.now(UTC), mode=LOOKBACK_ONLY)
 
     def check(self, spark: SparkSession, *, model: ModelConfig, recipient: RecipientConfig) -> None:
         """Raise SourceError/SchemaError when the model cannot be read (default: read zero rows)."""

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 from incsync.changes import UTC, Bounds
 from incsync.config import JdbcSourceConfig, ModelConfig, RecipientConfig
 from incsync.errors import ConfigError, SchemaError, SourceError
+from incsync.horizon import SourceHorizon
 from incsync.sources.base import Source, envelope, normalize_last_modified, select_columns
 from incsync.sources.jdbc_sql import DRIVERS, dialect_for, postgres_literal
 
@@ -162,6 +163,13 @@ class JdbcSource(Source):
             )
         if self.vendor == "postgres" and model.source_table is not None:
             self._warn_if_writable(spark, model, recipient)
+        self.horizon(lambda: spark, model=model, recipient=recipient)  # warns naming a missing grant
+
+    def horizon(self, spark: Callable[[], SparkSession], *, model: ModelConfig, recipient: RecipientConfig) -> SourceHorizon:
+        """The database's clock and its oldest open transaction, in one query (see ``jdbc_horizon``)."""
+        from incsync.sources.jdbc_horizon import source_horizon
+
+        return source_horizon(self, spark, model=model, recipient=recipient)
 
     def _warn_if_writable(self, spark: SparkSession, model: ModelConfig, recipient: RecipientConfig) -> None:
         """Sources should be read with read-only credentials; say so when this user could write."""

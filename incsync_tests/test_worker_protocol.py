@@ -1,0 +1,58 @@
+"""The worker's request: versioned, typed fields (never argv), each checked before anything runs."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import pytest
+
+from incsync.cli import build_parser, transfer_request
+from incsync.paths import dagster_home
+from incsync.worker import PROTOCOL_VERSION, Worker
+
+
+@pytest.fixture
+def worker(tmp_path: Path) -> Worker:
+    config = tmp_path / "incsync.yaml"
+    config.write_text("{}\n")
+    return Worker(config)
+
+
+def _request(worker: Worker, **transfer: object) -> dict[str, object]:
+    args: argparse.Namespace = build_parser().parse_args(
+        ["transfer", "orders", "--recipient", "acme", "--recipient", "globex", "--backfill", "--tag", "ticket=INC-1"]
+    )
+    return {
+        "version": PROTOCOL_VERSION, "config": str(worker.config_file), "dagster_home": str(dagster_home(worker.config_file).resolve()),
+        "transfer": {**transfer_request(args), **transfer},
+    }
+
+
+def test_the_cli_sends_what_it_was_asked_as_typed_fields(worker: Worker) -> None:
+    request = _request(worker)
+    assert request["transfer"] == {
+        "model": "orders", "recipients": ["acme", "globex"], "window": None, "backfill": True, "full_refresh": False,
+        "tags": ["ticket=INC-1"],
+    }
+    assert worker.refusal(request) is None
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"recipients": "acme"}, "transfer request field 'recipients' has the wrong type (str)"),
+        ({"backfill": "yes"}, "transfer request field 'backfill' has the wrong type (str)"),
+        ({"tags": [1]}, "transfer request field 'tags' has the wrong type (list)"),
+        ({"argv": ["transfer"]}, "the worker runs transfer requests with the fields model, recipients, window, backfill, full_refresh, tags"),
+    ],
+    ids=["list-as-text", "bool-as-text", "tag-not-text", "unknown-field"],
+)
+def test_a_mistyped_request_is_refused_naming_the_field(worker: Worker, change: dict[str, object], message: str) -> None:
+    assert worker.refusal(_request(worker, **change)) == message
+
+
+def test_an_old_client_is_told_to_use_one_install(worker: Worker) -> None:
+    assert worker.refusal({**_request(worker), "version": 1}) == (
+        f"the worker speaks protocol {PROTOCOL_VERSION}, the client 1; use one incsync install"
+    )
