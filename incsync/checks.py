@@ -43,17 +43,31 @@ def check_connectivity(config: IncsyncConfig) -> list[str]:
     return problems
 
 
-def check_jdbc_sources(config: IncsyncConfig, names: set[str]) -> list[str]:
-    """Connect to each database source through Spark JDBC (the path transfers take, drivers included)
-    and find every model's table and columns."""
+def _jdbc_spark(config: IncsyncConfig):  # noqa: ANN202 - SparkSession, imported lazily
     from pyspark.sql import SparkSession
 
     from incsync.resources import spark_config
-    from incsync.sources import check_sources
     from incsync.sources.jdbc import driver_jars, driver_packages
 
     builder = SparkSession.builder
     conf = spark_config(config.spark, extra_jars=driver_jars(config.sources), packages=driver_packages(config.sources))
     for key, value in conf.items():
         builder = builder.config(key, value)
-    return check_sources(config, builder.getOrCreate(), sources=names)
+    return builder.getOrCreate()
+
+
+def check_jdbc_sources(config: IncsyncConfig, names: set[str]) -> list[str]:
+    """Connect to each database source through Spark JDBC (the path transfers take, drivers included)
+    and find every model's table and columns."""
+    from incsync.sources import check_sources
+
+    return check_sources(config, _jdbc_spark(config), sources=names)
+
+
+def check_drift(config: IncsyncConfig) -> list[str]:
+    """One line per (model, recipient) of a database source whose columns drifted from its destination's
+    (added, dropped, changed), saying what the next transfer does about it."""
+    from incsync.drift import drift_report
+
+    jdbc = {s.name for s in config.sources if isinstance(s, JdbcSourceConfig)}
+    return drift_report(config, _jdbc_spark(config), sources=jdbc) if jdbc else []

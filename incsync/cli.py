@@ -44,6 +44,10 @@ def cmd_validate(args: argparse.Namespace) -> int:
         if problems:
             return 1
         print("every source and destination answered")
+        from incsync.checks import check_drift  # schema drift (issue 21): informational lines
+
+        for line in check_drift(config):
+            print(f"  {line}")
     return 0
 
 

@@ -78,21 +78,24 @@ def test_transfer_log_holds_every_record_field(pg: None, tmp_path: Path) -> None
     assert row == (outcome.record.transfer_id, 1, ts(1, 1), "INCREMENTAL")
 
 
-def test_changed_type_is_a_schema_mismatch_until_a_full_refresh(pg: None, tmp_path: Path) -> None:
+def test_a_type_change_that_is_no_widening_waits_for_a_full_refresh(pg: None, tmp_path: Path) -> None:
     config = _config(tmp_path, [ROW])
     run(config, "2024-01-01", scheduled=False)
     target = Target(config)
     before = target.state()
-    wider = TYPED.set(TYPED.get_field_index("small"), pa.field("small", pa.int64()))
-    write_table(tmp_path / "src", "orders", [{**ROW, "updated_at": ts(1, 2)}], schema=wider)
-    with pytest.raises(SchemaError, match=r"model orders, recipient acme: schema mismatch \(small is smallint in acme.orders "
-                       r"but bigint in the batch\); nothing was published. Run a full refresh"):
+    changed = TYPED.set(TYPED.get_field_index("small"), pa.field("small", pa.string()))
+    write_table(tmp_path / "src", "orders", [{**ROW, "updated_at": ts(1, 2), "small": "seven"}], schema=changed)
+    with pytest.raises(SchemaError, match=r"model orders, recipient acme: the source changed a column's type in a way "
+                       r"acme.orders cannot hold in place \(column small is smallint in acme.orders but text in the "
+                       r"source\); nothing was published. Fix: reload the recipient with the new type \(incsync transfer "
+                       r"orders --recipient acme --full-refresh\)"):
         run(config, "2024-01-01", scheduled=False)
     assert target.state() == before
-    run(config, "2024-01-01", scheduled=False, full_refresh=True)
+    outcome = run(config, "2024-01-01", scheduled=False, full_refresh=True)
+    assert outcome.destination_metadata["schema_change"] == "replaced small smallint→text (full refresh)"
     with target.destination._connect() as conn:
-        assert target.destination._columns(conn, "orders")["small"] == "bigint"
-    assert [r["updated_at"] for r in target.raw_rows()] == [ts(1, 2)]
+        assert target.destination._columns(conn, "orders")["small"] == "text"
+    assert [(r["updated_at"], r["small"]) for r in target.raw_rows()] == [(ts(1, 2), "seven")]
 
 
 def test_a_stale_writer_is_refused(pg: None, tmp_path: Path) -> None:

@@ -1,4 +1,9 @@
-"""Delta Lake destination through delta-rs: one MERGE commit carrying the transfer record."""
+"""Delta Lake destination through delta-rs: one MERGE commit carrying the transfer record.
+
+A batch whose types widen the table's (int → bigint, ...) is published as one overwrite commit that
+rewrites the table with the wider types (``delta_rewrite``); a type change that is no widening fails
+before anything is committed, naming the column, both types and the fix, until a full refresh.
+"""
 
 from __future__ import annotations
 
@@ -15,6 +20,7 @@ from deltalake.exceptions import CommitFailedError, TableNotFoundError
 from incsync.config import DeltaDestinationConfig, ModelConfig, RecipientConfig
 from incsync.crashpoints import crash_point
 from incsync.destinations.base import FULL_REFRESH, Destination, DestinationState, TransferRecord, reset_reason
+from incsync.destinations.delta_rewrite import merged_rows, widened_schema
 from incsync.destinations.delta_state import RECORD_KEY, find_record, transactions
 from incsync.destinations.delta_state import app_id as delta_app_id
 from incsync.destinations.ownership import METADATA_KEY as OWNER_KEY
@@ -28,6 +34,7 @@ from incsync.destinations.ownership import (
     refuse_unstamped,
 )
 from incsync.errors import LeaseError, PublishError, SchemaError
+from incsync.schema_change import SchemaDiff, arrow_diff, change_metadata, incompatible_error
 from incsync.staging import StagedBatch
 from incsync.typemap import changed_kinds, delta_form, to_delta
 
@@ -101,6 +108,8 @@ class DeltaDestination(Destination):
         expected: DestinationState,
     ) -> dict[str, object]:
         path = self.table_path(model)
+        where = f"model {model.model_name}, recipient {recipient.id}"
+        refresh = record.transfer_type == FULL_REFRESH
         me = owner_of(model, recipient)
         for _ in range(PUBLISH_ATTEMPTS):
             dt = self._table(model)
@@ -110,6 +119,9 @@ class DeltaDestination(Destination):
             if self._claim(dt, me, model=model, recipient=recipient, transfer_id=record.transfer_id):
                 continue  # the adoption stamp committed a version of its own: publish against the new one
             self._check_lease(dt, model=model, recipient=recipient, expected=expected)
+            change = arrow_diff(pa.schema(dt.schema().to_arrow()), delta_form(batch.schema))
+            if change.incompatible and not refresh:
+                raise incompatible_error(where, path, change.incompatible, model=model.model_name, recipient=recipient.id)
             # max_commit_retries=0 turns each commit into a compare-and-swap on the table version the
             # lease was checked at: delta-rs refuses the commit when any other writer committed since,
             # so the record's commit is exactly the next version, which its transactions point at.
@@ -118,28 +130,42 @@ class DeltaDestination(Destination):
                 app_transactions=transactions(record, commit_version=dt.version() + 1), max_commit_retries=0,
             )
             try:
-                if dt.version() == 0 and record.transfer_type != FULL_REFRESH and not dt.file_uris():
+                if dt.version() == 0 and not refresh and not dt.file_uris():
                     write_deltalake(dt, _reader(batch), mode="append", commit_properties=props)  # the stamped, empty table
-                elif record.transfer_type == FULL_REFRESH:
+                elif refresh:
                     same = _same_columns(dt.schema().to_arrow(), delta_form(batch.schema))
                     write_deltalake(
                         dt, _reader(batch), mode="overwrite", target_file_size=self.config.target_file_size,
                         schema_mode=None if same else "overwrite", commit_properties=props,
                     )
+                elif change.widened:
+                    self._rewrite(dt, model=model, batch=batch, change=change, props=props)
                 else:
                     self._merge(dt, model=model, batch=batch, props=props)
             except CommitFailedError:
                 continue  # another writer committed after the lease check: check again at the new version
             except Exception as exc:  # delta-rs raises several unrelated types; name the table and keep the cause
                 raise PublishError(
-                    f"model {model.model_name}, recipient {recipient.id}: Delta publish to {path} failed and nothing "
-                    f"was committed: {exc}"
+                    f"{where}: Delta publish to {path} failed and nothing was committed: {exc}"
                 ) from exc
-            return {"delta_table_version": DeltaTable(path).version(), "delta_table_path": path, OWNER_KEY: recipient.id}
+            # A full refresh overwrites the schema: columns the source dropped are gone, not kept.
+            applied = replace(change, dropped=()) if refresh else change
+            return {"delta_table_version": DeltaTable(path).version(), "delta_table_path": path, OWNER_KEY: recipient.id,
+                    **change_metadata(change, applied, replaced=refresh)}
         raise LeaseError(
-            f"model {model.model_name}, recipient {recipient.id}: {path} changed under {PUBLISH_ATTEMPTS} publish "
+            f"{where}: {path} changed under {PUBLISH_ATTEMPTS} publish "
             "attempts in a row; nothing was published. Lower the destination's concurrency or re-run the window."
         )
+
+    def _rewrite(
+        self, dt: DeltaTable, *, model: ModelConfig, batch: StagedBatch, change: SchemaDiff, props: CommitProperties
+    ) -> None:
+        """One overwrite commit: the table rewritten with the wider types and the batch merged in."""
+        schema = widened_schema(pa.schema(dt.schema().to_arrow()), delta_form(batch.schema), change)
+        rows = merged_rows(dt, _delta_table(batch), schema=schema, primary_key=list(model.primary_key),
+                           last_modified=model.last_modified_column)
+        write_deltalake(dt, _crash_after(rows), mode="overwrite", schema_mode="overwrite",
+                        target_file_size=self.config.target_file_size, commit_properties=props)
 
     def _layout(self) -> dict[str, str | None]:
         """Table properties of a new table: files small enough that a MERGE rewrites only a few of them."""
@@ -227,7 +253,7 @@ class DeltaDestination(Destination):
         on = " AND ".join(f"t.{_quote(c)} = s.{_quote(c)}" + _key_range(batch, c) for c in model.primary_key)
         (
             dt.merge(_reader(batch), predicate=on, source_alias="s", target_alias="t", merge_schema=True, commit_properties=props)
-            .when_matched_update_all(predicate=_newer_or_different(batch, model))
+            .when_matched_update_all(predicate=_newer_or_different(batch, model, existing=dt.schema().to_arrow().names))
             .when_not_matched_insert_all()
             .execute()
         )
@@ -267,13 +293,22 @@ def _reader(batch: StagedBatch) -> pa.RecordBatchReader:
     """The staged rows, with the ``mid_publish`` crash point once delta-rs has consumed them all."""
     reader = batch.reader()
     schema = delta_form(reader.schema)  # Delta's own types for time of day and wide decimals (docs/types.md)
+    return _crash_after(pa.RecordBatchReader.from_batches(schema, (to_delta(b, schema) for b in reader)))
 
+
+def _delta_table(batch: StagedBatch) -> pa.Table:
+    """The staged rows in Delta's types, in memory (a widening rewrite merges them with the table)."""
+    table = batch.table()
+    schema = delta_form(table.schema)
+    return pa.Table.from_batches([to_delta(b, schema) for b in table.to_batches()], schema)
+
+
+def _crash_after(reader: pa.RecordBatchReader) -> pa.RecordBatchReader:
     def batches() -> Iterator[pa.RecordBatch]:
-        for record_batch in reader:
-            yield to_delta(record_batch, schema)
+        yield from reader
         crash_point("mid_publish")
 
-    return pa.RecordBatchReader.from_batches(schema, batches())
+    return pa.RecordBatchReader.from_batches(reader.schema, batches())
 
 
 def _key_range(batch: StagedBatch, column: str) -> str:
@@ -290,14 +325,16 @@ def _key_range(batch: StagedBatch, column: str) -> str:
     return f" AND t.{_quote(column)} >= {int(low)} AND t.{_quote(column)} <= {int(high)}"
 
 
-def _newer_or_different(batch: StagedBatch, model: ModelConfig) -> str:
+def _newer_or_different(batch: StagedBatch, model: ModelConfig, *, existing: list[str]) -> str:
     """A row is replaced by a newer one, or by one as new whose values differ: replaying a batch (or
-    a no-change lookback re-read) updates no row, so the MERGE rewrites no file and makes no commit."""
+    a no-change lookback re-read) updates no row, so the MERGE rewrites no file and makes no commit.
+    A column the table does not have yet (added at the source) differs where the batch holds a value."""
     lm = _quote(model.last_modified_column)
     others = [c for c in batch.schema.names if c not in model.primary_key and c != model.last_modified_column]
     if not others:
         return f"s.{lm} > t.{lm}"
-    differ = " OR ".join(f"(s.{_quote(c)} IS DISTINCT FROM t.{_quote(c)})" for c in others)
+    differ = " OR ".join(f"(s.{_quote(c)} IS DISTINCT FROM t.{_quote(c)})" if c in existing else f"(s.{_quote(c)} IS NOT NULL)"
+                         for c in others)
     return f"s.{lm} > t.{lm} OR (s.{lm} = t.{lm} AND ({differ}))"
 
 

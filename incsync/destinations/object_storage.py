@@ -11,10 +11,15 @@ The manifest's atomic rename commits a transfer; files no manifest lists are inv
 ``disable_manifest`` the same records go to ``_incsync/transfers/`` instead (incsync still needs them
 for the high watermark), and readers see files as they land. Transfers append, so rows re-read by the
 lookback appear once per transfer that read them; a FULL_REFRESH manifest supersedes all earlier ones.
+
+Each manifest carries ``reader_schema``: the schema a reader gets combining it with the committed
+manifests before it (a widening promotes the column). A batch whose type change is no widening is
+refused until a full refresh, so no manifest is ever published that readers cannot combine.
 """
 
 from __future__ import annotations
 
+import base64
 import fcntl
 import hashlib
 import json
@@ -37,6 +42,7 @@ from incsync.destinations.base import FULL_REFRESH, Destination, DestinationStat
 from incsync.destinations.ownership import METADATA_KEY as OWNER_KEY
 from incsync.destinations.ownership import OWNER_FILE, Owner, check_owner, now_iso, owner_of
 from incsync.errors import ConfigError, LeaseError, PublishError
+from incsync.schema_change import SchemaDiff, arrow_diff, change_metadata, conform, incompatible_error
 from incsync.staging import StagedBatch
 
 MANIFEST_VERSION = 1
@@ -211,6 +217,18 @@ class ObjectStorageDestination(Destination):
                     f"model {model.model_name}, recipient {recipient.id}: transfer {now} committed to {self.root} "
                     f"after this transfer read {was}; nothing was published. Re-run the window."
                 )
+            previous = self._reader_schema(model, recipient)
+            refresh = record.transfer_type == FULL_REFRESH
+            change = SchemaDiff() if previous is None else arrow_diff(previous, batch.schema)
+            if change.incompatible and not refresh:
+                raise incompatible_error(
+                    f"model {model.model_name}, recipient {recipient.id}", f"{self.root} (its earlier manifests)",
+                    change.incompatible, model=model.model_name, recipient=recipient.id,
+                )
+            combined = batch.schema if previous is None or refresh else pa.unify_schemas(
+                [previous, batch.schema], promote_options="permissive")
+            # A full refresh supersedes the earlier manifests: columns the source dropped are gone, not kept.
+            metadata = change_metadata(change, replace(change, dropped=()) if refresh else change, replaced=refresh)
             me = owner_of(model, recipient)
             stamp = self.owner(model, recipient)
             check_owner(stamp, me, where=self._where(model, recipient))
@@ -218,12 +236,25 @@ class ObjectStorageDestination(Destination):
                 if stamp is None:  # first transfer (or one written before stamps): stamped before its manifest
                     self._stamp(me, previous=None, reason=f"first transfer {record.transfer_id}")
                 return {**self._publish(model=model, recipient=recipient, batch=batch, record=record,
-                                        sequence=int(expected.version or 0) + 1), OWNER_KEY: recipient.id}
+                                        sequence=int(expected.version or 0) + 1, reader_schema=combined,
+                                        schema_metadata=metadata), OWNER_KEY: recipient.id}
             except OSError as exc:
                 raise PublishError(
                     f"model {model.model_name}, recipient {recipient.id}: writing to {self.root} failed and no manifest "
                     f"was written, so readers see nothing of this transfer: {exc}"
                 ) from exc
+
+    def _reader_schema(self, model: ModelConfig, recipient: RecipientConfig) -> pa.Schema | None:
+        """What a reader of (model, recipient)'s committed manifests gets; None before the first."""
+        newest = self.log.newest(model.model_name, recipient.id)
+        if newest is None:
+            return None
+        if "reader_schema" in newest:
+            return schema_from_text(newest["reader_schema"])
+        # Manifests from before reader_schema: unify their files' schemas once.
+        manifests = committed_manifests(self.root, model.model_name, recipient.id, private=self.config.disable_manifest)
+        schemas = [pq.read_schema(self.root / f["data_file_key"]) for m in manifests for f in m["files"]]
+        return pa.unify_schemas(schemas, promote_options="permissive") if schemas else None
 
     def _live_files(self, model: ModelConfig, recipient: RecipientConfig, newest: dict) -> list[str]:
         """The data files a reader of (model, recipient) reads: the newest manifest's, plus those the
@@ -271,7 +302,8 @@ class ObjectStorageDestination(Destination):
         return previous
 
     def _publish(
-        self, *, model: ModelConfig, recipient: RecipientConfig, batch: StagedBatch, record: TransferRecord, sequence: int
+        self, *, model: ModelConfig, recipient: RecipientConfig, batch: StagedBatch, record: TransferRecord, sequence: int,
+        reader_schema: pa.Schema, schema_metadata: dict[str, object],
     ) -> dict[str, object]:
         date = record.committed_at[:10]
         folder = self.root / model.model_name / f"recipient={recipient.id}" / f"dt={date}"
@@ -307,6 +339,8 @@ class ObjectStorageDestination(Destination):
             "delta_rows_transferred": record.delta_rows_transferred,
             "high_watermark": record.high_watermark.isoformat() if record.high_watermark else None,
             "schema": [{"name": f.name, "type": str(f.type)} for f in batch.schema],
+            "reader_schema": schema_to_text(reader_schema),
+            **schema_metadata,
             "full_refresh_reason": record.extra.get("full_refresh_reason"),
             "dt": date,
             "sequence": sequence,
@@ -317,7 +351,7 @@ class ObjectStorageDestination(Destination):
         pointer = {"manifest_file_key": key, "sequence": sequence, "transfer_id": record.transfer_id,
                    "live_files": self._live_files(model, recipient, manifest)}
         _atomic_write(self.log.pointer(model.model_name, recipient.id), json.dumps(pointer))
-        return {"manifest_file_key": key, "files_written": len(files)}
+        return {"manifest_file_key": key, "files_written": len(files), **schema_metadata}
 
     def read_rows(self, *, model: ModelConfig, recipient: RecipientConfig) -> pa.Table:
         return read_manifested(self.root, model.model_name, recipient.id, private=self.config.disable_manifest)
@@ -331,16 +365,25 @@ def committed_manifests(path: str | os.PathLike[str], model: str, recipient: str
     return mine[refreshes[-1]:] if refreshes else mine
 
 
+def schema_to_text(schema: pa.Schema) -> str:
+    return base64.b64encode(schema.remove_metadata().serialize().to_pybytes()).decode()
+
+
+def schema_from_text(text: str) -> pa.Schema:
+    return pa.ipc.read_schema(pa.py_buffer(base64.b64decode(text)))
+
+
 def read_manifested(path: str | os.PathLike[str], model: str, recipient: str, *, private: bool = False) -> pa.Table:
-    """Exactly the rows of (model, recipient)'s committed transfers; schemas are unified (new columns NULL)."""
+    """Exactly the rows of (model, recipient)'s committed transfers in one schema: the newest manifest's
+    ``reader_schema`` (widened columns promoted, new columns NULL in older rows)."""
     root = Path(path)
-    tables = [
-        pq.read_table(root / f["data_file_key"])
-        for m in committed_manifests(root, model, recipient, private=private)
-        for f in m["files"]
-    ]
+    manifests = committed_manifests(root, model, recipient, private=private)
+    tables = [pq.read_table(root / f["data_file_key"]) for m in manifests for f in m["files"]]
     if not tables:
         return pa.table({})
+    if "reader_schema" in manifests[-1]:
+        schema = schema_from_text(manifests[-1]["reader_schema"])
+        return pa.concat_tables([conform(t, schema) for t in tables])
     return pa.concat_tables(tables, promote_options="permissive")
 
 

@@ -1,10 +1,12 @@
 """PostgreSQL destination: COPY into a temp table, then ONE transaction upserts and records the transfer.
 
 The publish transaction takes an advisory lock on (schema, model), checks that no other transfer
-committed since this one read its state, adapts the table (create, ADD COLUMN, or for a full refresh
-TRUNCATE / DROP and CREATE), upserts with the last-modified tie-break and inserts the transfer record
-into ``<schema>._incsync_transfers``. A full refresh's TRUNCATE holds an exclusive lock, so readers
-wait for the commit and then see the new rows; they never see an empty or half-loaded table.
+committed since this one read its state, adapts the table in place (create, ADD COLUMN, ALTER COLUMN
+TYPE for a widening: see ``postgres_schema``), upserts with the last-modified tie-break and inserts the
+transfer record into ``<schema>._incsync_transfers``. A full refresh loads its rows into the temp table
+beside the live one, then in that one transaction deletes the rows the source no longer has and
+upserts the rest: the table's contents are replaced, never its identity (no DROP, no rename, no
+TRUNCATE), so readers are never blocked and a snapshot reader sees the old rows or the new.
 """
 
 from __future__ import annotations
@@ -27,7 +29,9 @@ from incsync.crashpoints import crash_point
 from incsync.destinations.base import FULL_REFRESH, Destination, DestinationState, TransferRecord, reset_reason
 from incsync.destinations.ownership import METADATA_KEY as OWNER_KEY
 from incsync.destinations.ownership import Owner, owner_of, pg_claim, pg_owner, pg_stamp
+from incsync.destinations.postgres_schema import Evolution, evolve, register
 from incsync.errors import ConfigError, LeaseError, OwnershipError, PublishError, SchemaError
+from incsync.schema_change import SchemaDiff
 from incsync.staging import StagedBatch
 from incsync.typemap import postgres_source_type
 
@@ -215,7 +219,9 @@ class PostgresDestination(Destination):
                 conn.execute(sql.SQL(_TRANSFERS_DDL).format(table=self._ident(TRANSFERS_TABLE)))
                 self._check_lease(conn, model=model, recipient=recipient, expected=expected)
                 self._claim(conn, model=model, recipient=recipient, record=record)
-                written = self._write(conn, model=model, batch_columns=columns, wanted=wanted, record=record, where=where)
+                written, deleted, evolution = self._write(
+                    conn, model=model, recipient=recipient, batch_columns=columns, wanted=wanted, record=record, where=where
+                )
                 crash_point("mid_publish")
                 self._insert_record(conn, record)
                 conn.commit()
@@ -228,7 +234,11 @@ class PostgresDestination(Destination):
                     f"{where}: PostgreSQL publish to {self.table_name(model)} failed and nothing was committed: "
                     f"{str(exc).strip()}"
                 ) from exc
-        return {"postgres_table": self.table_name(model), "postgres_rows_written": written, OWNER_KEY: recipient.id}
+        metadata: dict[str, object] = {"postgres_table": self.table_name(model), "postgres_rows_written": written,
+                                       OWNER_KEY: recipient.id}
+        if record.transfer_type == FULL_REFRESH:
+            metadata["postgres_rows_deleted"] = deleted
+        return {**metadata, **evolution.metadata(refresh=record.transfer_type == FULL_REFRESH)}
 
     def _load_stage(self, conn: psycopg.Connection, batch: StagedBatch, wanted: dict[str, str]) -> None:
         stage = sql.Identifier("pg_temp", STAGE_TABLE)  # qualified, so a user table of that name is never touched
@@ -258,53 +268,61 @@ class PostgresDestination(Destination):
                 copy.write_row(row)
 
     def _write(
-        self, conn: psycopg.Connection, *, model: ModelConfig, batch_columns: list[str], wanted: dict[str, str],
-        record: TransferRecord, where: str,
-    ) -> int:
+        self, conn: psycopg.Connection, *, model: ModelConfig, recipient: RecipientConfig, batch_columns: list[str],
+        wanted: dict[str, str], record: TransferRecord, where: str,
+    ) -> tuple[int, int, Evolution]:
+        """Adapt the table, then upsert the staged rows; a full refresh first deletes the rows it lacks.
+
+        A full refresh's upsert also empties the columns the source dropped (a recipient's own columns
+        keep their values). Returns (rows written, rows deleted, what adapting the table did).
+        """
         name = model.model_name
         target = self._ident(name)
+        stage = sql.Identifier("pg_temp", STAGE_TABLE)
+        refresh = record.transfer_type == FULL_REFRESH
         current = self._columns(conn, name)
-        if record.transfer_type == FULL_REFRESH and current is not None:
-            if current == wanted:
-                conn.execute(sql.SQL("TRUNCATE {}").format(target))
-            else:
-                conn.execute(sql.SQL("DROP TABLE {}").format(target))
-                current = None
         if current is None:
             self._create(conn, model=model, wanted=wanted)
+            register(conn, schema=self.schema, model=name, wanted=wanted, fresh=True)
+            evolution = Evolution(drift=SchemaDiff(), applied=SchemaDiff())
         else:
-            mismatched = [f"{c} is {current[c]} in {self.table_name(model)} but {t} in the batch"
-                          for c, t in wanted.items() if c in current and current[c] != t]
-            if mismatched:
-                raise SchemaError(
-                    f"{where}: schema mismatch ({'; '.join(mismatched)}); nothing was published. "
-                    "Run a full refresh (--full-refresh) to recreate the table with the new types."
-                )
-            for column in (c for c in wanted if c not in current):
-                conn.execute(sql.SQL("ALTER TABLE {} ADD COLUMN {} {}").format(
-                    target, sql.Identifier(column), sql.SQL(wanted[column])))
-        cols = sql.SQL(", ").join(map(sql.Identifier, batch_columns))
+            evolution = evolve(conn, schema=self.schema, table=name, current=current, wanted=wanted, refresh=refresh,
+                               where=where, model=name, recipient=recipient.id)
+        deleted = evolution.deleted
         pk = sql.SQL(", ").join(map(sql.Identifier, model.primary_key))
+        if refresh and current is not None:
+            conn.execute(sql.SQL("ANALYZE {}").format(stage))
+            matches = sql.SQL(" AND ").join(sql.SQL("s.{c} = t.{c}").format(c=sql.Identifier(c)) for c in model.primary_key)
+            gone = sql.SQL("DELETE FROM {target} AS t WHERE NOT EXISTS (SELECT 1 FROM {stage} AS s WHERE {m})")
+            deleted += conn.execute(gone.format(target=target, stage=stage, m=matches)).rowcount
+        cols = sql.SQL(", ").join(map(sql.Identifier, batch_columns))
         lm = sql.Identifier(model.last_modified_column)
         updates = [c for c in batch_columns if c not in model.primary_key]
         insert = sql.SQL("INSERT INTO {target} AS t ({cols}) SELECT {cols} FROM {stage}").format(
-            target=target, cols=cols, stage=sql.Identifier("pg_temp", STAGE_TABLE))
-        if updates:
-            # Newer, or as new with other values: a replayed or no-change batch updates no row (no dead
-            # tuples, no WAL). Values compare as text, so every type (json too) has an equality.
-            values = [c for c in updates if c != model.last_modified_column]
-            differ = sql.SQL(" OR (t.{lm} = EXCLUDED.{lm} AND ROW({old})::text IS DISTINCT FROM ROW({new})::text)").format(
-                lm=lm,
-                old=sql.SQL(", ").join(sql.SQL("t.{}").format(sql.Identifier(c)) for c in values),
-                new=sql.SQL(", ").join(sql.SQL("EXCLUDED.{}").format(sql.Identifier(c)) for c in values),
-            ) if values else sql.SQL("")
-            insert = insert + sql.SQL(" ON CONFLICT ({pk}) DO UPDATE SET {sets} WHERE t.{lm} < EXCLUDED.{lm}{differ}").format(
-                pk=pk, lm=lm, differ=differ,
-                sets=sql.SQL(", ").join(sql.SQL("{c} = EXCLUDED.{c}").format(c=sql.Identifier(c)) for c in updates),
-            )
+            target=target, cols=cols, stage=stage)
+        stale = list(evolution.stale) if refresh else []
+        if updates or stale:
+            sets = sql.SQL(", ").join([*(sql.SQL("{c} = EXCLUDED.{c}").format(c=sql.Identifier(c)) for c in updates),
+                                       *(sql.SQL("{} = NULL").format(sql.Identifier(c)) for c in stale)])
+            insert = insert + sql.SQL(" ON CONFLICT ({pk}) DO UPDATE SET {sets} WHERE ").format(pk=pk, sets=sets)
+            # A row is rewritten only when it changes (no dead tuples, no WAL for a replay). Values compare
+            # as text, so every type (json too) has an equality. A full refresh's rows are the source's
+            # current ones: any difference wins; otherwise newer, or as new with other values.
+            values = [c for c in updates if c != model.last_modified_column] if not refresh else updates
+            old = [sql.SQL("t.{}").format(sql.Identifier(c)) for c in [*values, *stale]]
+            new = [*(sql.SQL("EXCLUDED.{}").format(sql.Identifier(c)) for c in values), *(sql.SQL("NULL") for _ in stale)]
+            differ = sql.SQL("ROW({old})::text IS DISTINCT FROM ROW({new})::text").format(
+                old=sql.SQL(", ").join(old), new=sql.SQL(", ").join(new))
+            if refresh:
+                insert = insert + differ
+            elif values:
+                insert = insert + sql.SQL("t.{lm} < EXCLUDED.{lm} OR (t.{lm} = EXCLUDED.{lm} AND {differ})").format(
+                    lm=lm, differ=differ)
+            else:
+                insert = insert + sql.SQL("t.{lm} < EXCLUDED.{lm}").format(lm=lm)
         else:
             insert = insert + sql.SQL(" ON CONFLICT ({pk}) DO NOTHING").format(pk=pk)
-        return conn.execute(insert).rowcount
+        return conn.execute(insert).rowcount, deleted, evolution
 
     def _create(self, conn: psycopg.Connection, *, model: ModelConfig, wanted: dict[str, str]) -> None:
         body = [sql.SQL("{} {}").format(sql.Identifier(c), sql.SQL(t)) for c, t in wanted.items()]
