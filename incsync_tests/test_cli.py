@@ -132,7 +132,8 @@ def test_failed_transfer_exits_non_zero_with_the_reason_and_transfers_lists_it(
         ["ERROR", "invoices", "acme", "0", "0", "0"],
         ["SUCCESS", "invoices", "acme", "1", "1", "1"],
     ]
-    assert rows[1][8] == "ticket=INC-1,tier=gold"  # the recipient's tags travel with its runs
+    assert (rows[0][8], rows[1][8]) == ("-", "acme")  # the failed run wrote nowhere; the other's table is acme's
+    assert rows[1][9] == "ticket=INC-1,tier=gold"  # the recipient's tags travel with its runs
     assert rows[2] == ["invoices:", "ERROR", "1,", "SUCCESS", "1"]
     assert main(["transfers", "-c", str(hand_config), "--tag", "ticket=INC-1", "--status", "success"]) == 0
     assert len(capsys.readouterr().out.splitlines()) == 3  # header, one transfer, the per-model counts

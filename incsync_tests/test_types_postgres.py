@@ -170,18 +170,28 @@ def test_column_types_are_checked_by_the_config_and_against_the_source(source, s
     ]
 
 
-def test_a_delta_table_written_with_the_old_lossy_type_asks_for_a_full_refresh(source, spark, tmp_path: Path) -> None:
+def test_a_delta_table_written_with_the_old_lossy_type_is_rewritten_with_the_exact_one(source, spark, tmp_path: Path) -> None:
+    """A table of acme's holding TIME the old lossy way (a timestamp on 1970-01-01) and no transfer record:
+    its data and log disagree, so the transfer re-syncs it from the start as a full refresh with the
+    exact form (Delta has no time type: exact text), never merging the two forms."""
     import pyarrow as pa
-    from deltalake import write_deltalake
+    from deltalake import DeltaTable, write_deltalake
 
-    from incsync.errors import PublishError
+    from incsync.config import load_config
+    from incsync.destinations.ownership import OWNER_PROPERTY, owner_of
 
-    old = pa.table({"id": pa.array([1], pa.int32()), "tm": pa.array([datetime(1970, 1, 1, 13, 14, 15, 123000)], pa.timestamp("us"))})
-    write_deltalake(str(tmp_path / "out/acme/orders"), old)
     config = write_config(tmp_path, source, "delta", columns=["id", "organization_id", "updated_at", "tm"])
-    with pytest.raises(PublishError, match=r'column "tm" holds timestamp\[us\] in the table but string in the batch .*'
-                                           r"run a full refresh \(--full-refresh\)"):
-        transfer(config, spark)
+    loaded = load_config(config)
+    stamp = owner_of(loaded.models[0], loaded.recipients[0]).to_json()  # acme's own table, from an earlier version
+    old = pa.table({"id": pa.array([1], pa.int32()), "tm": pa.array([datetime(1970, 1, 1, 13, 14, 15, 123000)], pa.timestamp("us"))})
+    path = str(tmp_path / "out/acme/orders")
+    DeltaTable.create(path, schema=old.schema, configuration={OWNER_PROPERTY: stamp}, raise_if_key_not_exists=False)
+    write_deltalake(path, old, mode="append")
+
+    outcome = transfer(config, spark)
+
+    assert outcome.record.transfer_type == "FULL_REFRESH" and outcome.full_refresh_reason.startswith("destination_reset")
+    assert pa.schema(DeltaTable(path).schema().to_arrow()).field("tm").type == pa.string()
 
 
 def test_infinite_timestamps_fail_naming_the_columns_and_text_keeps_them(spark, tmp_path: Path) -> None:
