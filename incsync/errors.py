@@ -29,6 +29,11 @@ class SchemaError(IncsyncError):
     """A source or destination schema does not fit the model."""
 
 
+class StagingError(IncsyncError):
+    """The staged files do not hold what the source read returned (e.g. a staging folder Spark's executors
+    wrote to but this process cannot see)."""
+
+
 class ValidationError(IncsyncError):
     """A staged batch breaks the model's contract (NULL or duplicate key, NULL last-modified)."""
 

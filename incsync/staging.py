@@ -20,7 +20,7 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
 from incsync.config import ModelConfig
-from incsync.errors import ValidationError
+from incsync.errors import StagingError, ValidationError
 from incsync.typemap import FINITE_MARK, METADATA_KEY, ColumnPlan, ConversionError, arrow_type, convert_table, field_metadata
 
 if TYPE_CHECKING:
@@ -71,13 +71,40 @@ def stage(df: DataFrame | pa.Table, path: Path, *, known_empty: bool = False, co
         table = convert_table(collected.cast(schema), plans)
         return _stage_arrow(table, path, schema=faithful_schema(schema, plans))
     with _out_of_range(plans):
-        df.write.mode("overwrite").option("outputTimestampType", "TIMESTAMP_MICROS").parquet(str(path))
+        written = write_observed(df, path)
     files = tuple(sorted(p for p in path.glob("*.parquet")))
     if any(plan.arrow for plan in plans.values()):
         _convert_files(files, plans)
     schema = faithful_schema(_utc_schema(df, ds.dataset([str(f) for f in files], format="parquet").schema if files else None), plans)
     rows = ds.dataset([str(f) for f in files], format="parquet", schema=schema).count_rows() if files else 0
+    check_staged_rows(path, extracted=written, staged=rows)
     return StagedBatch(path=path, files=files, schema=schema, rows=rows, bytes=sum(f.stat().st_size for f in files))
+
+
+def write_observed(df: DataFrame, path: Path, *, partition_by: str | None = None) -> int | None:
+    """Write ``df`` as Parquet under ``path`` and return how many rows Spark wrote (None: not observable)."""
+    from pyspark.sql import Observation
+    from pyspark.sql import functions as F
+
+    observation = Observation("incsync_staged")
+    writer = df.observe(observation, F.count(F.lit(1)).alias("rows")).write.mode("overwrite")
+    writer = writer.option("outputTimestampType", "TIMESTAMP_MICROS")
+    (writer.partitionBy(partition_by) if partition_by else writer).parquet(str(path))
+    try:
+        return int(observation.get["rows"])
+    except Exception:  # noqa: BLE001 - an engine without observations: the staged count stands alone
+        return None
+
+
+def check_staged_rows(path: Path, *, extracted: int | None, staged: int) -> None:
+    """The rows this process finds staged must be the rows Spark wrote: executors that write to a
+    folder the driver cannot see (a cluster without shared staging) must fail, never publish nothing."""
+    if extracted is not None and extracted != staged:
+        raise StagingError(
+            f"staging {path}: Spark wrote {extracted} row(s) but {staged} are visible here; nothing was published. "
+            "Spark's executors and this process must share the staging folder: set `staging_dir` (or "
+            "INCSYNC_STAGING_DIR) to storage both can reach."
+        )
 
 
 TENANT_PARTITION = "__incsync_tenant"
@@ -110,11 +137,7 @@ def stage_by_tenant(
     from pyspark.sql import functions as F
 
     with _out_of_range(plans):
-        (
-            df.withColumn(TENANT_PARTITION, F.col(column).cast("string"))
-            .write.mode("overwrite").option("outputTimestampType", "TIMESTAMP_MICROS")
-            .partitionBy(TENANT_PARTITION).parquet(str(path))
-        )
+        written = write_observed(df.withColumn(TENANT_PARTITION, F.col(column).cast("string")), path, partition_by=TENANT_PARTITION)
     folders = sorted(p for p in path.glob(f"{TENANT_PARTITION}=*") if p.is_dir())
     files = {f: tuple(sorted(f.glob("*.parquet"))) for f in folders}
     if any(plan.arrow for plan in plans.values()):
@@ -126,6 +149,7 @@ def stage_by_tenant(
         rows = ds.dataset([str(f) for f in parts], format="parquet", schema=schema).count_rows() if parts else 0
         value = unquote(folder.name.split("=", 1)[1])  # Spark escapes path characters as %XX
         batches[value] = StagedBatch(path=folder, files=parts, schema=schema, rows=rows, bytes=sum(f.stat().st_size for f in parts))
+    check_staged_rows(path, extracted=written, staged=sum(b.rows for b in batches.values()))
     return schema, batches
 
 
