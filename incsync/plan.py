@@ -9,7 +9,6 @@ first window whose commit did not land.
 
 from __future__ import annotations
 
-from bisect import bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -76,12 +75,6 @@ def coalesce(cells: Sequence[W], *, whole_recipient: frozenset[str] = frozenset(
     return spans
 
 
-def window_index(boundaries: Sequence[int], micros: int) -> int:
-    """Which of ``len(boundaries)`` windows (given by their start, in µs) a last-modified value counts
-    in: the first window also takes the lookback overlap below it, the last anything above it."""
-    return max(0, min(len(boundaries) - 1, bisect_right(boundaries, micros) - 1))
-
-
 def window_starts(windows: Sequence[HasWindow]) -> list[int]:
     return [to_micros(w.start) for w in windows]
 
@@ -98,7 +91,8 @@ class WindowCounts:
 def count_by_window(
     windows: Sequence[HasWindow], last_modified_micros: Sequence[int] | np.ndarray, *, delta_after_micros: int | None
 ) -> WindowCounts:
-    """Attribute each row to its window (see ``window_index``); ``delta_after_micros`` None: every row is new."""
+    """Attribute each row to its window: the first window also takes the lookback overlap below it, the
+    last anything above it. ``delta_after_micros`` None: every row is new."""
     starts = np.asarray(window_starts(windows), dtype=np.int64)
     values = np.asarray(last_modified_micros, dtype=np.int64)
     n = len(starts)
