@@ -178,7 +178,8 @@ def cmd_transfers(args: argparse.Namespace) -> int:
 def cmd_dagster_yaml(args: argparse.Namespace) -> int:
     from incsync.automation.concurrency import dagster_yaml
 
-    text = dagster_yaml(load_config(args.config), Path(args.base) if args.base else None)
+    home = Path(args.output).parent if args.output else (Path(os.environ["DAGSTER_HOME"]) if os.environ.get("DAGSTER_HOME") else None)
+    text = dagster_yaml(load_config(args.config), Path(args.base) if args.base else None, dagster_home=home)
     if args.output:
         Path(args.output).write_text(text)
         print(f"wrote {args.output}")

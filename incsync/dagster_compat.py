@@ -69,3 +69,90 @@ def tune_sqlite_storage() -> None:
             cursor.close()
 
     _TUNED = True
+
+
+EVENT_BATCH_ENV_VAR = "DAGSTER_EVENT_BATCH_SIZE"
+EVENT_BATCH_SIZE = 10_000
+
+
+def _batching_sqlite_event_log_storage() -> type:
+    """Build the storage class lazily: importing Dagster's SQLite storage costs ~0.3 s."""
+    from dagster._core.events import ASSET_EVENTS
+    from dagster._core.storage.event_log.schema import SqlEventLogStorageTable
+    from dagster._core.storage.event_log.sqlite.sqlite_event_log import SqliteEventLogStorage
+
+    class BatchingSqliteEventLogStorage(SqliteEventLogStorage):
+        """Dagster's SQLite event log, storing a batch of asset events in two transactions.
+
+        A run over a year of daily windows records ~2 asset events per window partition (planned at
+        launch, materialized at the end). Dagster hands them over as batches when
+        ``DAGSTER_EVENT_BATCH_SIZE`` is set (``EventLogStorage.store_event_batch``), but its SQLite
+        storage stores a batch one event at a time: a new engine and two transactions per event, and
+        a schema inspection per asset-key update — 12-19 ms an event here, more than the transfer
+        itself. This stores the batch's rows in one transaction on the run's shard and one on the
+        index shard, with the same rows, tags and asset-key entries as one event at a time (the
+        asset-key row is written for the last event of each kind per asset: later ones overwrite
+        earlier ones column by column). Anything that is not an asset event goes the stock way.
+        """
+
+        def __init__(self, base_dir: str, inst_data: Any = None) -> None:
+            os.environ.setdefault(EVENT_BATCH_ENV_VAR, str(EVENT_BATCH_SIZE))
+            super().__init__(base_dir, inst_data=inst_data)
+
+        @classmethod
+        def config_type(cls) -> Any:
+            from dagster import StringSource
+
+            return {"base_dir": StringSource}
+
+        @classmethod
+        def from_config_value(cls, inst_data: Any, config_value: Mapping[str, Any]) -> Any:
+            return cls(inst_data=inst_data, **config_value)
+
+        def store_event_batch(self, events: Any) -> None:
+            asset_events = [
+                e for e in events
+                if e.is_dagster_event and e.dagster_event_type in ASSET_EVENTS and e.dagster_event.asset_key
+            ]
+            if len(asset_events) != len(events):
+                for event in events:
+                    self.store_event(event)
+                return
+            rows = [self._event_to_row(event) for event in events]
+            by_run: dict[str, list[dict[str, Any]]] = {}
+            for row in rows:
+                by_run.setdefault(row["run_id"], []).append(row)
+            for run_id, run_rows in by_run.items():
+                with self.run_connection(run_id) as conn:
+                    conn.execute(SqlEventLogStorageTable.insert(), run_rows)
+            with self.index_transaction() as conn:
+                table = SqlEventLogStorageTable
+                inserted = conn.execute(table.insert().returning(table.c.id, sort_by_parameter_order=True), rows)
+                ids = [row_id for (row_id,) in inserted]
+                self._store_asset_event_tags(conn, events, ids)
+                last: dict[tuple[str, str], int] = {}
+                for i, event in enumerate(events):
+                    last[(event.dagster_event.asset_key.to_string(), event.dagster_event_type)] = i
+                for i in sorted(last.values()):
+                    self._store_asset_event(conn, events[i], ids[i])
+
+    return BatchingSqliteEventLogStorage
+
+
+def __getattr__(name: str) -> Any:
+    # ``module: incsync.dagster_compat, class: BatchingSqliteEventLogStorage`` in dagster.yaml
+    if name == "BatchingSqliteEventLogStorage":
+        cls = _batching_sqlite_event_log_storage()
+        globals()[name] = cls
+        return cls
+    raise AttributeError(name)
+
+
+def event_log_storage_config(dagster_home: str | os.PathLike[str]) -> dict[str, Any]:
+    """The ``event_log_storage`` entry of a dagster.yaml for the instance in ``dagster_home``.
+
+    The folder is Dagster's own (``history/runs`` under the instance), so an existing instance keeps
+    its history; it is written out because the storage cannot know which instance loads it.
+    """
+    base_dir = os.path.join(os.path.abspath(dagster_home), "history", "runs", "")
+    return {"module": "incsync.dagster_compat", "class": "BatchingSqliteEventLogStorage", "config": {"base_dir": base_dir}}

@@ -9,6 +9,7 @@ from datetime import datetime
 from pathlib import Path
 
 import dagster as dg
+import yaml
 
 from incsync.assets import model_asset_key
 from incsync.automation.tags import INCREMENTAL
@@ -17,10 +18,15 @@ from incsync.changes import UTC
 from incsync.config import IncsyncConfig, ModelConfig, RecipientConfig
 from incsync.metadata import DELTA_ROWS_TRANSFERRED, HIGH_WATERMARK, ROWS_TRANSFERRED, TRANSFER_TYPE
 from incsync.paths import dagster_home
+from incsync.dagster_compat import event_log_storage_config
 from incsync.partitions import split_key, window_partitions
 from incsync.transfer import recipient_start
 
 MANUAL = "manual"
+
+
+_STORAGE_COMMENT = "# Dagster's SQLite event log storing each batch of asset events at once (incsync/dagster_compat.py)\n"
+_FIRST_DAGSTER_YAML = "telemetry:\n  enabled: false\n"  # what incsync wrote before the batching event log
 
 
 def dagster_instance(config_file: Path) -> dg.DagsterInstance:
@@ -28,8 +34,10 @@ def dagster_instance(config_file: Path) -> dg.DagsterInstance:
     home = dagster_home(config_file)
     os.environ["DAGSTER_HOME"] = str(home)
     home.mkdir(parents=True, exist_ok=True)
-    if not (home / "dagster.yaml").exists():
-        (home / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
+    yaml_file = home / "dagster.yaml"
+    if not yaml_file.exists() or yaml_file.read_text() == _FIRST_DAGSTER_YAML:
+        storage = yaml.safe_dump({"event_log_storage": event_log_storage_config(home)}, sort_keys=False)
+        yaml_file.write_text(_FIRST_DAGSTER_YAML + _STORAGE_COMMENT + storage)
     return dg.DagsterInstance.get()
 
 

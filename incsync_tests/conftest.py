@@ -60,7 +60,10 @@ def dagster_instance(tmp_path: Path) -> Iterator[object]:
 
     home = tmp_path / "dagster_home"
     home.mkdir(exist_ok=True)  # instance_for_test writes dagster.yaml into it and does not create it
-    with dg.instance_for_test(temp_dir=str(home)) as instance:
+    from incsync.dagster_compat import event_log_storage_config
+
+    overrides = {"event_log_storage": event_log_storage_config(home)}
+    with dg.instance_for_test(temp_dir=str(home), overrides=overrides) as instance:
         yield instance
 
 

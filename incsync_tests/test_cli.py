@@ -185,6 +185,10 @@ def test_dagster_yaml_limits_come_from_the_config(hand_config: Path, tmp_path: P
     assert main(["dagster-yaml", "-c", str(hand_config), "--base", str(repo_yaml), "-o", str(tmp_path / "d.yaml")]) == 0
     doc = yaml.safe_load((tmp_path / "d.yaml").read_text())
     assert doc["telemetry"] == {"enabled": False}
+    assert doc["event_log_storage"] == {  # the instance beside the file gets the batching event log
+        "module": "incsync.dagster_compat", "class": "BatchingSqliteEventLogStorage",
+        "config": {"base_dir": f"{tmp_path}/history/runs/"},
+    }
     assert doc["concurrency"]["runs"]["tag_concurrency_limits"] == [
         {"key": "incsync/model_destination", "value": {"applyLimitPerUniqueValue": True}, "limit": 1},
         {"key": "incsync/shard", "value": {"applyLimitPerUniqueValue": True}, "limit": 1},

@@ -7,8 +7,9 @@ import sqlite3
 import dagster as dg
 import pytest
 import sqlalchemy
+import yaml
 
-from incsync.dagster_compat import SQLITE_SYNC_ENV_VAR, add_partition_metadata, tune_sqlite_storage
+from incsync.dagster_compat import SQLITE_SYNC_ENV_VAR, add_partition_metadata, event_log_storage_config, tune_sqlite_storage
 from incsync.errors import ConfigError
 
 DAYS = dg.StaticPartitionsDefinition(["a", "b", "c"])
@@ -47,3 +48,84 @@ def test_sqlite_connections_commit_without_fsync_and_the_mode_is_validated(tmp_p
     monkeypatch.setenv(SQLITE_SYNC_ENV_VAR, "sometimes")
     with pytest.raises(ConfigError, match='INCSYNC_SQLITE_SYNC: "sometimes" must be one of off, normal, full'):
         tune_sqlite_storage()
+
+
+BATCHING = {"module": "incsync.dagster_compat", "class": "BatchingSqliteEventLogStorage"}
+
+
+def _materialize_twice(instance: dg.DagsterInstance) -> list[str]:
+    runs = []
+    for _ in range(2):
+        result = dg.materialize(
+            [counted], instance=instance, resources={"recording": _RecordingIOManager()},
+            tags={"dagster/asset_partition_range_start": "a", "dagster/asset_partition_range_end": "c"},
+        )
+        assert result.success
+        runs.append(result.run_id)
+    return runs
+
+
+def _asset_view(instance: dg.DagsterInstance, runs: list[str]) -> dict[str, object]:
+    key = dg.AssetKey("counted")
+    records = instance.fetch_materializations(key, limit=10).records
+    planned = instance.get_event_records(dg.EventRecordsFilter(dg.DagsterEventType.ASSET_MATERIALIZATION_PLANNED, asset_key=key))
+    latest = instance.get_latest_materialization_event(key)
+    return {
+        "materializations": sorted(
+            (runs.index(r.run_id), r.asset_materialization.partition, r.asset_materialization.metadata["rows"].value) for r in records
+        ),
+        "planned": sorted((runs.index(r.run_id), r.partition_key) for r in planned),
+        "latest": (runs.index(latest.run_id), latest.asset_materialization.partition),
+        "partitions": sorted(instance.get_materialized_partitions(key)),
+        "last_run": runs.index(instance.get_latest_planned_materialization_info(key).run_id),
+        "run_events": [len(instance.all_logs(r)) for r in runs],
+    }
+
+
+def test_the_batching_event_log_stores_what_dagsters_own_sqlite_storage_stores(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("DAGSTER_EVENT_BATCH_SIZE", "1000")  # both storages get their events as batches
+    views = []
+    for name, overrides in (("stock", {}), ("batching", {"event_log_storage": {**BATCHING, "config": {"base_dir": str(tmp_path / "b" / "runs")}}})):
+        home = tmp_path / name
+        home.mkdir()
+        with dg.instance_for_test(temp_dir=str(home), overrides=overrides) as instance:
+            assert type(instance.event_log_storage).__name__ == ("BatchingSqliteEventLogStorage" if name == "batching" else "SqliteEventLogStorage")
+            views.append(_asset_view(instance, _materialize_twice(instance)))
+    stock, batching = views
+    assert batching == stock
+    assert batching["materializations"] == [(0, "a", 97), (0, "b", 98), (0, "c", 99), (1, "a", 97), (1, "b", 98), (1, "c", 99)]
+    assert batching["planned"] == [(0, "a"), (0, "b"), (0, "c"), (1, "a"), (1, "b"), (1, "c")]
+    assert batching["latest"][0] == 1 and batching["last_run"] == 1
+
+
+def test_the_batching_event_log_writes_a_batch_in_one_transaction_per_shard(tmp_path, monkeypatch) -> None:
+    monkeypatch.delenv("DAGSTER_EVENT_BATCH_SIZE", raising=False)
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path))
+    (tmp_path / "dagster.yaml").write_text(yaml.safe_dump({"event_log_storage": event_log_storage_config(tmp_path)}))
+    instance = dg.DagsterInstance.get()
+    import os
+
+    assert os.environ["DAGSTER_EVENT_BATCH_SIZE"] == "10000"  # the storage turns Dagster's batching on
+    storage = instance.event_log_storage
+    assert storage._base_dir.rstrip("/") == str(tmp_path / "history" / "runs")  # noqa: SLF001 - Dagster's own layout
+    connections: list[str] = []
+    original = type(storage).__mro__[1]._connect  # SqliteEventLogStorage._connect
+
+    def counting(self, shard):  # noqa: ANN001
+        connections.append(shard)
+        return original(self, shard)
+
+    monkeypatch.setattr(type(storage), "_connect", counting)
+    assert dg.materialize(
+        [counted], instance=instance, resources={"recording": _RecordingIOManager()},
+        tags={"dagster/asset_partition_range_start": "a", "dagster/asset_partition_range_end": "c"},
+    ).success
+    run_id = instance.get_runs(limit=1)[0].run_id
+    # 3 planned events at launch and 3 materializations at the end: one connection per shard and batch
+    planned_and_materialized = [s for s in connections if s in (run_id, "index")]
+    assert instance.get_materialized_partitions(dg.AssetKey("counted")) == {"a", "b", "c"}
+    assert len(instance.fetch_materializations(dg.AssetKey("counted"), limit=10).records) == 3
+    # the index shard: the run's start and success, one batch of planned events, one of materializations
+    # (Dagster's own storage opens it once per asset event: 8 here, 2 + 2 per window of a real run)
+    assert planned_and_materialized.count("index") == 4
+    instance.dispose()

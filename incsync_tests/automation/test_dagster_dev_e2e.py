@@ -85,7 +85,7 @@ def dagster_dev(tmp_path: Path) -> Iterator[Dagster]:
     config_file.write_text(yaml.safe_dump(doc, sort_keys=False))
     home = tmp_path / "dagster_home"
     home.mkdir()
-    (home / "dagster.yaml").write_text(dagster_yaml(load_config(config_file), REPO / "dagster.yaml"))
+    (home / "dagster.yaml").write_text(dagster_yaml(load_config(config_file), REPO / "dagster.yaml", dagster_home=home))
     port = _free_port()
     env = {
         **os.environ,
