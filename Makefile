@@ -2,42 +2,69 @@
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha1sum | cut -c1-12)
+HASH := $(shell cat pyproject.toml | sha1sum | cut -c1-12)
+# `make demo` installs what the demo needs (Java, incsync); `make test` adds the test extras, the JDBC
+# drivers, Chromium and the MariaDB client (scripts/system-deps.sh).
+DEMO_STAMP := $(VENV)/.installed-demo-$(HASH)
+STAMP := $(VENV)/.installed-test-$(HASH)
 PYTEST_ARGS ?=
 
-.PHONY: demo test test-long bench system-deps venv clean dev
+.PHONY: demo test test-long test-faults bench system-deps venv clean dev ui
 
-$(STAMP): pyproject.toml
-	@bash scripts/system-deps.sh
+$(DEMO_STAMP): pyproject.toml
+	@bash scripts/system-deps.sh demo
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[test]'
-	@rm -f $(VENV)/.installed-*; touch $@
+	$(BIN)/pip install --quiet -e .
+	@rm -f $(VENV)/.installed-demo-*; touch $@
+
+$(STAMP): pyproject.toml
+	@bash scripts/system-deps.sh test
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[test,postgres]'
+	@rm -f $(VENV)/.installed-test-*; touch $@ $(VENV)/.installed-demo-$(HASH)
 
 venv: $(STAMP)
 
-demo: $(STAMP)
+demo: $(DEMO_STAMP)
 	$(BIN)/incsync demo --workdir demo
 
+# Two workers, a test file each at a time (files share their module fixtures); `PYTEST_ARGS=-n0` runs serially.
 test: $(STAMP)
-	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -q -n 2 --dist loadfile $(PYTEST_ARGS)
 
 test-long: $(STAMP)
 	INCSYNC_HYPOTHESIS_PROFILE=long $(BIN)/python -m pytest -q -s incsync_tests/test_invariants.py $(PYTEST_ARGS)
 
+# The SIGKILL soak: >= 200 transfers killed at random moments across Delta, PostgreSQL and object
+# storage while a reader polls; prints the five counters (all must be 0). See docs/faults.md.
+SOAK_ARGS ?= --kills 210
+test-faults: $(STAMP)
+	$(BIN)/python -m incsync_tests.faults.soak $(SOAK_ARGS)
+
 # incsync (cold and warm) against dlt on the same PostgreSQL data; see benchmarks/README.md.
 BENCH_ARGS ?=
+# S: 10,000 recipients, one scheduled cycle through dagster-daemon (benchmarks/scale_daemon.py).
+S_ARGS ?= --recipients 10000
 bench: $(STAMP)
-	$(BIN)/pip install --quiet -e '.[test,bench]'
+	$(BIN)/pip install --quiet -e '.[test,postgres,bench]'
 	$(BIN)/python benchmarks/compare_dlt.py $(BENCH_ARGS)
+	$(BIN)/python benchmarks/scale_daemon.py $(S_ARGS)
 
-# The UI over the demo's instance (after `make demo`), or over INCSYNC_CONFIG / DAGSTER_HOME you set.
+# The UI over the demo's instance (after `make demo`), or over INCSYNC_CONFIG / DAGSTER_HOME you set: the
+# project's dagster.yaml (run monitoring, run limits) and the demo's PostgreSQL DSN (demo/ui.env), so a
+# scheduled run launched from the UI reaches the same destinations.
 INCSYNC_CONFIG ?= demo/incsync.yaml
 DAGSTER_HOME ?= demo/.dagster
-dev: $(STAMP)
+ui: $(DEMO_STAMP)
 	@test -f "$(INCSYNC_CONFIG)" || { echo "no $(INCSYNC_CONFIG): run 'make demo' first or set INCSYNC_CONFIG"; exit 1; }
-	mkdir -p "$(DAGSTER_HOME)" && $(BIN)/incsync dagster-yaml -c "$(INCSYNC_CONFIG)" --base dagster.yaml -o "$(DAGSTER_HOME)/dagster.yaml"
-	INCSYNC_CONFIG="$(abspath $(INCSYNC_CONFIG))" DAGSTER_HOME="$(abspath $(DAGSTER_HOME))" $(BIN)/dagster dev -w workspace.yaml -h 127.0.0.1
+	@mkdir -p "$(DAGSTER_HOME)" && $(BIN)/incsync dagster-yaml -c "$(INCSYNC_CONFIG)" --base dagster.yaml -o "$(DAGSTER_HOME)/dagster.yaml"
+	set -a; if [ -f "$(dir $(INCSYNC_CONFIG))ui.env" ]; then . "$(dir $(INCSYNC_CONFIG))ui.env"; fi; set +a; \
+	INCSYNC_CONFIG="$(abspath $(INCSYNC_CONFIG))" DAGSTER_HOME="$(abspath $(DAGSTER_HOME))" \
+	$(BIN)/dagster dev -w workspace.yaml -h 127.0.0.1
+
+dev: ui
 
 clean:
 	rm -rf $(VENV) demo .dagster .pytest_cache .hypothesis

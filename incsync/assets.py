@@ -4,6 +4,7 @@
 import dagster as dg
 from pydantic import Field
 
+from incsync.automation.liveness import mark_running
 from incsync.changes import fingerprint
 from incsync.config import IncsyncConfig, ModelConfig
 from incsync.partitions import grid_start, model_partitions, split_key
@@ -43,9 +44,32 @@ def model_fingerprint(model: ModelConfig) -> str:
 
 
 def source_asset_key(model: ModelConfig) -> dg.AssetKey:
+    """``<source>/tables/<source>.<table>``: the lineage graph labels a node by its key's last part, so the
+    source table reads ``app_db.public.orders`` beside the model ``orders``, never the same name twice."""
     if model.source_table:
-        return dg.AssetKey([model.source, "tables", *model.source_table.split(".")])
-    return dg.AssetKey([model.source, "queries", model.model_name])
+        return dg.AssetKey([model.source, "tables", f"{model.source}.{model.source_table}"])
+    return dg.AssetKey([model.source, "queries", f"{model.source}.{model.model_name}_query"])
+
+
+def model_job(model: ModelConfig):  # noqa: ANN201 - an unresolved asset job
+    """The model's job, named after the model: the UI lists runs under ``orders``, not ``__ASSET_JOB``."""
+    return dg.define_asset_job(
+        name=model.model_name, selection=[model_asset_key(model)], partitions_def=model_partitions(model),
+        description=f"Transfers of model {model.model_name} to its recipients.",
+    )
+
+
+def model_description(config: IncsyncConfig, model: ModelConfig) -> str:
+    what = f"table `{model.source_table}`" if model.source_table else "a source query"
+    tenants = (f"split by tenant column `{model.organization_column}`" if model.organization_column
+               else "one source schema per recipient")
+    window = model.max_transfer_time_window_seconds
+    grid = "daily" if window == 86_400 else (f"{window // 3600}-hour" if window % 3600 == 0 else f"{window // 60}-minute")
+    return (
+        f"Each recipient's copy of {what} from source `{model.source}`, {tenants}. "
+        f"Primary key: {', '.join(model.primary_key)}; changes tracked by `{model.last_modified_column}` "
+        f"(lookback {config.lookback_seconds(model)} s); {grid} windows; schedule `{model.frequency}` (UTC)."
+    )
 
 
 def model_asset_key(model: ModelConfig) -> dg.AssetKey:
@@ -58,8 +82,13 @@ def source_specs(config: IncsyncConfig) -> list[dg.AssetSpec]:
     for model in config.models:
         key = source_asset_key(model)
         vendor = config.source(model.source).vendor
-        description = f"Source table {model.source_table}" if model.source_table else f"Source query of {model.model_name}:\n{model.source_query}"
-        specs[key] = dg.AssetSpec(key=key, group_name=model.source, description=description, kinds={vendor})
+        description = (
+            f"Table `{model.source_table}` of source `{model.source}` ({vendor}), read by model {model.model_name}."
+            if model.source_table else f"Source query of model {model.model_name} on source `{model.source}` ({vendor}):\n\n"
+            f"```sql\n{model.source_query}\n```"
+        )
+        specs[key] = dg.AssetSpec(key=key, group_name=model.source, description=description, kinds={vendor},
+                                  metadata={"source": model.source, "vendor": vendor})
     return list(specs.values())
 
 
@@ -77,14 +106,18 @@ def build_model_asset(config: IncsyncConfig, model: ModelConfig) -> dg.AssetsDef
         io_manager_key=IO_MANAGER_KEY,
         backfill_policy=dg.BackfillPolicy.multi_run(max_partitions_per_run=MAX_PARTITIONS_PER_RUN),
         required_resource_keys={"spark", "incsync", source_resource_key(model.source), *destination_keys},
-        kinds={"spark"},
-        description=f"{model.model_name}: each recipient's rows of {model.source_table or 'a source query'}, "
-        f"keyed on {model.primary_key}, changes tracked by {model.last_modified_column}.",
-        metadata={"primary_key": ", ".join(model.primary_key), "lookback_seconds": lookback},
+        kinds={"spark", *sorted({d.kind for d in config.destinations})[:2]},  # Dagster shows at most 3
+        description=model_description(config, model),
+        metadata={
+            "primary_key": ", ".join(model.primary_key), "lookback_seconds": lookback,
+            "last_modified_column": model.last_modified_column,
+            "window_seconds": model.max_transfer_time_window_seconds, "schedule": model.frequency,
+        },
     )
     def _transfer(context: dg.AssetExecutionContext, config: TransferRunConfig) -> list[TransferRequest]:
         resources = context.resources
         tags = context.run.tags
+        mark_running(context.instance, context.run_id)  # a process that dies now leaves an ORPHANED run, not a RUNNING one
         scheduled = tags.get(MODE_TAG) == "incremental"
         full_refresh = config.full_refresh or tags.get(FULL_REFRESH_TAG, "").lower() == "true"
         source = getattr(resources, source_resource_key(model.source)).client()
@@ -108,6 +141,8 @@ def build_model_asset(config: IncsyncConfig, model: ModelConfig) -> dg.AssetsDef
                     spark=lambda: resources.spark.spark_session,
                     scheduled=scheduled,
                     full_refresh=full_refresh,
+                    retries=resources.incsync.config.retries,
+                    allow_mass_delete=tags.get("incsync/allow_mass_delete", "").lower() == "true",
                 )
             )
         return requests

@@ -16,11 +16,22 @@ from incsync.errors import ConfigError, IncsyncError
 
 
 def check_connectivity(config: IncsyncConfig) -> list[str]:
-    """One line per source or destination that cannot be reached, naming it and the fix."""
+    """One line per source or destination that cannot be reached or lacks a column a model names,
+    with the fix. Lake and PostgreSQL sources are checked in parallel without Spark
+    (``validate_checks``); other databases through Spark JDBC, the path their transfers take."""
+    from incsync.storage import is_url, local_path
+    from incsync.validate_checks import connect_schema_problems
+
     problems: list[str] = []
     for source in config.sources:
-        if isinstance(source, LakeSourceConfig) and source.format != "table" and not Path(source.path or "").is_dir():
+        if isinstance(source, LakeSourceConfig) and source.format != "table" and is_url(source.path):
+            problems.extend(_storage_problems(f"sources[{source.name}]", str(source.path), source.storage_options))
+        elif isinstance(source, LakeSourceConfig) and source.format != "table" and not Path(
+            local_path(source.path or "")
+        ).is_dir():
             problems.append(f"sources[{source.name}].path: folder {source.path} does not exist; create it or fix the path")
+    if is_url(config.staging_dir):
+        problems.extend(_storage_problems("staging_dir", str(config.staging_dir), config.staging_storage_options, key=""))
     for destination in config.destinations:
         if isinstance(destination, PostgresDestinationConfig):
             from incsync.destinations.postgres import PostgresDestination
@@ -31,16 +42,37 @@ def check_connectivity(config: IncsyncConfig) -> list[str]:
                 problems.extend(exc.problems)
             except IncsyncError as exc:
                 problems.append(" ".join(str(exc).split()))
-        if isinstance(destination, DeltaDestinationConfig | ObjectStorageDestinationConfig) and "://" not in destination.path:
-            parent = Path(destination.path).parent
-            if not parent.exists():
-                problems.append(
-                    f"destinations[{destination.name}].path: parent folder {parent} does not exist; create it"
-                )
-    jdbc = {s.name for s in config.sources if isinstance(s, JdbcSourceConfig)}
+        if isinstance(destination, DeltaDestinationConfig | ObjectStorageDestinationConfig) and is_url(destination.path):
+            problems.extend(_storage_problems(f"destinations[{destination.name}]", destination.path, destination.storage_options))
+        # A local Delta or object-storage destination whose folders do not exist yet is fine: the first
+        # transfer creates them.
+    schema_problems, checked = connect_schema_problems(config)
+    problems.extend(schema_problems)
+    jdbc = {s.name for s in config.sources if isinstance(s, JdbcSourceConfig)} - checked
     if jdbc:
         problems.extend(check_jdbc_sources(config, jdbc))
     return problems
+
+
+def _storage_problems(where: str, url: str, options: dict[str, str], *, key: str = ".path") -> list[str]:
+    """The location listed once through the storage layer: reachable, and the credentials accepted."""
+    from incsync.storage import open_store, resolve_options
+
+    import pyarrow.fs as pafs
+
+    option = "staging_storage_options" if not key else f"{where}.storage_options"
+    try:
+        store = open_store(url, resolve_options(options, f"{where}.storage_options"))
+        bucket = store.root.split("/", 1)[0]
+        if store.fs.get_file_info(bucket).type == pafs.FileType.NotFound:
+            return [f"{where}{key}: {url}: bucket {bucket} does not exist (or {option} cannot see it); create it or fix the URL"]
+        store.list()
+    except ConfigError as exc:
+        return exc.problems
+    except OSError as exc:
+        reason = " ".join(str(exc).split())[:300]
+        return [f"{where}{key}: {url} cannot be listed ({reason}); check the URL, {option} and the credentials"]
+    return []
 
 
 def _jdbc_spark(config: IncsyncConfig):  # noqa: ANN202 - SparkSession, imported lazily

@@ -15,7 +15,9 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 from pydantic import ValidationError as PydanticValidationError
 
+from incsync.cron import is_valid_cron
 from incsync.errors import ConfigError
+from incsync.yaml_load import load_yaml
 from incsync.recipients_table import read_recipient_rows, rename_row_problems
 from incsync.paths import CONFIG_ENV_VAR, DEFAULT_CONFIG_FILE, config_path  # noqa: F401 - re-exported
 
@@ -61,8 +63,6 @@ DEFAULT_LOOKBACK_SECONDS: dict[str, int] = {
     "mariadb": 5,
 }
 FALLBACK_LOOKBACK_SECONDS = 300
-# libyaml's safe loader parses a 10,000-recipient file ~5x faster than the pure-Python one.
-_YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 class _Strict(BaseModel):
@@ -73,13 +73,30 @@ class LakeSourceConfig(_Strict):
     """Folders of Parquet/CSV/JSON files (one per table) or Spark catalog tables."""
 
     name: str = Field(description="Source name, referenced by models.")
-    vendor: Literal["lake"]
+    vendor: Literal["lake"] = Field(description="`lake`.")
     path: str | None = Field(default=None, description="Root folder; table `t` lives in `<path>/t`.")
-    format: Literal["parquet", "csv", "json", "table"] = "parquet"
+    format: Literal["parquet", "csv", "json", "table"] = Field(
+        default="parquet",
+        description="How the files are written: parquet, csv (with a header line), json, or `table` for Spark catalog tables.",
+    )
     options: dict[str, str] = Field(default_factory=dict, description="Extra Spark reader options.")
-    lookback_seconds: int | None = Field(default=None, ge=0)
-    max_concurrent_transfers: int = Field(default=10, ge=1)
-    max_concurrent_queries_per_transfer: int = Field(default=1, ge=1)
+    storage_options: dict[str, str] = Field(
+        default_factory=dict,
+        description="Object-store settings in delta-rs's names (aws_region, aws_endpoint_url, ...); a secret is "
+        "`<name>_env: VARIABLE`, never its value (docs/storage.md).",
+    )
+    lookback_seconds: int | None = Field(
+        default=None, ge=0,
+        description="Re-read this far behind the high watermark for late rows (default 300 for lakes).",
+    )
+    max_concurrent_transfers: int = Field(
+        default=10, ge=1,
+        description="At most this many runs read this source at once (dagster.yaml run limits).",
+    )
+    max_concurrent_queries_per_transfer: int = Field(
+        default=1, ge=1,
+        description="Split one read into this many parallel key-range reads.",
+    )
 
     @model_validator(mode="after")
     def _path_for_files(self) -> LakeSourceConfig:
@@ -91,23 +108,35 @@ class LakeSourceConfig(_Strict):
 class JdbcSourceConfig(_Strict):
     """A database read over Spark JDBC; the password comes from an environment variable."""
 
-    name: str
-    vendor: Literal["postgres", "mysql", "mariadb", "athena"]
+    name: str = Field(description="Source name, referenced by models.")
+    vendor: Literal["postgres", "mysql", "mariadb", "athena"] = Field(description="postgres, mysql, mariadb or athena.")
     jdbc_url: str = Field(description="JDBC URL without credentials.")
-    user: str | None = None
+    user: str | None = Field(
+        default=None,
+        description="Database user; read-only credentials are enough (and recommended).",
+    )
     password_env: str | None = Field(default=None, description="Name of the variable holding the password.")
     driver_jar: str | None = Field(default=None, description="Path of the JDBC driver jar; default from the OS packages.")
     driver_package: str | None = Field(
         default=None, description="Maven coordinates of the JDBC driver (spark.jars.packages), where Maven is reachable."
     )
-    lookback_seconds: int | None = Field(default=None, ge=0)
-    max_concurrent_transfers: int = Field(default=10, ge=1)
-    max_concurrent_queries_per_transfer: int = Field(default=1, ge=1)
-    fetch_size: int = Field(default=10_000, ge=1)
+    lookback_seconds: int | None = Field(
+        default=None, ge=0,
+        description="Re-read this far behind the high watermark for late rows (default: PostgreSQL 30, MySQL/MariaDB 5, Athena 300).",
+    )
+    max_concurrent_transfers: int = Field(
+        default=10, ge=1,
+        description="At most this many runs read this source at once (dagster.yaml run limits).",
+    )
+    max_concurrent_queries_per_transfer: int = Field(
+        default=1, ge=1,
+        description="Split one read into this many parallel key-range queries.",
+    )
+    fetch_size: int = Field(default=10_000, ge=1, description="Rows per JDBC round trip.")
     safe_horizon: bool = Field(
         default=True,
         description="Hold the high watermark at the start of the oldest transaction still open at extraction "
-        "(DESIGN step 6); false: the lookback alone.",
+        "(README: the safe horizon); false: the lookback alone.",
     )
     max_horizon_lag_seconds: int = Field(
         default=3600, ge=0,
@@ -142,10 +171,17 @@ SourceConfig = Annotated[LakeSourceConfig | JdbcSourceConfig, Field(discriminato
 class DeltaDestinationConfig(_Strict):
     """One Delta Lake table per model under ``path`` (``<path>/<model>``)."""
 
-    name: str
-    kind: Literal["delta"]
-    path: str
-    max_concurrent_transfers: int = Field(default=1, ge=1)
+    name: str = Field(description="Destination name, referenced by recipients.")
+    kind: Literal["delta"] = Field(description="`delta`.")
+    path: str = Field(
+        description="Folder (or storage URL) of the recipient's tables; relative paths are relative to the file.",
+    )
+    storage_options: dict[str, str] = Field(
+        default_factory=dict,
+        description="Object-store settings in delta-rs's names (aws_region, aws_endpoint_url, ...); a secret is "
+        "`<name>_env: VARIABLE`, never its value (docs/storage.md).",
+    )
+    max_concurrent_transfers: int = Field(default=1, ge=1, description="At most this many runs publish here at once.")
     target_file_size: int = Field(
         default=4 << 20, ge=1 << 16,
         description="Bytes per data file (delta.targetFileSize), set when the table is created: many files let "
@@ -156,11 +192,13 @@ class DeltaDestinationConfig(_Strict):
 class PostgresDestinationConfig(_Strict):
     """A PostgreSQL schema; the DSN comes from an environment variable."""
 
-    name: str
-    kind: Literal["postgres"]
-    dsn_env: str
+    name: str = Field(description="Destination name, referenced by recipients.")
+    kind: Literal["postgres"] = Field(description="`postgres`.")
+    dsn_env: str = Field(
+        description="Name of the environment variable holding the connection string (postgresql://...).",
+    )
     schema_name: str = Field(alias="schema", description="Target schema, created when missing.")
-    max_concurrent_transfers: int = Field(default=1, ge=1)
+    max_concurrent_transfers: int = Field(default=1, ge=1, description="At most this many runs publish here at once.")
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
@@ -168,11 +206,26 @@ class PostgresDestinationConfig(_Strict):
 class ObjectStorageDestinationConfig(_Strict):
     """Parquet files plus manifests under a prefix."""
 
-    name: str
-    kind: Literal["object_storage"]
-    path: str
-    disable_manifest: bool = False
-    max_concurrent_transfers: int = Field(default=1, ge=1)
+    name: str = Field(description="Destination name, referenced by recipients.")
+    kind: Literal["object_storage"] = Field(description="`object_storage`.")
+    path: str = Field(
+        description="Prefix (folder or storage URL) of the Parquet files and manifests; may be shared by recipients.",
+    )
+    disable_manifest: bool = Field(
+        default=False,
+        description="Write no manifests (readers then cannot tell committed files from others).",
+    )
+    storage_options: dict[str, str] = Field(
+        default_factory=dict,
+        description="Object-store settings in delta-rs's names (aws_region, aws_endpoint_url, ...); a secret is "
+        "`<name>_env: VARIABLE`, never its value (docs/storage.md).",
+    )
+    signing_key_env: str | None = Field(
+        default=None,
+        description="Name of the variable holding the path of an Ed25519 PEM private key: manifests then carry "
+        "`signature` and `signature_public_key` (read_manifested(public_key=...) verifies them).",
+    )
+    max_concurrent_transfers: int = Field(default=1, ge=1, description="At most this many runs publish here at once.")
 
 
 DestinationConfig = Annotated[
@@ -184,22 +237,48 @@ DestinationConfig = Annotated[
 class ModelConfig(_Strict):
     """One logical table shared with every recipient."""
 
-    model_name: str
-    source: str
-    source_table: str | None = None
-    source_query: str | None = None
+    model_name: str = Field(
+        description="Name of the model: the asset, the destination table and the job are named after it.",
+    )
+    source: str = Field(description="Name of the source it reads.")
+    source_table: str | None = Field(
+        default=None,
+        description="`table` or `schema.table`, as the database spells it (or set `source_query`).",
+    )
+    source_query: str | None = Field(
+        default=None,
+        description="A SELECT run as pasted, wrapped with the tenant and time bounds (or set `source_table`).",
+    )
     columns: list[str] | None = Field(default=None, description="Columns to transfer; default: all.")
-    primary_key: list[str] = Field(min_length=1)
-    last_modified_column: str
-    organization_column: str | None = None
-    tenancy: Literal["column", "schema"] = "column"
+    primary_key: list[str] = Field(
+        min_length=1,
+        description="Column(s) identifying a row; upserts and validation use them.",
+    )
+    last_modified_column: str = Field(description="Timestamp column set on every change; it drives the high watermark.")
+    organization_column: str | None = Field(
+        default=None,
+        description="Tenant column: a recipient's rows are those whose value equals its `id_in_provider_system`.",
+    )
+    tenancy: Literal["column", "schema"] = Field(
+        default="column",
+        description="`column` (one table for all tenants, split by `organization_column`) or `schema` (one schema per tenant).",
+    )
     last_modified_timezone: str | None = Field(
         default=None, description="IANA zone of a last-modified column stored without zone."
     )
-    max_transfer_time_window_seconds: int = Field(default=86_400, gt=0)
-    min_start_time_epoch: int = Field(ge=0)
-    frequency: str = "*/15 * * * *"
-    lookback_seconds: int | None = Field(default=None, ge=0)
+    max_transfer_time_window_seconds: int = Field(
+        default=86_400, gt=0,
+        description="Window size: whole minutes dividing an hour, whole hours dividing a day, or 86400.",
+    )
+    min_start_time_epoch: int = Field(
+        ge=0,
+        description="Epoch seconds of the first data to transfer; windows start here.",
+    )
+    frequency: str = Field(default="*/15 * * * *", description="Cron of the model's schedule (UTC).")
+    lookback_seconds: int | None = Field(
+        default=None, ge=0,
+        description="Overrides the source's lookback for this model.",
+    )
     max_rows_per_batch: int = Field(
         default=1_000_000, ge=1,
         description="A transfer over many windows is read once and committed in batches of at most this many "
@@ -210,6 +289,33 @@ class ModelConfig(_Strict):
         default=None,
         description="Column -> type to read it as, overriding the faithful default (docs/types.md): text, boolean, "
         "smallint, integer, bigint, real, double, date, time or decimal(p,s).",
+    )
+    deletes: Literal["none", "hard", "soft"] = Field(
+        default="none",
+        description="Rows deleted at the source: kept (none), deleted (hard) or stamped _incsync_deleted_at (soft) "
+        "in the destination, by `incsync repair` and the integrity check's repair.",
+    )
+    is_deleted_column: str | None = Field(
+        default=None,
+        description="A soft-delete flag of the source (e.g. is_deleted): transferred like any other column, so a "
+        "row the source marks deleted arrives marked, with its last-modified change.",
+    )
+    max_delete_fraction: float = Field(
+        default=0.1, ge=0, le=1,
+        description="A repair that would remove more than this fraction of a recipient's rows stops unless "
+        "--allow-mass-delete.",
+    )
+    integrity_check: Literal["manual", "after_transfer", "schedule"] = Field(
+        default="manual",
+        description="When the model's Dagster asset check `integrity` (verify) runs: when launched (UI, "
+        "`incsync verify`), also after each transfer, or also on its own `integrity_check_cron`.",
+    )
+    integrity_check_cron: str = Field(default="0 3 * * *", description="Cron of the check's own schedule.")
+    integrity_sampling_rate: float = Field(default=1.0, gt=0, le=1, description="Fraction of buckets the check reads.")
+    integrity_repair: bool = Field(
+        default=False,
+        description="When the check finds a recipient's copy wrong, repair it at once (`incsync repair`: only the "
+        "wrong keys; max_delete_fraction still applies). The check still reports what it found.",
     )
 
     @model_validator(mode="after")
@@ -230,12 +336,26 @@ class ModelConfig(_Strict):
 class RecipientConfig(_Strict):
     """One customer: a dynamic partition key and where its copy lives."""
 
-    id: str = Field(pattern=ID_PATTERN)
-    id_in_provider_system: str
-    destination: str
-    default_full_refresh_min_start_time_epoch: int | None = Field(default=None, ge=0)
-    enabled: bool = True
-    tags: dict[str, str] = Field(default_factory=dict)
+    id: str = Field(
+        pattern=ID_PATTERN,
+        description="Recipient id: letters, digits, _ and -; the recipient partition key.",
+    )
+    id_in_provider_system: str = Field(
+        description="The recipient's tenant value (organization_column) or schema name (tenancy: schema).",
+    )
+    destination: str = Field(description="Name of the destination holding its copy.")
+    default_full_refresh_min_start_time_epoch: int | None = Field(
+        default=None, ge=0,
+        description="Overrides the model's min_start_time_epoch for this recipient.",
+    )
+    enabled: bool = Field(
+        default=True,
+        description="false: no schedule, no sensor backfill; its partitions are removed.",
+    )
+    tags: dict[str, str] = Field(
+        default_factory=dict,
+        description="key: value pairs carried as run tags (incsync/tag/<key>), e.g. tier: gold.",
+    )
 
     @field_validator("tags")
     @classmethod
@@ -254,14 +374,48 @@ class RecipientsFromConfig(_Strict):
     refresh_seconds: int = Field(default=30, ge=0, description="Read the table again after this long (0: every time).")
 
 
+class RetryPolicy(_Strict):
+    """How often a source read or a destination publish is tried when it fails with a transient error."""
+
+    attempts: int = Field(
+        default=3, ge=1, le=20,
+        description="Tries in all (1: no retry) of a source read or a destination publish that fails with a "
+        "transient error (connection killed or reset, server restarting, serialization failure, deadlock, too "
+        "many connections). Errors that cannot heal (authentication, missing table, types, validation) fail at once.",
+    )
+    backoff_seconds: float = Field(
+        default=2.0, ge=0, le=600, description="Wait before the first retry; each later retry waits twice as long."
+    )
+    max_backoff_seconds: float = Field(default=30.0, ge=0, le=3600, description="The longest wait between two tries.")
+
+    def delay(self, retry: int) -> float:
+        """The wait before retry number ``retry`` (1-based)."""
+        return min(self.max_backoff_seconds, self.backoff_seconds * 2 ** (retry - 1))
+
+
 class IncsyncConfig(_Strict):
     """The whole file."""
 
-    sources: list[SourceConfig] = Field(default_factory=list)
-    destinations: list[DestinationConfig] = Field(default_factory=list)
-    models: list[ModelConfig] = Field(default_factory=list)
-    recipients: list[RecipientConfig] = Field(default_factory=list)
-    staging_dir: str | None = Field(default=None, description="Root of per-transfer staging folders.")
+    sources: list[SourceConfig] = Field(
+        default_factory=list,
+        description="Where the data comes from: lake folders or databases (`vendor`).",
+    )
+    destinations: list[DestinationConfig] = Field(
+        default_factory=list,
+        description="Where each recipient's copy lives: `delta`, `postgres` or `object_storage` (`kind`).",
+    )
+    models: list[ModelConfig] = Field(
+        default_factory=list,
+        description="The tables shared with every recipient: one Dagster asset each.",
+    )
+    recipients: list[RecipientConfig] = Field(
+        default_factory=list,
+        description="The customers: each gets its tenant's rows of every model in its own destination.",
+    )
+    staging_dir: str | None = Field(default=None, description="Root of per-transfer staging folders (a path or a URL).")
+    staging_storage_options: dict[str, str] = Field(
+        default_factory=dict, description="storage_options of an object-store `staging_dir` (docs/storage.md)."
+    )
     recipients_from: RecipientsFromConfig | None = Field(
         default=None, description="A table of recipients, read beside the `recipients` of the file."
     )
@@ -271,6 +425,11 @@ class IncsyncConfig(_Strict):
         "the run reads them with one query and publishes each recipient's rows to its own destination.",
     )
     spark: dict[str, str] = Field(default_factory=dict, description="Extra Spark settings (spark.master, ...).")
+    retries: RetryPolicy = Field(
+        default_factory=RetryPolicy,
+        description="Retries of source reads and destination publishes that fail with a transient error "
+        "(e.g. `retries: {attempts: 3, backoff_seconds: 2}`).",
+    )
 
     def source(self, name: str) -> SourceConfig:
         return next(s for s in self.sources if s.name == name)
@@ -344,6 +503,18 @@ def _cross_check(cfg: IncsyncConfig) -> list[str]:
         if not _ID_RE.match(d.name):
             problems.append(f'destinations[{i}].name: "{d.name}" must match {ID_PATTERN}')
 
+    from incsync.storage_names import option_problems, url_problem
+
+    located = [(f"sources[{i}]", s) for i, s in enumerate(cfg.sources)] + [
+        (f"destinations[{i}]", d) for i, d in enumerate(cfg.destinations)]
+    for where, item in located:
+        problems.extend(option_problems(getattr(item, "storage_options", {}), f"{where}.storage_options"))
+        if problem := url_problem(getattr(item, "path", None)):
+            problems.append(f"{where}.path: {problem}")
+    problems.extend(option_problems(cfg.staging_storage_options, "staging_storage_options"))
+    if problem := url_problem(cfg.staging_dir):
+        problems.append(f"staging_dir: {problem}")
+
     source_names = [s.name for s in cfg.sources]
     for i, m in enumerate(cfg.models):
         where = f"models[{i}]"
@@ -367,10 +538,13 @@ def _cross_check(cfg: IncsyncConfig) -> list[str]:
                 ("primary_key", m.primary_key),
                 ("last_modified_column", [m.last_modified_column]),
                 ("organization_column", [m.organization_column] if m.organization_column else []),
+                ("is_deleted_column", [m.is_deleted_column] if m.is_deleted_column else []),
             ):
                 for col in cols:
                     if col not in m.columns:
-                        problems.append(f'{where}.{field}: column "{col}" is not in columns [{listed}]')
+                        problems.append(
+                            f'{where}.{field}: column "{col}" is not in columns [{listed}]; fix its spelling or add it to columns'
+                        )
             unique(f"{where}.columns", list(m.columns))
         problems.extend(_column_types_problems(where, m))
         if m.last_modified_timezone:
@@ -380,21 +554,15 @@ def _cross_check(cfg: IncsyncConfig) -> list[str]:
                 ZoneInfo(m.last_modified_timezone)
             except Exception:  # noqa: BLE001 - any failure means the name is unknown
                 problems.append(f'{where}.last_modified_timezone: "{m.last_modified_timezone}" is not an IANA zone name')
-        try:
-            from dagster._utils.schedules import is_valid_cron_string
-
-            if not is_valid_cron_string(m.frequency):
-                problems.append(f'{where}.frequency: "{m.frequency}" is not a cron expression (e.g. "*/15 * * * *")')
-        except ImportError:  # pragma: no cover - dagster is a dependency
-            pass
+        if not is_valid_cron(m.frequency):
+            problems.append(f'{where}.frequency: "{m.frequency}" is not a cron expression (e.g. "*/15 * * * *")')
 
     destination_names = [d.name for d in cfg.destinations]
     kinds = {d.name: d.kind for d in cfg.destinations}
     users: dict[str, list[str]] = {}
     for r in cfg.recipients:
-        users.setdefault(r.destination, [])
-        if r.id not in users[r.destination]:
-            users[r.destination].append(r.id)
+        users.setdefault(r.destination, {})[r.id] = None  # ordered, and O(1) per recipient at 10,000
+    users = {name: list(ids) for name, ids in users.items()}
     for i, d in enumerate(cfg.destinations):
         # A Delta table root or PostgreSQL schema holds one recipient's copy: tables are keyed on the
         # primary key alone, so a second tenant would merge into (and full refreshes would wipe) the first.
@@ -410,10 +578,15 @@ def _cross_check(cfg: IncsyncConfig) -> list[str]:
                 f'recipients[{i}].destination: "{r.destination}" is not a configured destination; '
                 f'known: [{", ".join(destination_names)}]'
             )
+    from incsync.spark_cluster import cluster_problems
+
+    problems += cluster_problems(cfg.spark)
     return problems
 
 
 def _column_types_problems(where: str, m: ModelConfig) -> list[str]:
+    if not m.column_types:
+        return []  # no type map to check: skip importing it (pyarrow), which a plain config never needs here
     from incsync.typemap import OVERRIDE_HELP, override_arrow
 
     problems = []
@@ -443,6 +616,71 @@ def _format_loc(loc: tuple[Any, ...]) -> str:
     return out or "(top level)"
 
 
+_KINDS = {"vendor": ["lake", "postgres", "mysql", "mariadb", "athena"], "kind": ["delta", "postgres", "object_storage"]}
+
+
+def _fields_at(loc: tuple[Any, ...]) -> list[str]:
+    """The field names allowed where ``loc`` points (for 'did you mean')."""
+    section = next((p for p in loc if isinstance(p, str)), None)
+    kinds = {
+        "sources": [LakeSourceConfig, JdbcSourceConfig],
+        "destinations": [DeltaDestinationConfig, PostgresDestinationConfig, ObjectStorageDestinationConfig],
+        "models": [ModelConfig], "recipients": [RecipientConfig], "recipients_from": [RecipientsFromConfig],
+    }.get(section or "", [])
+    depth = sum(1 for p in loc if not isinstance(p, int))
+    if depth <= 1:
+        kinds = [IncsyncConfig]
+    names: list[str] = []
+    for kind in kinds:
+        for name, field in kind.model_fields.items():
+            names.append(field.alias or name)
+    return names
+
+
+def _pydantic_message(err: Any) -> str:
+    """pydantic's error in the file's terms: what is wrong and the fix, never pydantic's own wording."""
+    kind, loc, given = err["type"], err["loc"], err.get("input")
+    ctx = err.get("ctx") or {}
+    shown = given if isinstance(given, str | int | float | bool) else None
+    if kind == "extra_forbidden":
+        import difflib
+
+        close = difflib.get_close_matches(str(loc[-1]), _fields_at(loc), n=1)
+        hint = f'did you mean "{close[0]}"?' if close else "remove it, or see docs/config.md for the fields"
+        return f"unknown field; {hint}"
+    if kind == "missing":
+        return "required field is missing; add it (docs/config.md lists every field)"
+    if kind == "string_pattern_mismatch":
+        return f'"{given}" must match {ctx.get("pattern")} (letters, digits, _ and - only)'
+    if kind in ("union_tag_invalid", "union_tag_not_found"):
+        tag = ctx.get("discriminator", "").strip("'") or ("vendor" if loc and loc[0] == "sources" else "kind")
+        allowed = ", ".join(_KINDS.get(tag, []))
+        if kind == "union_tag_not_found":
+            return f"`{tag}` is missing; set it to one of {allowed}"
+        return f'{tag} "{ctx.get("tag")}" is unknown; use one of {allowed}'
+    if kind == "literal_error":
+        return f'"{shown}" is not allowed; use one of {ctx.get("expected")}'
+    if kind in ("int_parsing", "int_type", "int_from_float"):
+        return f'expected a whole number, got "{shown}"' if shown is not None else "expected a whole number"
+    if kind in ("bool_parsing", "bool_type"):
+        return f'expected true or false, got "{shown}"' if shown is not None else "expected true or false"
+    if kind in ("string_type",):
+        return "expected text; quote it" if shown is not None else "expected text"
+    if kind in ("list_type", "tuple_type"):
+        return "expected a list, e.g. [a, b] or one `- item` per line"
+    if kind in ("dict_type", "model_type", "model_attributes_type"):
+        return "expected a mapping of `key: value` lines"
+    if kind in ("greater_than_equal", "greater_than", "less_than_equal", "less_than"):
+        sign = {"greater_than_equal": ">=", "greater_than": ">", "less_than_equal": "<=", "less_than": "<"}[kind]
+        limit = next(iter(ctx.values()), "?")
+        return f"{shown} is out of range; it must be {sign} {limit}"
+    if kind == "too_short":
+        return "is empty; list at least one"
+    if kind in ("value_error", "assertion_error"):
+        return err["msg"].removeprefix("Value error, ").removeprefix("Assertion failed, ")
+    return f"{err['msg'][0].lower()}{err['msg'][1:]}"
+
+
 def parse_config(data: Any, *, path: str = "<memory>", base: Path | None = None) -> IncsyncConfig:
     """Validate a loaded YAML document; raise ConfigError with every problem at once.
 
@@ -455,16 +693,7 @@ def parse_config(data: Any, *, path: str = "<memory>", base: Path | None = None)
     try:
         cfg = IncsyncConfig.model_validate(data)
     except PydanticValidationError as exc:
-        problems = []
-        for err in exc.errors():
-            msg = err["msg"].removeprefix("Value error, ")
-            if err["type"] == "extra_forbidden":
-                msg = "unknown field; remove it or check its spelling against DESIGN.md"
-            elif err["type"] == "missing":
-                msg = "required field is missing"
-            elif err["type"] == "string_pattern_mismatch":
-                msg = f'"{err["input"]}" must match {err["ctx"]["pattern"]} (letters, digits, _ and - only)'
-            problems.append(f"{_format_loc(err['loc'])}: {msg}")
+        problems = [f"{_format_loc(err['loc'])}: {_pydantic_message(err)}" for err in exc.errors()]
         raise ConfigError(path, problems) from None
     from incsync.limits import length_problems
 
@@ -486,10 +715,31 @@ def load_config(path: str | os.PathLike[str] | None = None) -> IncsyncConfig:
     file = config_path(path)
     if not file.exists():
         raise ConfigError(str(file), [f"file not found; create it or point {CONFIG_ENV_VAR} at it"])
+    text = file.read_text()
     try:
-        data = yaml.load(file.read_text(), Loader=_YAML_LOADER)  # noqa: S506 - a safe loader, in C when built
+        data = load_yaml(text)
     except yaml.YAMLError as exc:
-        raise ConfigError(str(file), [f"not valid YAML: {exc}"]) from None
+        raise _yaml_error(str(file), exc) from None
+    try:
+        return _load_parsed(file, data)
+    except ConfigError as exc:
+        if exc.path != str(file) or any(exc.lines):
+            raise
+        from incsync.config_lines import problem_lines
+
+        raise ConfigError(exc.path, exc.problems, problem_lines(text, exc.problems)) from None
+
+
+def _yaml_error(path: str, exc: yaml.YAMLError) -> ConfigError:
+    """A YAML syntax error at its line in the file (PyYAML's own text cites "<unicode string>")."""
+    mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
+    what = " ".join(filter(None, [getattr(exc, "context", None), getattr(exc, "problem", None)])) or str(exc)
+    problem = (f"not valid YAML: {what}; check the indentation and quoting at column {mark.column + 1}" if mark
+               else f"not valid YAML: {what}")
+    return ConfigError(path, [problem], [mark.line + 1 if mark else None])
+
+
+def _load_parsed(file: Path, data: Any) -> IncsyncConfig:
     rows = read_recipient_rows(data, path=str(file)) if isinstance(data, dict) else []
     if rows:
         first_row = len(data.get("recipients") or [])

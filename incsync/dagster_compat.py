@@ -6,8 +6,11 @@ each one, so a Dagster upgrade that changes it fails there, not silently in a tr
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import sqlite3
+import tempfile
 from collections.abc import Mapping
 from typing import Any
 
@@ -97,6 +100,7 @@ def _batching_sqlite_event_log_storage() -> type:
 
         def __init__(self, base_dir: str, inst_data: Any = None) -> None:
             os.environ.setdefault(EVENT_BATCH_ENV_VAR, str(EVENT_BATCH_SIZE))
+            self._template: str | None = None
             super().__init__(base_dir, inst_data=inst_data)
 
         @classmethod
@@ -109,15 +113,53 @@ def _batching_sqlite_event_log_storage() -> type:
         def from_config_value(cls, inst_data: Any, config_value: Mapping[str, Any]) -> Any:
             return cls(inst_data=inst_data, **config_value)
 
+        def _initdb(self, engine: Any, for_index_shard: bool = False) -> None:
+            """A new run's shard is a copy of a template shard made once per process: Dagster creates
+            each table and stamps the migration revision (alembic) for every run, ~1/2 of launching a
+            run from a schedule tick. The copy has the same schema, revision and WAL mode; a shard that
+            exists already (another process made it) or the index shard take Dagster's path."""
+            path = engine.url.database
+            if for_index_shard or not path or os.path.exists(path):
+                return super()._initdb(engine, for_index_shard=for_index_shard)
+            partial = f"{path}.{os.getpid()}.partial"
+            shutil.copyfile(self._run_shard_template(), partial)
+            try:
+                os.link(partial, path)  # never over a shard another process created meanwhile
+            except FileExistsError:
+                pass
+            finally:
+                os.unlink(partial)
+
+        def _run_shard_template(self) -> str:
+            if self._template is None:
+                from sqlalchemy import create_engine
+                from sqlalchemy.pool import NullPool
+
+                folder = tempfile.mkdtemp(prefix="incsync-run-shard-")
+                template = os.path.join(folder, "template.db")
+                engine = create_engine(f"sqlite:///{template}", poolclass=NullPool)
+                super()._initdb(engine)
+                engine.dispose()
+                self._template = template
+                atexit.register(shutil.rmtree, folder, ignore_errors=True)
+            return self._template
+
         def store_event_batch(self, events: Any) -> None:
-            asset_events = [
-                e for e in events
-                if e.is_dagster_event and e.dagster_event_type in ASSET_EVENTS and e.dagster_event.asset_key
-            ]
-            if len(asset_events) != len(events):
-                for event in events:
-                    self.store_event(event)
-                return
+            """Contiguous asset events together, anything else (an asset check's planned event in the
+            same batch, say) one at a time, in the batch's order."""
+            group: list[Any] = []
+            for event in events:
+                if event.is_dagster_event and event.dagster_event_type in ASSET_EVENTS and event.dagster_event.asset_key:
+                    group.append(event)
+                    continue
+                if group:
+                    self._store_asset_events(group)
+                    group = []
+                self.store_event(event)
+            if group:
+                self._store_asset_events(group)
+
+        def _store_asset_events(self, events: list[Any]) -> None:
             rows = [self._event_to_row(event) for event in events]
             by_run: dict[str, list[dict[str, Any]]] = {}
             for row in rows:
@@ -156,3 +198,13 @@ def event_log_storage_config(dagster_home: str | os.PathLike[str]) -> dict[str, 
     """
     base_dir = os.path.join(os.path.abspath(dagster_home), "history", "runs", "")
     return {"module": "incsync.dagster_compat", "class": "BatchingSqliteEventLogStorage", "config": {"base_dir": base_dir}}
+
+
+def instance_postgres_url(instance: dg.DagsterInstance) -> str | None:
+    """The database URL of a PostgreSQL-backed instance (dagster-postgres's storages keep it as
+    ``postgres_url``, resolved from the environment), else None."""
+    for storage in (instance.run_storage, instance.event_log_storage):
+        url = getattr(storage, "postgres_url", None)
+        if isinstance(url, str):
+            return url
+    return None

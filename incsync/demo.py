@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import time
 from datetime import datetime, timedelta
@@ -114,6 +115,25 @@ def prepare_postgres() -> str | None:
     return dsn
 
 
+UI_ENV_FILE = "ui.env"
+
+
+def write_ui_env(workdir: Path, *, derived_dsn: bool) -> None:
+    """``ui.env``: what the UI's runs need in their environment (`make ui` sources it). The DSN is written
+    only when the demo derived it (a local trust login, no secret); a DSN you exported stays yours."""
+    lines = ["# sourced by `make ui`: the environment the demo's runs need"]
+    if derived_dsn and os.environ.get(DEMO_PG_DSN_ENV):
+        lines.append(f"{DEMO_PG_DSN_ENV}={os.environ[DEMO_PG_DSN_ENV]}")
+    (workdir / UI_ENV_FILE).write_text("\n".join(lines) + "\n")
+
+
+def ui_command(workdir: Path) -> str:
+    home, config = (workdir / ".dagster").resolve(), (workdir / "incsync.yaml").resolve()
+    return (f"incsync dagster-yaml -c {config} --base dagster.yaml -o {home}/dagster.yaml && "
+            f"set -a && . {workdir.resolve() / UI_ENV_FILE} && set +a && "
+            f"INCSYNC_CONFIG={config} DAGSTER_HOME={home} dagster dev -w workspace.yaml")
+
+
 def write_config(workdir: Path, *, start_epoch: int, postgres: bool = True) -> Path:
     destinations = DESTINATIONS if postgres else [d if d["kind"] != "postgres" else GLOBEX_FALLBACK for d in DESTINATIONS]
     doc = {
@@ -190,6 +210,7 @@ def run_demo(workdir: Path, *, rows: int = 120_000) -> int:
     start = (now - timedelta(days=DAYS)).replace(hour=0, minute=0, second=0)
     source = generate_orders(rows, start=start, end=now - timedelta(minutes=10))
     _write_source(workdir, source)
+    dsn_was_given = bool(os.environ.get(DEMO_PG_DSN_ENV))
     postgres = prepare_postgres() is not None
     config_file = write_config(workdir, start_epoch=int(start.timestamp()), postgres=postgres)
     config = load_config(config_file)
@@ -198,10 +219,8 @@ def run_demo(workdir: Path, *, rows: int = 120_000) -> int:
     if not postgres:
         print(f"no PostgreSQL at 127.0.0.1:5432 (or ${DEMO_PG_DSN_ENV}): globex gets an object-storage destination instead")
     print("destinations: " + ", ".join(f"{r.id} -> {config.destination(r.destination).kind}" for r in config.recipients))
-    print(f"config {config_file}; Dagster instance {workdir / '.dagster'} (open it with: DAGSTER_HOME={workdir / '.dagster'} "
-          f"INCSYNC_CONFIG={config_file} dagster dev -m incsync.definitions)")
-
-    import os
+    print(f"config {config_file}; Dagster instance {workdir / '.dagster'}")
+    write_ui_env(workdir, derived_dsn=postgres and not dsn_was_given)
 
     os.environ["DAGSTER_HOME"] = str(workdir / ".dagster")
     defs = build_definitions(config_file)
@@ -232,4 +251,5 @@ def run_demo(workdir: Path, *, rows: int = 120_000) -> int:
         print(f"MISMATCH {problem}")
     print(f"\n{'verified' if not problems and not failed else 'FAILED'}: every recipient holds exactly its tenant's rows "
           f"({time.monotonic() - began:.1f} s)")
+    print(f"\nopen the UI on this instance: make ui    (or: {ui_command(workdir)})")
     return 1 if problems or failed else 0

@@ -10,11 +10,16 @@ class IncsyncError(Exception):
 class ConfigError(IncsyncError):
     """The configuration file is invalid; ``problems`` holds one line per problem."""
 
-    def __init__(self, path: str, problems: list[str]):
+    def __init__(self, path: str, problems: list[str], lines: list[int | None] | None = None):
         self.path = path
         self.problems = problems
-        lines = "\n".join(f"  {path}: {p}" for p in problems)
-        super().__init__(f"invalid incsync configuration ({len(problems)} problem(s)):\n{lines}")
+        self.lines = list(lines) if lines is not None else [None] * len(problems)  # 1-based, where known
+        text = "\n".join(f"  {line}" for line in self.located())
+        super().__init__(f"invalid incsync configuration ({len(problems)} problem(s)):\n{text}")
+
+    def located(self) -> list[str]:
+        """``file:line: problem`` (``file: problem`` where the line is unknown), one per problem."""
+        return [f"{self.path}:{line}: {p}" if line else f"{self.path}: {p}" for p, line in zip(self.problems, self.lines)]
 
 
 class InputError(IncsyncError):

@@ -21,7 +21,8 @@ import pyarrow.dataset as ds
 
 from incsync.errors import IncsyncError, LeaseError, SourceError
 from incsync.plan import Span, coalesce
-from incsync.staging import StagedBatch, claim, filtered_batch, stage_by_tenant
+from incsync.retries import with_retries
+from incsync.staging import StagedBatch, claim, filtered_batch, remove, stage_by_tenant
 from incsync.transfer import (
     COLLECT_MAX_ROWS,
     OnCommit,
@@ -145,7 +146,7 @@ def _fan_out(
     targets = [(p.first.recipient, p.bounds) for p in prepared]
     shared = staging_root / f"{model.model_name}-fanout-{new_transfer_id()}"
     with claim(shared):
-        try:
+        def read() -> tuple[pa.Schema, dict[str, StagedBatch]]:
             # One safe horizon for the one read, before it: every recipient's HW stays below its cap.
             horizon = source.horizon(first.spark, model=model, recipient=first.recipient)
             for span in prepared:
@@ -153,9 +154,15 @@ def _fan_out(
             count = source.count_rows_many(model=model, targets=targets, cap=COLLECT_MAX_ROWS)
             df = source.read_many(first.spark(), model=model, targets=targets, rows_hint=count)
             assert model.organization_column is not None
-            schema, staged = stage_by_tenant(
+            return stage_by_tenant(
                 df, shared, model.organization_column, known_empty=count == 0,
                 collect=count is not None and count <= COLLECT_MAX_ROWS,
+            )
+
+        try:
+            schema, staged = with_retries(
+                read, policy=first.retries, before_retry=lambda: remove(shared),
+                what=f"fan-out read of source {model.source} for model {model.model_name} ({len(prepared)} recipients)",
             )
             _check_tenants(staged, prepared)
         except Exception as exc:  # noqa: BLE001 - the shared read failed: every recipient of it fails

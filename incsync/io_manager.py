@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
-from pathlib import Path
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import dagster as dg
 from pydantic import Field
 
+from incsync import progress
 from incsync.dagster_compat import add_partition_metadata
 from incsync.errors import IncsyncError
 from incsync.execute import SpanFailure, TransferFailures, execute
 from incsync.metadata import transfer_metadata
+from incsync.storage import staging_root
+from incsync.slots import holder_name, holding, instance_backend, run_slots
 from incsync.transfer import TransferOutcome, TransferRequest
 
 
@@ -18,14 +23,17 @@ class TransferIOManager(dg.ConfigurableIOManager):
     """Runs the output's (window, recipient) partitions as coalesced transfers; every partition gets
     its own materialization with exact metadata, and a failure fails only the partitions it touched."""
 
-    staging_dir: str = Field(description="Root of the per-transfer staging folders.")
+    staging_dir: str = Field(description="Root of the per-transfer staging folders: a local path or an object-store URL.")
+    staging_storage_options: dict[str, str] = Field(
+        default_factory=dict, description="storage_options of an object-store staging_dir (secrets as `<name>_env`)."
+    )
 
     def handle_output(self, context: dg.OutputContext, obj: list[TransferRequest]) -> None:
         single = len(context.asset_partition_keys) <= 1
         committed: list[tuple[TransferRequest, dict[str, dg.MetadataValue]]] = []
 
         def on_commit(request: TransferRequest, outcome: TransferOutcome) -> None:
-            metadata = transfer_metadata(outcome, destination=request.destination.name)
+            metadata = transfer_metadata(outcome, destination=request.destination.name, path=destination_path(request))
             if outcome.first_of_commit:  # one line per commit: every event costs a write to the event log
                 context.log.info(
                     "transfer %s committed %s rows of recipient %s from window %s (%s window(s) in the transfer), "
@@ -34,10 +42,14 @@ class TransferIOManager(dg.ConfigurableIOManager):
                     outcome.windows_in_transfer, outcome.record.high_watermark,
                 )
             committed.append((request, metadata))
+            progress.committed(request.model.model_name, request.recipient.id, request.partition.window_key,
+                               outcome.record.rows_transferred)
             if single:
                 context.add_output_metadata(metadata)
 
-        failures = execute(obj, staging_root=Path(self.staging_dir), on_commit=on_commit)
+        root = staging_root(self.staging_dir, self.staging_storage_options)
+        with _transfer_slots(context, obj):
+            failures = execute(obj, staging_root=root, on_commit=on_commit)
         if not failures:
             if not single:
                 add_partition_metadata(context, {str(r.partition.key): md for r, md in committed})
@@ -48,13 +60,38 @@ class TransferIOManager(dg.ConfigurableIOManager):
             context.log.error(
                 "recipient %s: %s window(s) not committed: %s", failure.recipient_id, len(failure.requests), failure.error
             )
-        raise _combined(failures)
+        error = _combined(failures)
+        tag_error(context, error)
+        raise error
 
     def load_input(self, context: dg.InputContext) -> None:
         raise IncsyncError(
             f"asset {context.asset_key.to_user_string()} is published to each recipient's destination; "
             "read it there (Delta table, PostgreSQL schema or manifests), not as a Dagster input"
         )
+
+
+@contextmanager
+def _transfer_slots(context: dg.OutputContext, requests: list[TransferRequest]) -> Iterator[None]:
+    """Hold the run's transfer slots (``incsync.slots``) while it reads and publishes."""
+    configs = {c.name: c for r in requests for c in [getattr(r.destination, "config", None)] if c is not None}
+    sources = {c.name: c for r in requests for c in [getattr(r.source, "config", None)] if c is not None}
+    if not requests or not configs:
+        yield
+        return
+    slots = run_slots(model=requests[0].model.model_name, destinations=list(configs.values()), sources=list(sources.values()))
+    holder = holder_name(context.run_id)
+
+    def notify(message: str) -> None:
+        context.log.warning(message)
+        print(f"incsync: {message}", file=sys.stderr, flush=True)  # the command line's user sees it too
+
+    with holding(slots, instance_backend(context.step_context.instance, holder), holder=holder, notify=notify):
+        context.log.info("transfer slots taken: %s", ", ".join(s.key for s in slots))
+        try:
+            yield
+        finally:
+            context.log.info("transfer slots released")
 
 
 def _combined(failures: list[SpanFailure]) -> BaseException:
@@ -67,6 +104,36 @@ def _combined(failures: list[SpanFailure]) -> BaseException:
     error = TransferFailures(f"{head}:\n  " + "\n  ".join(lines))
     error.__cause__ = failures[0].error
     return error
+
+
+def destination_path(request: TransferRequest) -> str | None:
+    """Where the recipient's copy of the model is: a Delta table, an object-storage folder (None: a database)."""
+    root = getattr(getattr(request.destination, "config", None), "path", None)
+    if not root:
+        return None
+    model, recipient = request.model.model_name, request.recipient.id
+    kind = getattr(request.destination, "kind", "")
+    return f"{root.rstrip('/')}/{model}" + (f"/recipient={recipient}" if kind == "object_storage" else "")
+
+
+ERROR_TAG = "incsync/error"  # the first line of a failed run's error, so listing runs reads no events
+MAX_TAG_VALUE = 255
+
+
+def first_line(error: BaseException) -> str:
+    text = f"{type(error).__name__}: {error}".strip()
+    return text.splitlines()[0] if text else type(error).__name__
+
+
+def tag_error(context: dg.OutputContext, error: BaseException) -> None:
+    """Tag the run with its error's first line (``incsync transfers`` shows it without reading the run's events)."""
+    try:
+        line = first_line(error)
+        if len(line) > MAX_TAG_VALUE:
+            line = line[: MAX_TAG_VALUE - 1] + "…"
+        context.step_context.instance.add_run_tags(context.run_id, {ERROR_TAG: line})
+    except Exception:  # noqa: BLE001 - the tag is a convenience; the run's failure is what matters
+        pass
 
 
 def _record_committed(context: dg.OutputContext, committed: list[tuple[TransferRequest, dict[str, dg.MetadataValue]]]) -> None:

@@ -17,7 +17,9 @@ import dagster as dg
 from dagster._core.storage.tags import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG
 
 from incsync.assets import FULL_REFRESH_TAG, MODE_TAG, model_asset_key
-from incsync.automation.tags import MODEL_TAG, SHARD_TAG, SOURCE_TAG, transfer_run_tags, user_run_tags
+from incsync.automation.tags import (
+    MODEL_TAG, SHARD_TAG, SOURCE_SLOTS_TAG, SOURCE_TAG, transfer_run_tags, user_run_tags,
+)
 from incsync.config import IncsyncConfig, ModelConfig, RecipientConfig
 from incsync.partitions import RECIPIENTS_PARTITIONS, partition_key
 
@@ -106,22 +108,26 @@ def plan_runs(
             members = [by_id[r] for r in shard]
             tags = (
                 transfer_run_tags(config, model, members[0], mode=mode) if len(members) == 1
-                else shard_run_tags(model, members, mode=mode, shard=f"{model.model_name}:{first}:{index}")
+                else shard_run_tags(config, model, members, mode=mode, shard=f"{model.model_name}:{first}:{index}")
             )
             key = None if run_key_prefix is None else f"{run_key_prefix}:{model.model_name}:{first}:{shard[0]}..{shard[-1]}"
             specs.append(RunSpec(model, tuple(shard), first, last, {**tags, **extra}, key))
     return specs
 
 
-def shard_run_tags(model: ModelConfig, members: Sequence[RecipientConfig], *, mode: str, shard: str) -> dict[str, str]:
-    """Tags of a run of several recipients: the model's, the shard's (one run of a shard at a time) and
-    the recipient tags every member has."""
+def shard_run_tags(
+    config: IncsyncConfig, model: ModelConfig, members: Sequence[RecipientConfig], *, mode: str, shard: str
+) -> dict[str, str]:
+    """Tags of a run of several recipients: the model's, its source's limit, the shard's (one run of a
+    shard at a time) and the recipient tags every member has. Its destinations' limits hold through
+    their leases."""
     common = dict(members[0].tags)
     for member in members[1:]:
         common = {k: v for k, v in common.items() if member.tags.get(k) == v}
     return {
         MODEL_TAG: model.model_name,
         SOURCE_TAG: model.source,
+        SOURCE_SLOTS_TAG.format(limit=config.source(model.source).max_concurrent_transfers): model.source,
         SHARD_TAG: shard,
         MODE_TAG: mode,
         **user_run_tags(common),

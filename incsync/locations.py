@@ -111,7 +111,20 @@ def _parents(key: str) -> list[str]:
         key = parent
 
 
+_last_check: tuple[IncsyncConfig, Path, tuple[list[str], list[str]]] | None = None
+
+
 def _check(cfg: IncsyncConfig, base: Path) -> tuple[list[str], list[str]]:
+    """Problems and notes of one config, computed once (validation asks for both)."""
+    global _last_check
+    if _last_check is not None and _last_check[0] is cfg and _last_check[1] == base:
+        return _last_check[2]
+    result = _compare(cfg, base)
+    _last_check = (cfg, base, result)
+    return result
+
+
+def _compare(cfg: IncsyncConfig, base: Path) -> tuple[list[str], list[str]]:
     users: dict[str, list[str]] = {}
     for r in cfg.recipients:
         users.setdefault(r.destination, []).append(r.id)

@@ -28,6 +28,9 @@ RECIPIENT = "recipient"
 COLUMN_SCHEMA = "dagster/column_schema"
 TRANSFER_WINDOWS = "transfer_windows"  # windows the transfer (one read) covered
 TRANSFER_BATCH = "transfer_batch"  # "k/n": the commit holding this window, when the transfer was split
+HIGH_WATERMARK_EXACT = "high_watermark_exact"  # ISO 8601 with microseconds: the UI shows timestamps to the second
+DESTINATION_PATH = "destination_path"
+ROW_COUNT = "dagster/row_count"
 HORIZON_HELD_BACK_SECONDS = HELD_BACK_SECONDS  # the horizon's keys are defined once, in incsync.horizon
 
 
@@ -35,7 +38,8 @@ def _ts(iso: str) -> dg.MetadataValue:
     return dg.MetadataValue.timestamp(datetime.fromisoformat(iso))
 
 
-def transfer_metadata(outcome: TransferOutcome, *, destination: str) -> dict[str, dg.MetadataValue]:
+def transfer_metadata(outcome: TransferOutcome, *, destination: str, path: str | None = None) -> dict[str, dg.MetadataValue]:
+    """The materialization's metadata; ``path``: where the recipient's copy is (Delta table, storage prefix)."""
     record = outcome.record
     hw = record.high_watermark
     hw_epoch = high_watermark_epoch(record)
@@ -44,6 +48,8 @@ def transfer_metadata(outcome: TransferOutcome, *, destination: str) -> dict[str
         DELTA_ROWS_TRANSFERRED: dg.MetadataValue.int(record.delta_rows_transferred),
         HIGH_WATERMARK: dg.MetadataValue.timestamp(hw) if hw is not None else dg.MetadataValue.null(),
         HIGH_WATERMARK_EPOCH: dg.MetadataValue.int(hw_epoch) if hw_epoch is not None else dg.MetadataValue.null(),
+        HIGH_WATERMARK_EXACT: dg.MetadataValue.text(hw.isoformat()) if hw is not None else dg.MetadataValue.null(),
+        ROW_COUNT: dg.MetadataValue.int(record.rows_transferred),
         WINDOW_START: _ts(record.window_start),
         WINDOW_END: _ts(record.window_end),
         LOWER_BOUND: _ts(record.lower_bound),
@@ -56,6 +62,8 @@ def transfer_metadata(outcome: TransferOutcome, *, destination: str) -> dict[str
         STAGED_BYTES: dg.MetadataValue.int(outcome.staged_bytes),
         DURATION_SECONDS: dg.MetadataValue.float(round(outcome.duration_seconds, 3)),
     }
+    if path:
+        metadata[DESTINATION_PATH] = dg.MetadataValue.path(path)
     if outcome.columns:
         metadata[COLUMN_SCHEMA] = dg.MetadataValue.table_schema(
             dg.TableSchema(columns=[dg.TableColumn(name=name, type=kind) for name, kind in outcome.columns])

@@ -4,6 +4,7 @@ and the recipient registry. None of them starts a JVM or opens a connection unti
 from __future__ import annotations
 
 import os
+import sys
 import time
 from collections.abc import Sequence
 from functools import lru_cache
@@ -17,6 +18,7 @@ from incsync.config import IncsyncConfig, ModelConfig, RecipientConfig, load_con
 from incsync.destinations import Destination, build_destination
 from incsync.errors import ConfigError
 from incsync.sources import Source, build_source
+from incsync.spark_cluster import driver_address
 
 JDBC_DRIVER_JARS = ("/usr/share/java/postgresql.jar", "/usr/share/java/mariadb-java-client.jar")
 
@@ -27,8 +29,6 @@ SPARK_DEFAULTS: dict[str, str] = {
     "spark.sql.session.timeZone": "UTC",
     "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
     "spark.sql.shuffle.partitions": "4",
-    "spark.driver.host": "127.0.0.1",
-    "spark.driver.bindAddress": "127.0.0.1",
     "spark.sql.sources.partitionOverwriteMode": "dynamic",
     "spark.ui.showConsoleProgress": "false",
     "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile=file:{Path(__file__).with_name('log4j2.properties')}",
@@ -39,8 +39,14 @@ def spark_config(
     overrides: dict[str, str] | None = None, *, extra_jars: Sequence[str] = (), packages: Sequence[str] = ()
 ) -> dict[str, str]:
     """Defaults plus the OS's JDBC driver jars (no Maven download needed), the sources' own driver
-    jars and Maven packages, plus the file's settings."""
+    jars and Maven packages, plus the file's settings. ``spark.jars`` also ships the drivers to a
+    cluster's executors. The driver stays on 127.0.0.1 unless the master runs executors elsewhere
+    (``spark_cluster``)."""
+    # Spark's Python workers (staging to an object store runs in them) take PYSPARK_PYTHON, else the
+    # PATH's python3, which lacks incsync's packages; a cluster's own setting wins.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     conf = dict(SPARK_DEFAULTS)
+    conf.update(driver_address(overrides or {}))
     jars = [j for j in JDBC_DRIVER_JARS if Path(j).exists()] + [j for j in extra_jars if j not in JDBC_DRIVER_JARS]
     if jars:
         conf["spark.jars"] = ",".join(jars)

@@ -12,6 +12,7 @@ import dagster as dg
 import yaml
 
 from incsync.assets import model_asset_key
+from incsync.automation.liveness import PROCESS_TAG, process_tag
 from incsync.automation.tags import INCREMENTAL
 from incsync.launch import RunSpec, plan_runs, register
 from incsync.changes import UTC
@@ -19,6 +20,8 @@ from incsync.config import IncsyncConfig, ModelConfig, RecipientConfig
 from incsync.metadata import DELTA_ROWS_TRANSFERRED, HIGH_WATERMARK, ROWS_TRANSFERRED, TRANSFER_TYPE
 from incsync.paths import dagster_home
 from incsync.dagster_compat import event_log_storage_config
+from incsync.errors import ConfigError
+from incsync.instance_storage import storage_problems
 from incsync.partitions import split_key, window_partitions
 from incsync.transfer import recipient_start
 
@@ -38,6 +41,9 @@ def dagster_instance(config_file: Path) -> dg.DagsterInstance:
     if not yaml_file.exists() or yaml_file.read_text() == _FIRST_DAGSTER_YAML:
         storage = yaml.safe_dump({"event_log_storage": event_log_storage_config(home)}, sort_keys=False)
         yaml_file.write_text(_FIRST_DAGSTER_YAML + _STORAGE_COMMENT + storage)
+    problems = storage_problems(yaml.safe_load(yaml_file.read_text()) or {})
+    if problems:  # say so now, not as a NOTIFY syntax error in the middle of the first run
+        raise ConfigError(str(yaml_file), problems)
     return dg.DagsterInstance.get()
 
 
@@ -115,12 +121,13 @@ def execute_runs(
 
     ``windows[recipient]`` lists the window keys each recipient's lines report (its part of the box).
     """
-    job = defs.resolve_implicit_global_asset_job_def()
     results: list[RunResult] = []
     for spec in specs:
+        job = _model_job(defs, spec.model)
         key = spec.single_partition
         kwargs: dict[str, object] = {"partition_key": key} if key is not None else {}
         tags = dict(spec.tags) if key is not None else {**spec.tags, **spec.range_tags}
+        tags[PROCESS_TAG] = process_tag()  # this process runs it: `incsync transfers` can tell when it died
         result = job.execute_in_process(
             instance=instance, asset_selection=[model_asset_key(spec.model)], tags=tags, raise_on_error=False,
             run_config={"loggers": {"console": {"config": {"log_level": log_level}}}}, **kwargs,
@@ -152,6 +159,14 @@ def execute_runs(
         error = None if result.success else failure_message(instance, result.run_id)
         results.append(RunResult(result.run_id, result.success, lines, error))
     return results
+
+
+def _model_job(defs: dg.Definitions, model: ModelConfig) -> dg.JobDefinition:
+    """The job named after the model (its schedule's), else the implicit asset job."""
+    try:
+        return defs.resolve_job_def(model.model_name)
+    except Exception:  # noqa: BLE001 - definitions built without the model's schedule
+        return defs.resolve_implicit_global_asset_job_def()
 
 
 def run_transfers(

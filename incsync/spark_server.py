@@ -10,11 +10,13 @@ import os
 import signal
 import socket
 import subprocess
+import sys
 import time
 from pathlib import Path
 
 from incsync.errors import IncsyncError
 from incsync.resources import JDBC_DRIVER_JARS
+from incsync.spark_cluster import cluster_problems, driver_address
 
 CONNECT_SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
 DEFAULT_PORT = 15002
@@ -27,12 +29,15 @@ def spark_submit() -> Path:
 
 
 def server_command(*, port: int, master: str = "local[*]", extra_conf: dict[str, str] | None = None) -> list[str]:
-    """spark-submit arguments for a loopback-only Connect server with the OS's JDBC drivers."""
+    """spark-submit arguments for a loopback-only Connect server with the OS's JDBC drivers.
+
+    Its clients connect on 127.0.0.1; its driver is on loopback too unless ``master`` runs executors on
+    other machines, where ``extra_conf`` names ``spark.driver.host`` / ``spark.driver.bindAddress``.
+    """
     conf = {
         "spark.connect.grpc.binding.address": "127.0.0.1",
         "spark.connect.grpc.binding.port": str(port),
-        "spark.driver.host": "127.0.0.1",
-        "spark.driver.bindAddress": "127.0.0.1",
+        **driver_address({"spark.master": master, **(extra_conf or {})}),
         "spark.ui.enabled": "false",
         "spark.sql.session.timeZone": "UTC",
         "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
@@ -56,13 +61,17 @@ def port_open(port: int, host: str = "127.0.0.1") -> bool:
 
 
 def start_server(*, port: int = DEFAULT_PORT, master: str = "local[*]", log_file: Path | None = None,
-                 timeout: float = 180.0) -> subprocess.Popen[bytes]:
+                 timeout: float = 180.0, extra_conf: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
     """Start the server in its own session and wait until its port answers."""
     if port_open(port):
         raise IncsyncError(f"port {port} on 127.0.0.1 is already in use; pick another with --port")
+    if problems := cluster_problems({"spark.master": master, **(extra_conf or {})}):
+        raise IncsyncError(problems[0])
     out = open(log_file, "ab") if log_file else subprocess.DEVNULL  # noqa: SIM115 - handed to the child
-    process = subprocess.Popen(server_command(port=port, master=master), stdout=out, stderr=subprocess.STDOUT,
-                               start_new_session=True, env={**os.environ, "SPARK_NO_DAEMONIZE": "1"})
+    process = subprocess.Popen(server_command(port=port, master=master, extra_conf=extra_conf), stdout=out, stderr=subprocess.STDOUT,
+                               start_new_session=True, env={**os.environ, "SPARK_NO_DAEMONIZE": "1",
+                                                            # its Python workers (staging to object stores) need our packages
+                                                            "PYSPARK_PYTHON": os.environ.get("PYSPARK_PYTHON", sys.executable)})
     deadline = time.monotonic() + timeout
     while not port_open(port):
         if process.poll() is not None:

@@ -6,6 +6,7 @@ import fcntl
 import functools
 import re
 import shutil
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -18,9 +19,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
+import pyarrow.fs as pafs
 
 from incsync.config import ModelConfig
 from incsync.errors import StagingError, ValidationError
+from incsync.storage import StoragePath
 from incsync.typemap import FINITE_MARK, METADATA_KEY, ColumnPlan, ConversionError, arrow_type, convert_table, field_metadata
 
 if TYPE_CHECKING:
@@ -31,16 +34,24 @@ MAX_REPORTED_KEYS = 10
 
 @dataclass(frozen=True)
 class StagedBatch:
-    """Parquet files private to one transfer; every later step reads these, never the source."""
+    """Parquet files private to one transfer; every later step reads these, never the source.
 
-    path: Path
-    files: tuple[Path, ...]
+    Local staging holds ``Path``s; staging on an object store (``staging_dir: s3://...``) holds paths on
+    ``filesystem``.
+    """
+
+    path: Path | StoragePath
+    files: tuple[Path, ...] | tuple[str, ...]
     schema: pa.Schema
     rows: int
     bytes: int
 
+    @property
+    def filesystem(self) -> pafs.FileSystem:
+        return self.path.fs if isinstance(self.path, StoragePath) else pafs.LocalFileSystem()
+
     def dataset(self) -> ds.Dataset:
-        return ds.dataset([str(f) for f in self.files], format="parquet", schema=self.schema)
+        return ds.dataset([str(f) for f in self.files], format="parquet", schema=self.schema, filesystem=self.filesystem)
 
     def reader(self) -> pa.RecordBatchReader:
         return self.dataset().scanner().to_reader()
@@ -49,7 +60,26 @@ class StagedBatch:
         return self.dataset().to_table(columns=columns)
 
 
-def stage(df: DataFrame | pa.Table, path: Path, *, known_empty: bool = False, collect: bool = False) -> StagedBatch:
+def _fs(path: Path | StoragePath) -> pafs.FileSystem:
+    return path.fs if isinstance(path, StoragePath) else pafs.LocalFileSystem()
+
+
+def _ref(file: Path | StoragePath) -> Path | str:
+    """What a StagedBatch keeps of a file: its local Path, or its path on the object store."""
+    return file.path if isinstance(file, StoragePath) else file
+
+
+def _size(files: tuple[Path, ...] | tuple[str, ...], fs: pafs.FileSystem) -> int:
+    if isinstance(fs, pafs.LocalFileSystem):
+        return sum(Path(f).stat().st_size for f in files)
+    return sum(info.size or 0 for info in fs.get_file_info([str(f) for f in files]))
+
+
+def _dataset(files: tuple[Path, ...] | tuple[str, ...], fs: pafs.FileSystem, schema: pa.Schema | None = None) -> ds.Dataset:
+    return ds.dataset([str(f) for f in files], format="parquet", schema=schema, filesystem=fs)
+
+
+def stage(df: DataFrame | pa.Table, path: Path | StoragePath, *, known_empty: bool = False, collect: bool = False) -> StagedBatch:
     """Write ``df`` once (UTC microsecond timestamps) and describe the files.
 
     An Arrow table (from a source read without Spark) is written as one Parquet file. ``known_empty``
@@ -71,14 +101,63 @@ def stage(df: DataFrame | pa.Table, path: Path, *, known_empty: bool = False, co
         table = convert_table(collected.cast(schema), plans)
         return _stage_arrow(table, path, schema=faithful_schema(schema, plans))
     with _out_of_range(plans):
-        written = write_observed(df, path)
-    files = tuple(sorted(p for p in path.glob("*.parquet")))
+        written = write_through_arrow(df, path) if isinstance(path, StoragePath) else write_observed(df, path)
+    fs = _fs(path)
+    files = tuple(sorted(_ref(p) for p in path.glob("*.parquet")))
     if any(plan.arrow for plan in plans.values()):
-        _convert_files(files, plans)
-    schema = faithful_schema(_utc_schema(df, ds.dataset([str(f) for f in files], format="parquet").schema if files else None), plans)
-    rows = ds.dataset([str(f) for f in files], format="parquet", schema=schema).count_rows() if files else 0
+        _convert_files(files, plans, fs)
+    schema = faithful_schema(_utc_schema(df, _dataset(files, fs).schema if files else None), plans)
+    rows = _dataset(files, fs, schema).count_rows() if files else 0
     check_staged_rows(path, extracted=written, staged=rows)
-    return StagedBatch(path=path, files=files, schema=schema, rows=rows, bytes=sum(f.stat().st_size for f in files))
+    return StagedBatch(path=path, files=files, schema=schema, rows=rows, bytes=_size(files, fs))
+
+
+def write_through_arrow(df: DataFrame, path: StoragePath, *, partition_by: str | None = None) -> int:
+    """Write ``df`` as Parquet under ``path`` on an object store, from Spark's tasks through pyarrow.
+
+    Spark reaches ``s3://`` only with the Hadoop S3 connector (hadoop-aws jars), which this installation
+    lacks; each task writes its rows itself (``mapInArrow``), so executors on other hosts stage straight to
+    the object store. ``partition_by`` splits the files into ``<column>=<value>/`` folders, as Spark's
+    ``partitionBy`` does. Returns the rows written.
+    """
+    from urllib.parse import quote
+
+    schema = spark_parquet_schema(df)  # UTC microsecond timestamps, as Spark's own Parquet files
+    fs, root, run = path.fs, path.path, uuid.uuid4().hex[:12]
+    body = pa.schema([f for f in schema if f.name != partition_by])
+
+    def write(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        import pyarrow.compute as pc
+        import pyarrow.parquet as pq
+        from pyspark import TaskContext
+
+        task = TaskContext.get().partitionId()
+        writers: dict[str, pq.ParquetWriter] = {}
+        rows = 0
+        try:
+            for batch in batches:
+                batch = batch.cast(schema)
+                rows += batch.num_rows
+                if partition_by is None:
+                    parts = {"": batch}
+                else:
+                    text = batch.column(partition_by)
+                    parts = {
+                        str(v): batch.filter(pc.equal(text, v)).drop_columns([partition_by])
+                        for v in pc.unique(text).to_pylist()
+                    }
+                for value, part in parts.items():
+                    if value not in writers:
+                        folder = f"{root}/{partition_by}={quote(value, safe='')}" if partition_by else root
+                        writers[value] = pq.ParquetWriter(f"{folder}/part-{task:05d}-{run}.parquet", body,
+                                                          filesystem=fs, coerce_timestamps="us")
+                    writers[value].write_batch(part)
+        finally:
+            for writer in writers.values():
+                writer.close()
+        yield pa.RecordBatch.from_pydict({"rows": [rows]}, schema=pa.schema([("rows", pa.int64())]))
+
+    return sum(r["rows"] for r in df.mapInArrow(write, "rows long").collect())
 
 
 def write_observed(df: DataFrame, path: Path, *, partition_by: str | None = None) -> int | None:
@@ -111,7 +190,7 @@ TENANT_PARTITION = "__incsync_tenant"
 
 
 def stage_by_tenant(
-    df: DataFrame, path: Path, column: str, *, known_empty: bool = False, collect: bool = False
+    df: DataFrame, path: Path | StoragePath, column: str, *, known_empty: bool = False, collect: bool = False
 ) -> tuple[pa.Schema, dict[str, StagedBatch]]:
     """Stage a fan-out read once, split by the tenant column's text: the schema, and a batch per tenant value.
 
@@ -136,19 +215,24 @@ def stage_by_tenant(
         }
     from pyspark.sql import functions as F
 
+    tagged = df.withColumn(TENANT_PARTITION, F.col(column).cast("string"))
     with _out_of_range(plans):
-        written = write_observed(df.withColumn(TENANT_PARTITION, F.col(column).cast("string")), path, partition_by=TENANT_PARTITION)
-    folders = sorted(p for p in path.glob(f"{TENANT_PARTITION}=*") if p.is_dir())
-    files = {f: tuple(sorted(f.glob("*.parquet"))) for f in folders}
+        if isinstance(path, StoragePath):
+            written = write_through_arrow(tagged, path, partition_by=TENANT_PARTITION)
+        else:
+            written = write_observed(tagged, path, partition_by=TENANT_PARTITION)
+    fs = _fs(path)
+    folders = sorted((p for p in path.glob(f"{TENANT_PARTITION}=*") if p.is_dir()), key=str)
+    files = {f: tuple(sorted(_ref(p) for p in f.glob("*.parquet"))) for f in folders}
     if any(plan.arrow for plan in plans.values()):
-        _convert_files(tuple(f for parts in files.values() for f in parts), plans)
-    first = next((fs[0] for fs in files.values() if fs), None)
-    schema = faithful_schema(_utc_schema(df, ds.dataset([str(first)], format="parquet").schema if first else None), plans)
+        _convert_files(tuple(f for parts in files.values() for f in parts), plans, fs)
+    first = next((parts[0] for parts in files.values() if parts), None)
+    schema = faithful_schema(_utc_schema(df, _dataset((first,), fs).schema if first else None), plans)
     batches = {}
     for folder, parts in files.items():
-        rows = ds.dataset([str(f) for f in parts], format="parquet", schema=schema).count_rows() if parts else 0
+        rows = _dataset(parts, fs, schema).count_rows() if parts else 0
         value = unquote(folder.name.split("=", 1)[1])  # Spark escapes path characters as %XX
-        batches[value] = StagedBatch(path=folder, files=parts, schema=schema, rows=rows, bytes=sum(f.stat().st_size for f in parts))
+        batches[value] = StagedBatch(path=folder, files=parts, schema=schema, rows=rows, bytes=_size(parts, fs))
     check_staged_rows(path, extracted=written, staged=sum(b.rows for b in batches.values()))
     return schema, batches
 
@@ -201,26 +285,27 @@ def faithful_schema(schema: pa.Schema, plans: dict[str, ColumnPlan]) -> pa.Schem
     return pa.schema(fields)
 
 
-def _convert_files(files: tuple[Path, ...], plans: dict[str, ColumnPlan]) -> None:
+def _convert_files(files: tuple[Path, ...] | tuple[str, ...], plans: dict[str, ColumnPlan], fs: pafs.FileSystem) -> None:
     """Rewrite Spark's files with the planned Arrow types (only batches that have such columns pay this)."""
     import pyarrow.parquet as pq
 
     for file in files:
-        table = convert_table(pq.read_table(file), plans).replace_schema_metadata(None)  # Spark's schema is stale
-        pq.write_table(table, file, coerce_timestamps="us")
+        table = convert_table(pq.read_table(str(file), filesystem=fs), plans).replace_schema_metadata(None)  # Spark's schema is stale
+        pq.write_table(table, str(file), coerce_timestamps="us", filesystem=fs)
 
 
-def _stage_arrow(table: pa.Table, path: Path, *, schema: pa.Schema | None = None) -> StagedBatch:
+def _stage_arrow(table: pa.Table, path: Path | StoragePath, *, schema: pa.Schema | None = None) -> StagedBatch:
     import pyarrow.parquet as pq
 
     path.mkdir(parents=True, exist_ok=True)
-    files: tuple[Path, ...] = ()
+    fs = _fs(path)
+    files: tuple[Path, ...] | tuple[str, ...] = ()
     if table.num_rows:
-        file = path / "part-00000.parquet"
-        pq.write_table(table, file, coerce_timestamps="us")
-        files = (file,)
+        file = _ref(path / "part-00000.parquet")
+        pq.write_table(table, str(file), coerce_timestamps="us", filesystem=fs)
+        files = (file,)  # type: ignore[assignment]
     schema = (schema or table.schema).remove_metadata()
-    return StagedBatch(path=path, files=files, schema=schema, rows=table.num_rows, bytes=sum(f.stat().st_size for f in files))
+    return StagedBatch(path=path, files=files, schema=schema, rows=table.num_rows, bytes=_size(files, fs))
 
 
 def last_modified_micros(batch: StagedBatch, column: str) -> np.ndarray:
@@ -231,14 +316,14 @@ def last_modified_micros(batch: StagedBatch, column: str) -> np.ndarray:
     return pc.cast(pc.cast(values, pa.timestamp("us", tz="UTC")), pa.int64()).to_numpy(zero_copy_only=False)
 
 
-def filtered_batch(batch: StagedBatch, path: Path, where: ds.Expression | None) -> StagedBatch:
+def filtered_batch(batch: StagedBatch, path: Path | StoragePath, where: ds.Expression | None) -> StagedBatch:
     """The staged rows matching ``where`` (None: all), as a batch of its own in ``path`` (same schema)."""
     table = batch.dataset().to_table(filter=where) if batch.rows else batch.schema.empty_table()
     return _stage_arrow(table, path, schema=batch.schema)
 
 
 def slice_batch(
-    batch: StagedBatch, path: Path, column: str, *, lower: datetime | None, upper: datetime | None
+    batch: StagedBatch, path: Path | StoragePath, column: str, *, lower: datetime | None, upper: datetime | None
 ) -> StagedBatch:
     """The staged rows with ``lower <= column < upper`` (None: unbounded), as a batch of its own."""
     field = ds.field(column)
@@ -265,16 +350,21 @@ def spark_parquet_schema(df: DataFrame) -> pa.Schema:
     return pa.schema([pa.field(f.name, f.type, f.nullable) for f in to_arrow_schema(df.schema, timezone="UTC")])
 
 
-def remove(path: Path) -> None:
-    shutil.rmtree(path, ignore_errors=True)
+def remove(path: Path | StoragePath) -> None:
+    if isinstance(path, StoragePath):
+        path.rmtree()
+    else:
+        shutil.rmtree(path, ignore_errors=True)
 
 
-def _lock_file(path: Path) -> Path:
+def _lock_file(path: Path | StoragePath) -> Path:
+    if isinstance(path, StoragePath):
+        return path.lock_file()  # object stores have no locks: a file in this host's temporary folder
     return path.with_name(path.name + ".lock")  # beside the folder: Spark's overwrite empties the folder
 
 
 @contextmanager
-def claim(path: Path) -> Iterator[None]:
+def claim(path: Path | StoragePath) -> Iterator[None]:
     """Hold ``<path>.lock`` while a transfer uses its staging folder; remove both on the way out.
 
     The OS drops the lock when the process dies, which is how ``remove_if_abandoned`` tells a dead
@@ -282,6 +372,7 @@ def claim(path: Path) -> Iterator[None]:
     """
     path.parent.mkdir(parents=True, exist_ok=True)
     lock = _lock_file(path)
+    lock.parent.mkdir(parents=True, exist_ok=True)
     with open(lock, "w") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
         try:
@@ -291,9 +382,15 @@ def claim(path: Path) -> Iterator[None]:
             lock.unlink(missing_ok=True)
 
 
-def remove_if_abandoned(path: Path) -> bool:
-    """Remove a staging folder whose transfer no longer holds its lock; False when it is in use."""
+def remove_if_abandoned(path: Path | StoragePath) -> bool:
+    """Remove a staging folder whose transfer no longer holds its lock; False when it is in use.
+
+    A folder on an object store is removed only by the host whose transfer made it (its lock file is
+    local); other hosts' leftovers are for the bucket's lifecycle rules (docs/storage.md).
+    """
     lock = _lock_file(path)
+    if isinstance(path, StoragePath) and not lock.exists():
+        return False
     with open(lock, "a") as handle:
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)

@@ -25,13 +25,14 @@ from incsync.changes import (
     new_high_watermark,
     to_micros,
 )
-from incsync.config import ModelConfig, RecipientConfig
+from incsync.config import ModelConfig, RecipientConfig, RetryPolicy
 from incsync.crashpoints import crash_point
-from incsync.destinations.base import FULL_REFRESH, INCREMENTAL, Destination, DestinationState, TransferRecord
+from incsync.destinations.base import FULL_REFRESH, INCREMENTAL, Destination, DestinationState, Removals, TransferRecord
 from incsync.horizon import HorizonCap, SourceHorizon, horizon_cap, horizon_record
 from incsync.partitions import WindowPartition
 from incsync.sources.base import Source
 from incsync.plan import count_by_window, plan_batches
+from incsync.retries import with_retries
 from incsync.staging import StagedBatch, check_last_modified, claim, last_modified_micros, remove, remove_if_abandoned, slice_batch, stage, validate_and_count
 
 if TYPE_CHECKING:
@@ -65,7 +66,7 @@ def remove_stale_staging(staging_root: Path, model: ModelConfig, recipient: Reci
     if not staging_root.is_dir():
         return []
     pattern = re.compile(rf"{re.escape(model.model_name)}-{re.escape(recipient.id)}-{TRANSFER_ID_PATTERN}")
-    candidates = [p for p in staging_root.iterdir() if p.is_dir() and pattern.fullmatch(p.name)]
+    candidates = [p for p in staging_root.iterdir() if pattern.fullmatch(p.name) and p.is_dir()]
     removed = [path for path in candidates if remove_if_abandoned(path)]
     for path in removed:
         log.warning("removed staging %s left by an interrupted transfer", path)
@@ -87,6 +88,8 @@ class TransferRequest:
     spark: Callable[[], SparkSession]
     scheduled: bool = False
     full_refresh: bool = False
+    retries: RetryPolicy = field(default_factory=RetryPolicy)
+    allow_mass_delete: bool = False  # deletes: a removal past the model's max_delete_fraction goes ahead
 
     @property
     def recipient_id(self) -> str:
@@ -160,14 +163,11 @@ def open_window_end(model: ModelConfig, now: datetime) -> datetime:
     return from_epoch((epoch_seconds_floor(now) // seconds + 1) * seconds)
 
 
-def prepare(requests: Sequence[TransferRequest], *, staging_root: Path) -> PreparedSpan:
-    """Read the destination's state and bound the span: ``[L(first window), U(last window))``.
-
-    A full refresh reads ``[start, end of the open window)``: one transfer, published once.
-    """
+def span_bounds(requests: Sequence[TransferRequest], state: DestinationState) -> tuple[Bounds, datetime | None, str | None]:
+    """The span's bounds from the destination's state: (bounds, the HW it continues from, full refresh reason)."""
     first, last = requests[0], requests[-1]
-    model, recipient = first.model, first.recipient
-    state = first.destination.read_state(model=model, recipient=recipient)
+    recipient = first.recipient
+    model = first.model
     start_r = recipient_start(model, recipient)
     reason = full_refresh_reason(first, state)
     if reason:
@@ -194,6 +194,21 @@ def prepare(requests: Sequence[TransferRequest], *, staging_root: Path) -> Prepa
         previous_hw = None
         upper = max(last.partition.end, open_window_end(model, datetime.now(UTC)))
         bounds = Bounds(lower=min(start_r, upper), upper=upper, lookback_seconds=first.lookback_seconds, reason="full_refresh")
+    return bounds, previous_hw, reason
+
+
+def prepare(requests: Sequence[TransferRequest], *, staging_root: Path) -> PreparedSpan:
+    """Read the destination's state and bound the span: ``[L(first window), U(last window))``.
+
+    A full refresh reads ``[start, end of the open window)``: one transfer, published once.
+    """
+    first, last = requests[0], requests[-1]
+    model, recipient = first.model, first.recipient
+    state = with_retries(
+        lambda: first.destination.read_state(model=model, recipient=recipient), policy=first.retries,
+        what=f"reading destination {first.destination.name} for model {model.model_name}, recipient {recipient.id}",
+    )
+    bounds, previous_hw, reason = span_bounds(requests, state)
     remove_stale_staging(staging_root, model, recipient)
     transfer_id = new_transfer_id()
     staging = staging_root / f"{model.model_name}-{recipient.id}-{transfer_id}"
@@ -239,6 +254,12 @@ def publish_span(span: PreparedSpan, batch: StagedBatch, *, on_commit: OnCommit)
     )
     splits = [range(len(windows))] if span.reason else plan_batches(counts.rows, model.max_rows_per_batch)
     columns = tuple((f.name, str(f.type)) for f in batch.schema)
+    removals = None
+    if model.deletes != "none" and not span.reason:  # a full refresh replaces the rows anyway
+        from incsync.integrity.deletes import find_removals
+
+        removals = find_removals(first.source, destination, model=model, recipient=recipient, spark=first.spark,
+                                 staging_root=span.staging.parent, allowed=first.allow_mass_delete)
     hw, state = span.previous_hw, span.state
     for k, indexes in enumerate(splits):
         lo, hi = indexes.start, indexes.stop - 1
@@ -279,10 +300,15 @@ def publish_span(span: PreparedSpan, batch: StagedBatch, *, on_commit: OnCommit)
             fingerprint=first.fingerprint,
             lookback_seconds=first.lookback_seconds,
             committed_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-            extra={**({"full_refresh_reason": span.reason} if span.reason else {}), **horizon_facts},
+            extra={**({"full_refresh_reason": span.reason} if span.reason else {}), **horizon_facts,
+                   **({"rows_removed": str(removals.rows), "removal_mode": removals.mode} if removals and is_last else {})},
         )
+        # Soft: every publish goes with its removals (even none), so a key back at the source loses its stamp.
+        remove_now = removals if removals is not None and (removals.rows or removals.mode == "soft") and is_last else None
         try:
-            destination_metadata = destination.publish(model=model, recipient=recipient, batch=part, record=record, expected=state)
+            destination_metadata = publish_with_retries(first, part, record, expected=state, removals=remove_now)
+            if removals is not None and is_last:
+                destination_metadata = {**destination_metadata, "rows_removed": removals.rows, "removal_mode": removals.mode}
         finally:
             if part is not batch:
                 remove(part.path)
@@ -313,6 +339,43 @@ def publish_span(span: PreparedSpan, batch: StagedBatch, *, on_commit: OnCommit)
             ))
 
 
+def publish_with_retries(
+    request: TransferRequest, batch: StagedBatch, record: TransferRecord, *, expected: DestinationState,
+    removals: Removals | None = None,
+) -> dict[str, object]:
+    """Publish, trying again on a transient error. A connection lost while committing leaves it unknown
+    whether the commit landed: the destination's transfer log says, so a landed commit is never redone."""
+    model, recipient, destination = request.model, request.recipient, request.destination
+    tries = 0
+
+    def attempt() -> dict[str, object]:
+        nonlocal tries
+        tries += 1
+        if tries > 1:
+            landed = destination.read_state(model=model, recipient=recipient).last_transfer
+            if landed is not None and landed.transfer_id == record.transfer_id:
+                log.warning("transfer %s: its commit to %s landed before the connection was lost", record.transfer_id, destination.name)
+                return {"publish_attempts": tries}
+        return destination.publish(model=model, recipient=recipient, batch=batch, record=record, expected=expected,
+                                   **({"removals": removals} if removals is not None else {}))
+
+    metadata = with_retries(
+        attempt, policy=request.retries,
+        what=f"publish of transfer {record.transfer_id} to destination {destination.name} "
+        f"(model {model.model_name}, recipient {recipient.id})",
+    )
+    return {**metadata, "publish_attempts": tries} if tries > 1 else metadata
+
+
+def extract_with_retries(span: PreparedSpan) -> StagedBatch:
+    """``extract``, read again from the start (staging emptied) when the source fails transiently."""
+    first = span.first
+    return with_retries(
+        lambda: extract(span), policy=first.retries, before_retry=lambda: remove(span.staging),
+        what=f"read of source {first.model.source} for model {first.model.model_name}, recipient {first.recipient.id}",
+    )
+
+
 def run_span(requests: Sequence[TransferRequest], *, staging_root: Path, on_commit: OnCommit) -> None:
     """One transfer over contiguous windows of one recipient: prepare, extract, stage once, publish.
 
@@ -320,7 +383,7 @@ def run_span(requests: Sequence[TransferRequest], *, staging_root: Path, on_comm
     """
     span = prepare(requests, staging_root=staging_root)
     with claim(span.staging):
-        batch = extract(span)
+        batch = extract_with_retries(span)
         publish_span(span, batch, on_commit=on_commit)
 
 

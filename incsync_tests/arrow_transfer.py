@@ -30,6 +30,7 @@ def run(
     full_refresh: bool = False,
     model_name: str = "orders",
     recipient_id: str = "acme",
+    staging_root: object = None,
 ) -> TransferOutcome:
     config = load_config(config_path)
     model = config.model(model_name)
@@ -46,8 +47,9 @@ def run(
         spark=_no_spark,
         scheduled=scheduled,
         full_refresh=full_refresh,
+        retries=config.retries,
     )
-    return run_transfer(request, staging_root=Path(os.environ["INCSYNC_STAGING_DIR"]))
+    return run_transfer(request, staging_root=staging_root or Path(os.environ["INCSYNC_STAGING_DIR"]))
 
 
 if __name__ == "__main__":

@@ -82,3 +82,20 @@ def _isolated_staging(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterat
     monkeypatch.setenv("INCSYNC_STAGING_DIR", str(staging))
     yield
     shutil.rmtree(staging, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def s3_server(tmp_path_factory: pytest.TempPathFactory):
+    """A moto S3 server on a free loopback port for the whole session, stopped after."""
+    from incsync_tests.s3_support import start_s3_server
+
+    yield from start_s3_server(tmp_path_factory.mktemp("moto") / "server.log")
+
+
+@pytest.fixture
+def s3(s3_server, monkeypatch: pytest.MonkeyPatch):
+    """The S3 server with its secret exported under the variable the test configs name."""
+    from incsync_tests.s3_support import SECRET, SECRET_VAR
+
+    monkeypatch.setenv(SECRET_VAR, SECRET)
+    return s3_server

@@ -66,8 +66,8 @@ def test_validate_console_script(hand_config: Path, tmp_path: Path) -> None:
     out = subprocess.run([str(exe), "validate", "-c", str(bad)], capture_output=True, text=True, timeout=60)
     assert out.returncode == 2
     assert out.stderr.strip().splitlines() == [
-        "error: invalid incsync configuration (1 problem(s)):",
-        f'  {bad}: models[0].primary_key: column "invoice" is not in columns [invoice_no, tenant, total, modified]',
+        f'error: {bad}:14: models[0].primary_key: column "invoice" is not in columns [invoice_no, tenant, total, modified] '
+        "— fix its spelling or add it to columns",
     ]
 
 
@@ -108,8 +108,7 @@ def test_bad_tag_and_unknown_recipient(hand_config: Path, capsys: pytest.Capture
     assert err == [
         'error: tag ticket=INC 42: value "INC 42" is invalid; tag keys and values must match ^[A-Za-z0-9_-]+$ '
         "(letters, digits, _ and - only)",
-        "error: invalid incsync configuration (1 problem(s)):",
-        f'  {hand_config}: unknown recipient "umbrella"; known: acme',
+        f'error: {hand_config}: unknown recipient "umbrella" — known: acme',
     ]
 
 
@@ -122,19 +121,29 @@ def test_failed_transfer_exits_non_zero_with_the_reason_and_transfers_lists_it(
     assert main(["transfer", "invoices", "--recipient", "acme", "--window", "2024-01-01-00:00", "-c", str(hand_config)]) == 1
     captured = capsys.readouterr()
     assert "invoices     acme         2024-01-01-00:00  FAILED" in captured.out
-    assert captured.err.strip() == (
+    error, log_line = captured.err.strip().splitlines()
+    assert error == (
         "error: ValidationError: model invoices, recipient acme: 1 primary key value(s) ['invoice_no'] occur more than "
         "once in the batch: ('A-1'); nothing was published. Fix the source or choose a primary_key that is unique."
     )
+    assert log_line.startswith(f"Dagster's and Spark's output: {tmp_path / 'dagster_home' / 'logs'}/incsync-transfer-")
     assert main(["transfers", "-c", str(hand_config)]) == 0
-    rows = [line.split() for line in capsys.readouterr().out.splitlines()[1:]]
-    assert [r[2:8] for r in rows[:2]] == [
-        ["ERROR", "invoices", "acme", "0", "0", "0"],
-        ["SUCCESS", "invoices", "acme", "1", "1", "1"],
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split() == ["created", "(UTC)", "status", "mode", "model(s)", "recipient(s)", "windows", "rows",
+                                "delta", "duration", "owner(s)", "run", "tags"]
+    rows = [line.split() for line in lines[1:]]
+    assert [r[2:9] for r in (rows[0], rows[2])] == [
+        ["ERROR", "manual", "invoices", "acme", "0", "0", "0"],
+        ["SUCCESS", "manual", "invoices", "acme", "1", "1", "1"],
     ]
-    assert (rows[0][8], rows[1][8]) == ("-", "acme")  # the failed run wrote nowhere; the other's table is acme's
-    assert rows[1][9] == "ticket=INC-1,tier=gold"  # the recipient's tags travel with its runs
-    assert rows[2] == ["invoices:", "ERROR", "1,", "SUCCESS", "1"]
+    assert lines[2] == (  # the failed run's error, first line, under it
+        "    error: ValidationError: model invoices, recipient acme: 1 primary key value(s) ['invoice_no'] occur more "
+        "than once in the batch: ('A-1'); nothing was published. Fix the source or choose a primary_key that is unique."
+    )
+    assert rows[0][9].endswith("s") and float(rows[0][9].rstrip("s")) > 0  # duration
+    assert (rows[0][10], rows[2][10]) == ("-", "acme")  # the failed run wrote nowhere; the other's table is acme's
+    assert rows[2][12] == "ticket=INC-1,tier=gold"  # the recipient's tags travel with its runs
+    assert rows[3] == ["invoices:", "ERROR", "1,", "SUCCESS", "1"]
     assert main(["transfers", "-c", str(hand_config), "--tag", "ticket=INC-1", "--status", "success"]) == 0
     assert len(capsys.readouterr().out.splitlines()) == 3  # header, one transfer, the per-model counts
     assert main(["transfers", "-c", str(hand_config), "--status", "DONE"]) == 2
@@ -192,8 +201,8 @@ def test_dagster_yaml_limits_come_from_the_config(hand_config: Path, tmp_path: P
     assert doc["concurrency"]["runs"]["tag_concurrency_limits"] == [
         {"key": "incsync/model_destination", "value": {"applyLimitPerUniqueValue": True}, "limit": 1},
         {"key": "incsync/shard", "value": {"applyLimitPerUniqueValue": True}, "limit": 1},
-        {"key": "incsync/source", "value": "shop", "limit": 10},
-        {"key": "incsync/destination", "value": "acme_lake", "limit": 1},
+        {"key": "incsync/source-slots-10", "value": {"applyLimitPerUniqueValue": True}, "limit": 10},
+        {"key": "incsync/destination-slots-1", "value": {"applyLimitPerUniqueValue": True}, "limit": 1},
     ]
     with dg.instance_for_test(temp_dir=str(tmp_path), overrides={"concurrency": doc["concurrency"]}) as instance:
         assert instance.get_concurrency_config().run_queue_config.tag_concurrency_limits[2]["limit"] == 10

@@ -94,7 +94,8 @@ def test_primary_key_not_in_columns() -> None:
     doc = _base()
     doc["models"][0]["primary_key"] = ["idd"]
     assert _problems(doc) == [
-        'models[0].primary_key: column "idd" is not in columns [id, organization_id, status, amount, updated_at]'
+        'models[0].primary_key: column "idd" is not in columns [id, organization_id, status, amount, updated_at]; '
+        "fix its spelling or add it to columns"
     ]
 
 
@@ -107,12 +108,12 @@ def test_every_problem_is_reported_at_once_with_file_and_path() -> None:
     with pytest.raises(ConfigError) as info:
         parse_config(doc, path="incsync.yaml")
     assert info.value.problems == [
-        "sources[0].pasword_env: unknown field; remove it or check its spelling against DESIGN.md",
-        "destinations[0].path: required field is missing",
+        'sources[0].pasword_env: unknown field; did you mean "password_env"?',
+        "destinations[0].path: required field is missing; add it (docs/config.md lists every field)",
         'recipients[0].id: "acme corp" must match ^[A-Za-z0-9_-]+$ (letters, digits, _ and - only)',
     ]
     assert str(info.value).splitlines()[1] == (
-        "  incsync.yaml: sources[0].pasword_env: unknown field; remove it or check its spelling against DESIGN.md"
+        '  incsync.yaml: sources[0].pasword_env: unknown field; did you mean "password_env"?'
     )
 
 

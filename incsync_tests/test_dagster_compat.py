@@ -98,6 +98,19 @@ def test_the_batching_event_log_stores_what_dagsters_own_sqlite_storage_stores(t
     assert batching["latest"][0] == 1 and batching["last_run"] == 1
 
 
+def _count_connections(storage, monkeypatch) -> list[str]:  # noqa: ANN001
+    """The shards (a run id, or "index") the storage opens from now on, in order."""
+    connections: list[str] = []
+    original = type(storage).__mro__[1]._connect  # SqliteEventLogStorage._connect
+
+    def counting(self, shard):  # noqa: ANN001
+        connections.append(shard)
+        return original(self, shard)
+
+    monkeypatch.setattr(type(storage), "_connect", counting)
+    return connections
+
+
 def test_the_batching_event_log_writes_a_batch_in_one_transaction_per_shard(tmp_path, monkeypatch) -> None:
     monkeypatch.delenv("DAGSTER_EVENT_BATCH_SIZE", raising=False)
     monkeypatch.setenv("DAGSTER_HOME", str(tmp_path))
@@ -108,14 +121,7 @@ def test_the_batching_event_log_writes_a_batch_in_one_transaction_per_shard(tmp_
     assert os.environ["DAGSTER_EVENT_BATCH_SIZE"] == "10000"  # the storage turns Dagster's batching on
     storage = instance.event_log_storage
     assert storage._base_dir.rstrip("/") == str(tmp_path / "history" / "runs")  # noqa: SLF001 - Dagster's own layout
-    connections: list[str] = []
-    original = type(storage).__mro__[1]._connect  # SqliteEventLogStorage._connect
-
-    def counting(self, shard):  # noqa: ANN001
-        connections.append(shard)
-        return original(self, shard)
-
-    monkeypatch.setattr(type(storage), "_connect", counting)
+    connections = _count_connections(storage, monkeypatch)
     assert dg.materialize(
         [counted], instance=instance, resources={"recording": _RecordingIOManager()},
         tags={"dagster/asset_partition_range_start": "a", "dagster/asset_partition_range_end": "c"},
@@ -128,4 +134,91 @@ def test_the_batching_event_log_writes_a_batch_in_one_transaction_per_shard(tmp_
     # the index shard: the run's start and success, one batch of planned events, one of materializations
     # (Dagster's own storage opens it once per asset event: 8 here, 2 + 2 per window of a real run)
     assert planned_and_materialized.count("index") == 4
+    instance.dispose()
+
+
+CRON_CASES = [
+    "*/15 * * * *", "0 0 29 2 *", "0 0 30 2 *", "0 0 31 2 *", "@daily", "@hourly", "* * * * * *", "bad",
+    "61 * * * *", "0 0 * * 7", "0 0 L * *", "0 0 * * mon-fri", "0 12 * * 1#2", "0 0 1-31/2 * *", "5 4 * * sun",
+]
+
+
+@pytest.mark.parametrize("expression", CRON_CASES)
+def test_incsync_accepts_the_cron_expressions_dagster_schedules_accept(expression: str) -> None:
+    """incsync.cron checks ``frequency`` without importing Dagster; it must agree with Dagster's rule."""
+    from dagster._utils.schedules import is_valid_cron_string
+
+    from incsync.cron import is_valid_cron
+
+    assert is_valid_cron(expression) == is_valid_cron_string(expression)
+
+
+def test_loading_a_config_does_not_import_dagster(tmp_path) -> None:
+    import subprocess
+    import sys
+
+    from incsync_tests.support import lake_config
+
+    config = lake_config(tmp_path, model={"frequency": "0 0 31 2 *"})
+    probe = (
+        "import sys\nfrom incsync.config import load_config\nfrom incsync.errors import ConfigError\n"
+        f"try:\n    load_config({str(config)!r})\nexcept ConfigError as exc:\n    print(exc)\n"
+        "print('dagster' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
+    assert 'models[0].frequency: "0 0 31 2 *" is not a cron expression' in out
+    assert out.rstrip().endswith("False")
+
+
+def test_a_run_shard_copied_from_the_template_is_the_shard_dagster_creates(tmp_path, monkeypatch) -> None:
+    """BatchingSqliteEventLogStorage copies a template for each new run's SQLite shard instead of
+    creating its tables and stamping its revision per run; the copy must be what Dagster would make."""
+    from dagster._core.storage.event_log.sqlite.sqlite_event_log import SqliteEventLogStorage
+
+    from incsync.dagster_compat import BatchingSqliteEventLogStorage
+
+    def shape(path) -> tuple[list[tuple[str, str]], list[tuple[str]], str]:  # noqa: ANN001
+        with sqlite3.connect(path) as conn:
+            tables = sorted(conn.execute("SELECT name, sql FROM sqlite_master WHERE sql IS NOT NULL").fetchall())
+            revision = conn.execute("SELECT version_num FROM alembic_version").fetchall()
+            mode = conn.execute("PRAGMA journal_mode").fetchone()[0]
+        return tables, revision, mode
+
+    stock = SqliteEventLogStorage(str(tmp_path / "stock"))
+    batching = BatchingSqliteEventLogStorage(str(tmp_path / "batching"))
+    for storage in (stock, batching):
+        with storage.run_connection("run-1"):
+            pass
+    copied = shape(tmp_path / "batching" / "run-1.db")
+    assert copied == shape(tmp_path / "stock" / "run-1.db")
+    assert copied[1] and copied[2] == "wal"
+    assert sorted(p.name for p in (tmp_path / "batching").iterdir() if p.suffix == ".db") == ["index.db", "run-1.db"]
+    assert batching.get_all_run_ids() == ["run-1"]  # nothing else in the folder looks like a run
+
+
+@dg.asset(partitions_def=dg.StaticPartitionsDefinition(list("abcdef")), io_manager_key="recording",
+          check_specs=[dg.AssetCheckSpec("fine", asset="checked")])
+def checked(context):  # noqa: ANN001, ANN201 - Dagster reads the annotations itself
+    yield dg.Output({key: ord(key) for key in context.partition_keys})
+    yield dg.AssetCheckResult(check_name="fine", passed=True)
+
+
+def test_a_batch_mixing_asset_and_check_events_still_stores_the_asset_events_together(tmp_path, monkeypatch) -> None:
+    """A model with an asset check (incsync's integrity check) plans the check beside its partitions:
+    the asset events of that batch must still go in one transaction, not one per window partition."""
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path))
+    (tmp_path / "dagster.yaml").write_text(yaml.safe_dump({"event_log_storage": event_log_storage_config(tmp_path)}))
+    instance = dg.DagsterInstance.get()
+    storage = instance.event_log_storage
+    connections = _count_connections(storage, monkeypatch)
+    opened = []
+    for last in ("c", "f"):  # 3 partitions, then 6
+        connections.clear()
+        assert dg.materialize(
+            [checked], instance=instance, resources={"recording": _RecordingIOManager()},
+            tags={"dagster/asset_partition_range_start": "a", "dagster/asset_partition_range_end": last},
+        ).success
+        opened.append(connections.count("index"))
+    assert instance.get_materialized_partitions(dg.AssetKey("checked")) == set("abcdef")
+    assert opened[0] == opened[1], opened  # twice the partitions, not one more connection
     instance.dispose()

@@ -34,7 +34,7 @@ def test_importing_definitions_starts_no_jvm(tmp_path: Path) -> None:
     facts = json.loads(out.stdout.strip().splitlines()[-1])
     assert facts["spark_started"] is False
     assert facts["pyspark_sql_loaded"] is False
-    assert facts["assets"] == ["lake/orders", "lake/tables/orders"]
+    assert facts["assets"] == ["lake/orders", "lake/tables/lake.orders"]
 
 
 def test_asset_shape(tmp_path: Path) -> None:
@@ -45,7 +45,7 @@ def test_asset_shape(tmp_path: Path) -> None:
     spec = next(iter(asset.specs))
     assert spec.group_name == "lake"
     assert asset.code_versions_by_key[asset.key] == model_fingerprint(model)
-    assert [dep.asset_key for dep in spec.deps] == [dg.AssetKey(["lake", "tables", "orders"])]
+    assert [dep.asset_key for dep in spec.deps] == [dg.AssetKey(["lake", "tables", "lake.orders"])]
     partitions = asset.partitions_def
     assert isinstance(partitions, dg.MultiPartitionsDefinition)
     dims = {d.name: d.partitions_def for d in partitions.partitions_defs}
@@ -56,7 +56,7 @@ def test_asset_shape(tmp_path: Path) -> None:
     assert (window.cron_schedule, window.fmt, window.end_offset) == ("0 0 * * *", "%Y-%m-%d", 1)
     assert window.start.timestamp() == 1704067200
     assert set(defs.resources) >= {"spark", "incsync", "incsync_io_manager", "source_lake", "delta_destination"}
-    source = defs.resolve_assets_def(dg.AssetKey(["lake", "tables", "orders"]))
+    source = defs.resolve_assets_def(dg.AssetKey(["lake", "tables", "lake.orders"]))
     assert not source.is_executable
 
 
@@ -79,4 +79,4 @@ def test_hourly_grid_and_source_query_lineage(tmp_path: Path) -> None:
     asset = defs.resolve_assets_def(dg.AssetKey(["lake", "orders"]))
     window = {d.name: d.partitions_def for d in asset.partitions_def.partitions_defs}[WINDOW_DIM]
     assert (window.cron_schedule, window.fmt) == ("0 * * * *", "%Y-%m-%d-%H:%M")
-    assert [d.asset_key for d in next(iter(asset.specs)).deps] == [dg.AssetKey(["lake", "queries", "orders"])]
+    assert [d.asset_key for d in next(iter(asset.specs)).deps] == [dg.AssetKey(["lake", "queries", "lake.orders_query"])]

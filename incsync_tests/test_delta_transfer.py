@@ -81,6 +81,9 @@ def test_first_window_exact_rows_and_metadata(project: Path, dagster_instance) -
         "delta_rows_transferred": 2,
         "high_watermark": ts(1, 23, 59, 59, 999_999).timestamp(),
         "high_watermark_epoch_seconds": int(ts(1, 23, 59, 59).timestamp()),
+        "high_watermark_exact": "2024-01-01T23:59:59.999999+00:00",
+        "dagster/row_count": 2,
+        "destination_path": str(project.parent / "out" / "acme" / "orders"),
         "window_start": ts(1).timestamp(),
         "window_end": ts(2).timestamp(),
         "lower_bound": ts(1).timestamp(),  # first window: no lookback below the start

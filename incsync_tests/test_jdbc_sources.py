@@ -414,6 +414,7 @@ def test_validate_connect_reaches_the_database(spark, tmp_path, capsys):
 
         bad = jdbc_config(tmp_path, db, model={"source_table": "nope"})
         assert main(["validate", "--connect", "-c", str(bad)]) == 1
-        [line] = [x for x in capsys.readouterr().err.splitlines() if x.strip()]
-        assert line.strip().startswith("models.orders (recipient acme): source db: model orders, recipient acme: ")
+        [line] = [x for x in capsys.readouterr().err.splitlines() if x.strip() and not x.startswith("Dagster's and Spark's")]
+        assert line.startswith(f"error: {bad}:")  # at the model's line in the file
+        assert "models.orders (recipient acme): source db: model orders, recipient acme: " in line
         assert f"Table '{db.name}.nope' doesn't exist" in line and "check the model's source_table" in line

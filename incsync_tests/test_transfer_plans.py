@@ -273,5 +273,6 @@ def test_incsync_transfers_shows_the_owner_of_each_destination_written(
     assert main(["transfers", "-c", str(config)]) == 0
 
     header, line = capsys.readouterr().out.splitlines()[:2]
-    assert header.split()[-5:] == ["delta", "owner(s)", "tags", "/", "run"]
-    assert line.split()[3:9] == ["orders", "acme,globex", "2", "2", "2", "acme,globex"]
+    assert header.split()[-5:] == ["delta", "duration", "owner(s)", "run", "tags"]
+    fields = line.split()  # date, time, status, mode, model, recipients, windows, rows, delta, duration, owners, run
+    assert fields[4:9] == ["orders", "acme,globex", "2", "2", "2"] and fields[10] == "acme,globex"

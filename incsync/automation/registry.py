@@ -6,10 +6,12 @@ import os
 
 import dagster as dg
 
+from incsync.automation.liveness import build_reaper_sensor
 from incsync.automation.schedules import build_model_schedule
 from incsync.automation.sensors import build_recipient_sensor
 from incsync.config import IncsyncConfig
 from incsync.errors import ConfigError
+from incsync.resources import default_staging_dir
 
 # "running" (default): the sensor and schedules start with the daemon; "stopped": turn them on in the UI.
 AUTOMATION_ENV_VAR = "INCSYNC_AUTOMATION"
@@ -28,6 +30,9 @@ def automation(config_path: str, config: IncsyncConfig) -> tuple[list[dg.SensorD
     schedule_status = dg.DefaultScheduleStatus.RUNNING if running else dg.DefaultScheduleStatus.STOPPED
     if not config.models:
         return [], []
-    sensors = [build_recipient_sensor(config_path, config.models, default_status=sensor_status)]
+    sensors = [
+        build_recipient_sensor(config_path, config.models, default_status=sensor_status),
+        build_reaper_sensor(default_staging_dir(config), default_status=sensor_status),
+    ]
     schedules = [build_model_schedule(config_path, m, default_status=schedule_status) for m in config.models]
     return sensors, schedules

@@ -9,7 +9,7 @@ from datetime import datetime, timedelta
 import dagster as dg
 from dagster._utils.schedules import get_latest_completed_cron_tick
 
-from incsync.assets import model_asset_key
+from incsync.assets import model_job
 from incsync.automation.tags import INCREMENTAL
 from incsync.automation.windows import tick_span
 from incsync.changes import UTC
@@ -38,7 +38,7 @@ def build_model_schedule(
         name=schedule_name(model),
         cron_schedule=model.frequency,
         execution_timezone="UTC",
-        target=[model_asset_key(model)],
+        target=model_job(model),  # runs named after the model
         default_status=default_status,
         description=f"Incremental transfers of {model.model_name} for every enabled recipient.",
     )

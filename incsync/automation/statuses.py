@@ -17,7 +17,7 @@ from dagster._core.storage.tags import (
     RUN_FAILURE_REASON_TAG,
 )
 
-from incsync.automation.tags import RECIPIENT_TAG, USER_TAG_PREFIX, validate_tag
+from incsync.automation.tags import MODE_TAG, RECIPIENT_TAG, USER_TAG_PREFIX, validate_tag
 from incsync.changes import UTC
 from incsync.config import IncsyncConfig, ModelConfig
 from incsync.errors import InputError
@@ -74,6 +74,9 @@ class Transfer:
     rows_transferred: int = 0
     delta_rows_transferred: int = 0
     owners: tuple[str, ...] = ()  # the owner stamps of the destinations it published to
+    mode: str | None = None  # incsync/mode: incremental, backfill, manual
+    duration_seconds: float | None = None  # start to end (to now while running); None before it started
+    error: str | None = None  # the first line of a failed run's error
 
 
 def _failure_message(instance: dg.DagsterInstance, run_id: str) -> str:
@@ -129,15 +132,63 @@ def _recipients_of(run: dg.DagsterRun, model: ModelConfig | None, registered: Se
 
 def _counts(instance: dg.DagsterInstance, run_id: str) -> tuple[int, int, int, tuple[str, ...]]:
     records = instance.get_records_for_run(run_id, of_type=dg.DagsterEventType.ASSET_MATERIALIZATION).records
-    rows = delta = 0
+    return _sum_counts([r.event_log_entry.asset_materialization for r in records])
+
+
+def _sum_counts(materializations: Iterable[dg.AssetMaterialization | None]) -> tuple[int, int, int, tuple[str, ...]]:
+    n = rows = delta = 0
     owners: set[str] = set()
-    for r in records:
-        metadata = r.event_log_entry.asset_materialization.metadata
+    for mat in materializations:
+        if mat is None:
+            continue
+        n += 1
+        metadata = mat.metadata
         rows += int(metadata[ROWS_TRANSFERRED].value) if ROWS_TRANSFERRED in metadata else 0
         delta += int(metadata[DELTA_ROWS_TRANSFERRED].value) if DELTA_ROWS_TRANSFERRED in metadata else 0
         if DESTINATION_OWNER in metadata:
             owners.add(str(metadata[DESTINATION_OWNER].value))
-    return len(records), rows, delta, tuple(sorted(owners))
+    return n, rows, delta, tuple(sorted(owners))
+
+
+_PAGE = 10_000
+
+
+def _materializations_by_run(
+    instance: dg.DagsterInstance, keys: Iterable[dg.AssetKey], *, since: float
+) -> dict[str, list[dg.AssetMaterialization]]:
+    """Every materialization of ``keys`` stored since ``since``, by run: one indexed query per page and
+    asset, instead of one query per run (a SQLite instance keeps each run's events in its own file)."""
+    by_run: dict[str, list[dg.AssetMaterialization]] = {}
+    for key in keys:
+        cursor = None
+        while True:
+            result = instance.fetch_materializations(
+                dg.AssetRecordsFilter(asset_key=key, after_timestamp=since), limit=_PAGE, cursor=cursor, ascending=True,
+            )
+            for record in result.records:
+                by_run.setdefault(record.run_id, []).append(record.asset_materialization)
+            if not result.has_more:
+                break
+            cursor = result.cursor
+    return by_run
+
+
+def _error_line(instance: dg.DagsterInstance, run: dg.DagsterRun) -> str | None:
+    from incsync.io_manager import ERROR_TAG
+
+    if ERROR_TAG in run.tags:
+        return run.tags[ERROR_TAG]
+    from incsync.runner import failure_message  # a run failed outside the IO manager (or before this tag)
+
+    text = failure_message(instance, run.run_id) or _failure_message(instance, run.run_id)
+    return text.strip().splitlines()[0] if text and text.strip() else None
+
+
+def _duration(record: dg.RunRecord, now: datetime) -> float | None:
+    if record.start_time is None:
+        return None
+    end = record.end_time if record.end_time is not None else now.timestamp()
+    return max(0.0, end - record.start_time)
 
 
 def list_transfers(
@@ -159,19 +210,25 @@ def list_transfers(
 
     models = {model_asset_key(m): m for m in config.models}
     registered = list(instance.get_dynamic_partitions(RECIPIENTS_PARTITIONS))
+    now = now or datetime.now(UTC)
+    records = [r for r in instance.get_run_records(dg.RunsFilter(tags=run_tags), limit=limit)
+               if _models_of(r.dagster_run, models)]
+    by_run = _materializations_by_run(
+        instance, {k for r in records for k in (r.dagster_run.asset_selection or ()) if k in models},
+        since=min((r.create_timestamp.timestamp() for r in records), default=0.0) - 1.0,
+    ) if records else {}
     out: list[Transfer] = []
-    for record in instance.get_run_records(dg.RunsFilter(tags=run_tags), limit=limit):
+    for record in records:
         run = record.dagster_run
         run_models = _models_of(run, models)
-        if not run_models:
-            continue
         recipients = _recipients_of(run, run_models[0], registered)
         if recipient is not None and recipient not in recipients:
             continue
-        committed, rows, delta, owners = _counts(instance, run.run_id)
+        committed, rows, delta, owners = _sum_counts(by_run.get(run.run_id, []))
         state = transfer_status(instance, record, committed=committed, now=now)
         if wanted_status is not None and state != wanted_status:
             continue
+        failed = state in (TransferStatus.ERROR, TransferStatus.PARTIAL_FAILURE, TransferStatus.ORPHANED)
         out.append(
             Transfer(
                 run_id=run.run_id,
@@ -184,6 +241,9 @@ def list_transfers(
                 rows_transferred=rows,
                 delta_rows_transferred=delta,
                 owners=owners,
+                mode=run.tags.get(MODE_TAG),
+                duration_seconds=_duration(record, now),
+                error=_error_line(instance, run) if failed else None,
             )
         )
     return out

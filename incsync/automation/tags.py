@@ -15,6 +15,12 @@ RECIPIENT_TAG = "incsync/recipient"
 SOURCE_TAG = "incsync/source"
 DESTINATION_TAG = "incsync/destination"
 MODEL_DESTINATION_TAG = "incsync/model_destination"
+# The limit a run's source / destination allows, in the tag's key, its name as the value: dagster.yaml
+# holds one "per unique value" limit per distinct max_concurrent_transfers, not one entry per
+# destination (10,000 destinations made an instance config Dagster could no longer pass to its code
+# server on the command line).
+SOURCE_SLOTS_TAG = "incsync/source-slots-{limit}"
+DESTINATION_SLOTS_TAG = "incsync/destination-slots-{limit}"
 # A run of several recipients: "<model>:<first window>:<index>"; dagster.yaml runs one per value at a time.
 SHARD_TAG = "incsync/shard"
 USER_TAG_PREFIX = "incsync/tag/"
@@ -73,6 +79,9 @@ def transfer_run_tags(config: IncsyncConfig, model: ModelConfig, recipient: Reci
         SOURCE_TAG: model.source,
         DESTINATION_TAG: recipient.destination,
         MODEL_DESTINATION_TAG: model_destination(model, recipient),
+        SOURCE_SLOTS_TAG.format(limit=config.source(model.source).max_concurrent_transfers): model.source,
+        DESTINATION_SLOTS_TAG.format(limit=config.destination(recipient.destination).max_concurrent_transfers):
+            recipient.destination,
         MODE_TAG: mode,
         **user_run_tags(recipient.tags),
     }

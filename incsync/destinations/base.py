@@ -15,6 +15,22 @@ from incsync.staging import StagedBatch
 
 INCREMENTAL = "INCREMENTAL"
 FULL_REFRESH = "FULL_REFRESH"
+REPAIR = "REPAIR"  # re-transfers keys verify found wrong: their rows replace the destination's whatever their dates
+DELETED_AT = "_incsync_deleted_at"
+
+
+@dataclass(frozen=True)
+class Removals:
+    """Keys to take out of a destination in the same commit as a batch: deleted (hard) or stamped
+    ``_incsync_deleted_at`` (soft)."""
+
+    keys: pa.Table  # the primary key columns
+    mode: str = "hard"
+    at: datetime | None = None
+
+    @property
+    def rows(self) -> int:
+        return self.keys.num_rows
 
 
 @dataclass(frozen=True)
@@ -83,10 +99,12 @@ class Destination(ABC):
         batch: StagedBatch,
         record: TransferRecord,
         expected: DestinationState,
+        removals: Removals | None = None,
     ) -> dict[str, object]:
         """Make the batch and its record visible at once; return extra metadata (e.g. table version).
 
-        A ``FULL_REFRESH`` record replaces the recipient's rows instead of merging into them.
+        A ``FULL_REFRESH`` record replaces the recipient's rows instead of merging into them; a ``REPAIR``
+        record's rows replace the destination's rows of the same keys. ``removals`` go in the same commit.
         Raises LeaseError when the state moved since ``expected`` was read.
         """
 

@@ -19,7 +19,16 @@ from deltalake.exceptions import CommitFailedError, TableNotFoundError
 
 from incsync.config import DeltaDestinationConfig, ModelConfig, RecipientConfig
 from incsync.crashpoints import crash_point
-from incsync.destinations.base import FULL_REFRESH, Destination, DestinationState, TransferRecord, reset_reason
+from incsync.destinations.base import (
+    DELETED_AT,
+    FULL_REFRESH,
+    REPAIR,
+    Destination,
+    DestinationState,
+    Removals,
+    TransferRecord,
+    reset_reason,
+)
 from incsync.destinations.delta_rewrite import merged_rows, widened_schema
 from incsync.destinations.delta_state import RECORD_KEY, find_record, transactions
 from incsync.destinations.delta_state import app_id as delta_app_id
@@ -36,6 +45,7 @@ from incsync.destinations.ownership import (
 from incsync.errors import LeaseError, PublishError, SchemaError
 from incsync.schema_change import SchemaDiff, arrow_diff, change_metadata, incompatible_error
 from incsync.staging import StagedBatch
+from incsync.storage import is_url, local_path, open_store, resolve_options
 from incsync.typemap import changed_kinds, delta_form, to_delta
 
 # Commits of other recipients to the same table make a publish re-check its lease and try again.
@@ -58,22 +68,23 @@ class DeltaDestination(Destination):
     def __init__(self, config: DeltaDestinationConfig):
         self.config = config
         self.name = config.name
+        # delta-rs takes the same option names (docs/storage.md); secrets are read from the environment here.
+        self.storage_options = resolve_options(config.storage_options, f"destinations[{config.name}].storage_options") or None
 
     def table_path(self, model: ModelConfig) -> str:
-        return str(Path(self.config.path) / model.model_name) if "://" not in self.config.path else f"{self.config.path.rstrip('/')}/{model.model_name}"
+        if is_url(self.config.path):
+            return f"{self.config.path.rstrip('/')}/{model.model_name}"
+        return str(Path(local_path(self.config.path)) / model.model_name)
 
     def _table(self, model: ModelConfig) -> DeltaTable | None:
-        try:
-            return DeltaTable(self.table_path(model))
-        except TableNotFoundError:
-            return None
+        return self._table_at(self.table_path(model))
 
     def read_state(self, *, model: ModelConfig, recipient: RecipientConfig) -> DestinationState:
         """The last transfer, checked against the table's data (DESIGN: a reset destination is re-synced)."""
         dt = self._table(model)
         path = self.table_path(model)
         if dt is None:
-            if "://" not in path and any(Path(path).rglob("*.parquet")):
+            if not is_url(path) and any(Path(path).rglob("*.parquet")):
                 return DestinationState(reset_reason=f"destination_reset: {path} holds data files but no Delta log")
             return DestinationState()
         state = self._state(dt, model=model, recipient=recipient)
@@ -81,10 +92,14 @@ class DeltaDestination(Destination):
         rows = actions["num_records"]
         has_data = any(n is None or n > 0 for n in rows)
         missing = None
-        if "://" not in path:
+        if is_url(path):  # one listing of the table instead of a request per file
+            store = open_store(path, self.storage_options)
+            present = {store.relative(f.path) for f in store.list(recursive=True)}
+            gone = [p for p in actions["path"] if unquote(p) not in present]
+        else:
             gone = [p for p in actions["path"] if not (Path(path) / unquote(p)).exists()]
-            if gone:
-                missing = f"{len(gone)} data file(s) of Delta table {path} are missing (e.g. {gone[0]})"
+        if gone:
+            missing = f"{len(gone)} data file(s) of Delta table {path} are missing (e.g. {gone[0]})"
         raw = dt.metadata().configuration.get(OWNER_PROPERTY)
         last_id = state.last_transfer.transfer_id if state.last_transfer else None
         missing = (Owner.from_json(raw).moved_reason(last_id) if raw else None) or missing
@@ -106,6 +121,7 @@ class DeltaDestination(Destination):
         batch: StagedBatch,
         record: TransferRecord,
         expected: DestinationState,
+        removals: Removals | None = None,
     ) -> dict[str, object]:
         path = self.table_path(model)
         where = f"model {model.model_name}, recipient {recipient.id}"
@@ -140,6 +156,9 @@ class DeltaDestination(Destination):
                     )
                 elif change.widened:
                     self._rewrite(dt, model=model, batch=batch, change=change, props=props)
+                elif removals is not None or record.transfer_type == REPAIR:
+                    self._merge_fixes(dt, model=model, batch=batch, props=props, removals=removals,
+                                      force=record.transfer_type == REPAIR)
                 else:
                     self._merge(dt, model=model, batch=batch, props=props)
             except CommitFailedError:
@@ -150,7 +169,7 @@ class DeltaDestination(Destination):
                 ) from exc
             # A full refresh overwrites the schema: columns the source dropped are gone, not kept.
             applied = replace(change, dropped=()) if refresh else change
-            return {"delta_table_version": DeltaTable(path).version(), "delta_table_path": path, OWNER_KEY: recipient.id,
+            return {"delta_table_version": self._table_at(path).version(), "delta_table_path": path, OWNER_KEY: recipient.id,
                     **change_metadata(change, applied, replaced=refresh)}
         raise LeaseError(
             f"{where}: {path} changed under {PUBLISH_ATTEMPTS} publish "
@@ -183,7 +202,7 @@ class DeltaDestination(Destination):
         log = {"owner": owner.to_json(), "previous": None, "reason": f"first transfer {transfer_id}", "at": now_iso()}
         try:
             DeltaTable.create(
-                path, schema=schema, mode="error", configuration={**self._layout(), OWNER_PROPERTY: owner.to_json()},
+                path, schema=schema, mode="error", storage_options=self.storage_options, configuration={**self._layout(), OWNER_PROPERTY: owner.to_json()},
                 raise_if_key_not_exists=False,
                 commit_properties=CommitProperties(custom_metadata={OWNERSHIP_LOG_KEY: json.dumps(log)}),
             )
@@ -193,7 +212,7 @@ class DeltaDestination(Destination):
 
     def _table_at(self, path: str) -> DeltaTable | None:
         try:
-            return DeltaTable(path)
+            return DeltaTable(path, storage_options=self.storage_options)
         except TableNotFoundError:
             return None
 
@@ -259,6 +278,48 @@ class DeltaDestination(Destination):
         )
         if dt.version() == before:
             # Nothing changed: still record the transfer, in a commit of its own with no data.
+            dt.create_write_transaction([], mode="append", schema=dt.schema(), commit_properties=props)
+
+    def _merge_fixes(
+        self, dt: DeltaTable, *, model: ModelConfig, batch: StagedBatch, props: CommitProperties,
+        removals: Removals | None, force: bool,
+    ) -> None:
+        """One MERGE commit: the batch's rows upserted (``force``: whatever their dates) and the removals'
+        keys deleted, or stamped ``_incsync_deleted_at`` (the column is added by this same commit).
+
+        Hard: an ``_incsync_op`` column tells upserts from removals and never reaches the table. Soft: the
+        stamp itself does (set on removal rows only), so the source carries no other extra column."""
+        rows = _delta_table(batch)
+        names = list(rows.schema.names)
+        soft = removals is not None and removals.mode == "soft"
+        marker = DELETED_AT if soft else "_incsync_op"
+        marker_type = pa.timestamp("us", tz="UTC") if soft else pa.string()
+        source = rows.append_column(pa.field(marker, marker_type), pa.nulls(rows.num_rows, marker_type))
+        if removals is not None and removals.rows:
+            keys = removals.keys.select(list(model.primary_key))
+            gone = {n: pa.nulls(keys.num_rows, rows.schema.field(n).type) for n in names}
+            for c in model.primary_key:
+                gone[c] = keys[c].cast(rows.schema.field(c).type)
+            value = removals.at if soft else "remove"
+            gone[marker] = pa.array([value] * keys.num_rows, marker_type)
+            source = pa.concat_tables([source, pa.table(gone, schema=source.schema)])
+        columns = {_quote(n): f"s.{_quote(n)}" for n in names}
+        if soft and DELETED_AT in dt.schema().to_arrow().names:
+            columns[_quote(DELETED_AT)] = "NULL"  # a key back at the source is no longer deleted
+        removal, upsert_only = f"s.{_quote(marker)} IS NOT NULL", f"s.{_quote(marker)} IS NULL"
+        on = " AND ".join(f"t.{_quote(c)} = s.{_quote(c)}" for c in model.primary_key)
+        merge = dt.merge(source, predicate=on, source_alias="s", target_alias="t", commit_properties=props,
+                         merge_schema=soft)  # soft: the stamp column joins the table in this commit
+        if soft:
+            merge = merge.when_matched_update({_quote(DELETED_AT): f"s.{_quote(DELETED_AT)}"},
+                                              predicate=f"{removal} AND t.{_quote(DELETED_AT)} IS NULL"
+                                              if DELETED_AT in dt.schema().to_arrow().names else removal)
+        else:
+            merge = merge.when_matched_delete(predicate=removal)
+        upsert = upsert_only + ("" if force else f" AND ({_newer_or_different(batch, model, existing=names)})")
+        before = dt.version()
+        merge.when_matched_update(columns, predicate=upsert).when_not_matched_insert(columns, predicate=upsert_only).execute()
+        if dt.version() == before:
             dt.create_write_transaction([], mode="append", schema=dt.schema(), commit_properties=props)
 
     def _check_lease(

@@ -24,26 +24,37 @@ import fcntl
 import hashlib
 import json
 import os
-import shutil
+import tempfile
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from incsync.config import ModelConfig, ObjectStorageDestinationConfig, RecipientConfig
 from incsync.crashpoints import crash_point
-from incsync.destinations.base import FULL_REFRESH, Destination, DestinationState, TransferRecord, reset_reason
+from incsync.destinations.base import (
+    DELETED_AT,
+    FULL_REFRESH,
+    REPAIR,
+    Destination,
+    DestinationState,
+    Removals,
+    TransferRecord,
+    reset_reason,
+)
 from incsync.destinations.ownership import METADATA_KEY as OWNER_KEY
 from incsync.destinations.ownership import OWNER_FILE, Owner, check_owner, now_iso, owner_of
-from incsync.errors import ConfigError, LeaseError, PublishError
+from incsync.errors import LeaseError, PublishError
 from incsync.schema_change import SchemaDiff, arrow_diff, change_metadata, conform, incompatible_error
 from incsync.staging import StagedBatch
+from incsync.storage import Store, open_store, resolve_options
 
 MANIFEST_VERSION = 1
 MANIFESTS = "_manifests"
@@ -52,26 +63,16 @@ LATEST = "_latest"
 _MODEL_NAMESPACE = uuid.UUID("6f1c1f53-4a0e-4a57-9d5e-6b0c1a2d9e11")
 
 
-def _atomic_write(path: Path, text: str) -> None:
-    """Write ``path`` so that a reader sees the old content or the whole new one, never a part."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.parent / f".{path.name}.{uuid.uuid4().hex[:8]}.tmp"
-    with open(tmp, "w") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    dir_fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
+def _store(path: str | os.PathLike[str] | Store, storage_options: Mapping[str, str] | None = None) -> Store:
+    if isinstance(path, Store):
+        return path
+    return open_store(path, resolve_options(storage_options, "storage_options"))
 
 
-def _sha256(path: Path) -> str:
+def _sha256(fs: pafs.FileSystem, path: str) -> str:
     digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
+    with fs.open_input_stream(path) as f:
+        while chunk := f.read(1 << 20):
             digest.update(chunk)
     return digest.hexdigest()
 
@@ -86,36 +87,41 @@ def _transfer_started(transfer_id: str, fallback: str) -> str:
 class TransferLog:
     """The committed transfer records (manifests) of one prefix, and how to find the newest fast."""
 
-    def __init__(self, root: Path, *, private: bool = False):
-        self.root = root
-        self.base = root / (PRIVATE_RECORDS if private else MANIFESTS)
+    def __init__(self, store: Store, *, private: bool = False):
+        self.store = store
+        self.base = PRIVATE_RECORDS if private else MANIFESTS
         self.prefix = "transfer_" if private else "manifest_"
 
-    def model_dir(self, model: str) -> Path:
-        return self.base / model
+    def model_dir(self, model: str) -> str:
+        return f"{self.base}/{model}"
 
     def key(self, model: str, date: str, transfer_id: str) -> str:
-        return str((self.model_dir(model) / f"dt={date}" / f"{self.prefix}{transfer_id}.json").relative_to(self.root))
+        return f"{self.model_dir(model)}/dt={date}/{self.prefix}{transfer_id}.json"
 
-    def pointer(self, model: str, recipient: str) -> Path:
-        return self.model_dir(model) / LATEST / f"recipient={recipient}.json"
+    def pointer(self, model: str, recipient: str) -> str:
+        return f"{self.model_dir(model)}/{LATEST}/recipient={recipient}.json"
 
-    def _dates(self, model: str) -> list[Path]:
-        folder = self.model_dir(model)
-        if not folder.is_dir():
-            return []
-        return sorted((p for p in folder.iterdir() if p.is_dir() and p.name.startswith("dt=")), reverse=True)
+    def _dates(self, model: str) -> list[str]:
+        """The model's ``dt=`` folders (keys), newest first."""
+        found = self.store.list(self.model_dir(model))
+        names = [f.base_name for f in found if f.type == pafs.FileType.Directory and f.base_name.startswith("dt=")]
+        return [f"{self.model_dir(model)}/{n}" for n in sorted(names, reverse=True)]
 
-    def _load(self, path: Path) -> dict | None:
+    def _files(self, folder: str) -> list[str]:
+        """The record keys in a ``dt=`` folder, by name."""
+        names = [f.base_name for f in self.store.list(folder) if f.type == pafs.FileType.File]
+        return [f"{folder}/{n}" for n in sorted(names) if n.startswith(self.prefix) and n.endswith(".json")]
+
+    def _load(self, key: str) -> dict | None:
         try:
-            return json.loads(path.read_text())
+            return json.loads(self.store.read_text(key))
         except FileNotFoundError:
             return None
 
     def all(self, model: str) -> Iterator[dict]:
         for folder in self._dates(model):
-            for path in sorted(folder.glob(f"{self.prefix}*.json")):
-                manifest = self._load(path)
+            for key in self._files(folder):
+                manifest = self._load(key)
                 if manifest is not None:
                     yield manifest
 
@@ -127,47 +133,51 @@ class TransferLog:
         folder or later ones. Without a pointer, scan date folders newest first.
         """
         hint = self._load(self.pointer(model, recipient))
-        best = self._load(self.root / hint["manifest_file_key"]) if hint else None
+        best = self._load(hint["manifest_file_key"]) if hint else None
         if best is None:
             for folder in self._dates(model):
-                mine = [m for m in map(self._load, folder.glob(f"{self.prefix}*.json")) if m and m["recipient"] == recipient]
+                mine = [m for m in map(self._load, self._files(folder)) if m and m["recipient"] == recipient]
                 if mine:
                     return max(mine, key=lambda m: m["sequence"])
             return None
         since_date, since_id = f"dt={best['dt']}", best["transfer_id"][:16]
         for folder in self._dates(model):
-            if folder.name < since_date:
+            if folder.rsplit("/", 1)[1] < since_date:
                 break
-            for path in folder.glob(f"{self.prefix}*.json"):
-                if path.stem[len(self.prefix):][:16] < since_id:
+            for key in self._files(folder):
+                if key.rsplit("/", 1)[1][len(self.prefix):][:16] < since_id:
                     continue
-                m = self._load(path)
+                m = self._load(key)
                 if m and m["recipient"] == recipient and m["sequence"] > best["sequence"]:
                     best = m
         return best
 
 
 class ObjectStorageDestination(Destination):
-    """Parquet + manifests under a local prefix (``s3a://`` needs the Hadoop AWS jars, absent here)."""
+    """Parquet + manifests under a prefix: a local folder, ``file://`` or an object store (``s3://``, ...)."""
 
     kind = "object_storage"
 
     def __init__(self, config: ObjectStorageDestinationConfig):
-        if "://" in config.path and not config.path.startswith("file://"):
-            raise ConfigError(
-                "destinations",
-                [f"{config.name}.path: {config.path.split('://')[0]}:// needs the Hadoop AWS jars on Spark's "
-                 "classpath, which this installation lacks; use a local or mounted path"],
-            )
         self.config = config
         self.name = config.name
-        self.root = Path(config.path.removeprefix("file://"))
-        self.log = TransferLog(self.root, private=config.disable_manifest)
+        self.storage_options = resolve_options(config.storage_options, f"destinations[{config.name}].storage_options")
+        self.store = open_store(config.path, self.storage_options)
+        self.root = self.store.uri()
+        self.log = TransferLog(self.store, private=config.disable_manifest)
+
+    def _prefix(self, model: ModelConfig, recipient: RecipientConfig) -> str:
+        return f"{model.model_name}/recipient={recipient.id}"
+
+    def _data_keys(self, model: ModelConfig, recipient: RecipientConfig) -> set[str]:
+        """The Parquet keys under the recipient's prefix, in one listing."""
+        found = self.store.list(self._prefix(model, recipient), recursive=True)
+        return {self.store.relative(f.path) for f in found if f.type == pafs.FileType.File and f.path.endswith(".parquet")}
 
     def read_state(self, *, model: ModelConfig, recipient: RecipientConfig) -> DestinationState:
         """The newest manifest, checked against the files: manifests or data files deleted mean a re-sync."""
         manifest = self.log.newest(model.model_name, recipient.id)
-        where = f"prefix {self.root / model.model_name / f'recipient={recipient.id}'}"
+        where = f"prefix {self.store.uri(self._prefix(model, recipient))}"
         stamp = self.owner(model, recipient)
         moved = stamp.moved_reason(manifest["transfer_id"] if manifest else None) if stamp else None
         if moved:
@@ -176,12 +186,13 @@ class ObjectStorageDestination(Destination):
                                     reset_reason=f"destination_reset: {moved}")
         if manifest is None:
             pointer = self.log.pointer(model.model_name, recipient.id)
-            if pointer.exists():
-                return DestinationState(reset_reason=f"destination_reset: the manifests of {where} were deleted ({pointer} "
-                                        "names one that is gone)")
-            has_data = any((self.root / model.model_name / f"recipient={recipient.id}").glob("dt=*/*.parquet"))
+            if self.store.exists(pointer):
+                return DestinationState(reset_reason=f"destination_reset: the manifests of {where} were deleted "
+                                        f"({self.store.uri(pointer)} names one that is gone)")
+            has_data = bool(self._data_keys(model, recipient))
             return DestinationState(reset_reason=reset_reason(where, None, has_data=has_data))
-        gone = [k for k in self._live_files(model, recipient, manifest) if not (self.root / k).exists()]
+        present = self._data_keys(model, recipient)
+        gone = [k for k in self._live_files(model, recipient, manifest) if k not in present]
         missing = f"{len(gone)} data file(s) of manifest {manifest['manifest_file_key']} are missing (e.g. {gone[0]})" if gone else None
         record = TransferRecord(**manifest["transfer_record"])
         return DestinationState(last_transfer=record, version=str(manifest["sequence"]),
@@ -189,8 +200,16 @@ class ObjectStorageDestination(Destination):
 
     @contextmanager
     def _lock(self, model: ModelConfig, recipient: RecipientConfig) -> Iterator[None]:
-        """One publisher per (model, recipient) on this host; the lease check below covers the rest."""
-        lock = self.log.pointer(model.model_name, recipient.id).with_suffix(".lock")
+        """One publisher per (model, recipient) on this host; the lease check below covers the rest.
+
+        An object store has no locks: the lock file of its prefix lives in this host's temporary folder.
+        """
+        pointer = self.log.pointer(model.model_name, recipient.id).removesuffix(".json") + ".lock"
+        if self.store.local:
+            lock = Path(self.store.path(pointer))
+        else:
+            digest = hashlib.sha256(self.store.uri(pointer).encode()).hexdigest()[:24]
+            lock = Path(tempfile.gettempdir()) / "incsync-locks" / f"{digest}.lock"
         lock.parent.mkdir(parents=True, exist_ok=True)
         with open(lock, "w") as f:
             fcntl.flock(f, fcntl.LOCK_EX)
@@ -207,6 +226,7 @@ class ObjectStorageDestination(Destination):
         batch: StagedBatch,
         record: TransferRecord,
         expected: DestinationState,
+        removals: Removals | None = None,
     ) -> dict[str, object]:
         with self._lock(model, recipient):
             current = self.read_state(model=model, recipient=recipient)
@@ -237,7 +257,7 @@ class ObjectStorageDestination(Destination):
                     self._stamp(me, previous=None, reason=f"first transfer {record.transfer_id}")
                 return {**self._publish(model=model, recipient=recipient, batch=batch, record=record,
                                         sequence=int(expected.version or 0) + 1, reader_schema=combined,
-                                        schema_metadata=metadata), OWNER_KEY: recipient.id}
+                                        schema_metadata=metadata, removals=removals), OWNER_KEY: recipient.id}
             except OSError as exc:
                 raise PublishError(
                     f"model {model.model_name}, recipient {recipient.id}: writing to {self.root} failed and no manifest "
@@ -252,8 +272,9 @@ class ObjectStorageDestination(Destination):
         if "reader_schema" in newest:
             return schema_from_text(newest["reader_schema"])
         # Manifests from before reader_schema: unify their files' schemas once.
-        manifests = committed_manifests(self.root, model.model_name, recipient.id, private=self.config.disable_manifest)
-        schemas = [pq.read_schema(self.root / f["data_file_key"]) for m in manifests for f in m["files"]]
+        manifests = committed_manifests(self.store, model.model_name, recipient.id, private=self.config.disable_manifest)
+        schemas = [pq.read_schema(self.store.path(f["data_file_key"]), filesystem=self.store.fs)
+                   for m in manifests for f in m["files"]]
         return pa.unify_schemas(schemas, promote_options="permissive") if schemas else None
 
     def _live_files(self, model: ModelConfig, recipient: RecipientConfig, newest: dict) -> list[str]:
@@ -268,30 +289,30 @@ class ObjectStorageDestination(Destination):
             return hint["live_files"]
         if hint.get("sequence") == newest["sequence"] - 1 and "live_files" in hint:
             return hint["live_files"] + keys
-        manifests = committed_manifests(self.root, model.model_name, recipient.id, private=self.config.disable_manifest)
+        manifests = committed_manifests(self.store, model.model_name, recipient.id, private=self.config.disable_manifest)
         return [f["data_file_key"] for m in manifests for f in m["files"]]
 
-    def _stamp_path(self, model: str, recipient: str) -> Path:
-        return self.root / model / f"recipient={recipient}" / OWNER_FILE
+    def _stamp_path(self, model: str, recipient: str) -> str:
+        return f"{model}/recipient={recipient}/{OWNER_FILE}"
 
     def _where(self, model: ModelConfig, recipient: RecipientConfig) -> str:
-        return f"object-storage prefix {self.root / model.model_name / f'recipient={recipient.id}'} (destination {self.name})"
+        return f"object-storage prefix {self.store.uri(self._prefix(model, recipient))} (destination {self.name})"
 
     def owner(self, model: ModelConfig, recipient: RecipientConfig) -> Owner | None:
         try:
-            return Owner.from_json(self._stamp_path(model.model_name, recipient.id).read_text())
+            return Owner.from_json(self.store.read_text(self._stamp_path(model.model_name, recipient.id)))
         except FileNotFoundError:
             return None
 
     def _stamp(self, owner: Owner, *, previous: Owner | None, reason: str) -> None:
         path = self._stamp_path(owner.model, owner.recipient)
         try:
-            history = json.loads(path.read_text()).get("history", [])
+            history = json.loads(self.store.read_text(path)).get("history", [])
         except FileNotFoundError:
             history = []
         history.append({"owner": json.loads(owner.to_json()), "previous": json.loads(previous.to_json()) if previous else None,
                         "reason": reason, "at": now_iso()})
-        _atomic_write(path, json.dumps({**json.loads(owner.to_json()), "history": history}, indent=1))
+        self.store.write(path, json.dumps({**json.loads(owner.to_json()), "history": history}, indent=1))
 
     def transfer_ownership(self, *, model: ModelConfig, recipient: RecipientConfig, reason: str) -> Owner | None:
         with self._lock(model, recipient):
@@ -303,18 +324,19 @@ class ObjectStorageDestination(Destination):
 
     def _publish(
         self, *, model: ModelConfig, recipient: RecipientConfig, batch: StagedBatch, record: TransferRecord, sequence: int,
-        reader_schema: pa.Schema, schema_metadata: dict[str, object],
+        reader_schema: pa.Schema, schema_metadata: dict[str, object], removals: Removals | None = None,
     ) -> dict[str, object]:
         date = record.committed_at[:10]
-        folder = self.root / model.model_name / f"recipient={recipient.id}" / f"dt={date}"
+        folder = f"{self._prefix(model, recipient)}/dt={date}"
+        deletes = self._delete_files(model, batch, record, folder, removals)
         files = []
+        source = batch.filesystem
         for n, staged in enumerate(batch.files):
-            folder.mkdir(parents=True, exist_ok=True)
-            target = folder / f"{record.transfer_id}-{n:05d}.parquet"
-            entry = {"sha256_checksum": _sha256(staged), "row_count": pq.ParquetFile(staged).metadata.num_rows}
-            shutil.move(staged, target)
-            os.utime(target)  # the janitor's grace period counts from landing, not from staging
-            files.append({"data_file_key": str(target.relative_to(self.root)), **entry})
+            target = f"{folder}/{record.transfer_id}-{n:05d}.parquet"
+            entry = {"sha256_checksum": _sha256(source, str(staged)),
+                     "row_count": pq.read_metadata(str(staged), filesystem=source).num_rows}
+            self.store.put_file(source, str(staged), target, move=True)
+            files.append({"data_file_key": target, **entry})
         crash_point("mid_publish")
         key = self.log.key(model.model_name, date, record.transfer_id)
         manifest = {
@@ -324,8 +346,8 @@ class ObjectStorageDestination(Destination):
             "end_time": datetime.now(timezone.utc).isoformat(),
             "model_id": str(uuid.uuid5(_MODEL_NAMESPACE, model.model_name)),
             "model_name": model.model_name,
-            "bucket_name": "",
-            "bucket_prefix": str(self.root),
+            "bucket_name": "" if self.store.local else self.store.root.split("/", 1)[0],
+            "bucket_prefix": self.store.root if self.store.local else self.store.root.partition("/")[2],
             "manifest_file_key": key,
             "file_format": "PARQUET",
             "transfer_type": record.transfer_type,
@@ -345,21 +367,56 @@ class ObjectStorageDestination(Destination):
             "dt": date,
             "sequence": sequence,
             "transfer_record": json.loads(record.to_json()),
+            **deletes,
         }
-        _atomic_write(self.root / key, json.dumps(manifest, indent=1, sort_keys=True))
+        if self.config.signing_key_env:
+            from incsync.integrity.signing import load_private_key, sign_manifest
+
+            manifest = sign_manifest(manifest, load_private_key(self.config.signing_key_env, destination=self.name))
+        # The commit point: a key only this transfer writes, visible whole or not at all (docs/storage.md).
+        self.store.write_once(key, json.dumps(manifest, indent=1, sort_keys=True))
         crash_point("after_manifest")
         pointer = {"manifest_file_key": key, "sequence": sequence, "transfer_id": record.transfer_id,
                    "live_files": self._live_files(model, recipient, manifest)}
-        _atomic_write(self.log.pointer(model.model_name, recipient.id), json.dumps(pointer))
+        self.store.write(self.log.pointer(model.model_name, recipient.id), json.dumps(pointer))
         return {"manifest_file_key": key, "files_written": len(files), **schema_metadata}
 
+    def _delete_files(
+        self, model: ModelConfig, batch: StagedBatch, record: TransferRecord, folder: str, removals: Removals | None,
+    ) -> dict[str, object]:
+        """The keys this transfer replaces (a repair's rows) or removes, as one Parquet file its manifest lists:
+        readers drop earlier manifests' rows of those keys (``read_manifested``)."""
+        pk = list(model.primary_key)
+        parts = []
+        if record.transfer_type == REPAIR and batch.rows:
+            parts.append(batch.table(columns=pk))
+        if removals is not None and removals.rows:
+            parts.append(pa.table({c: removals.keys[c].cast(batch.schema.field(c).type) if c in batch.schema.names
+                                   else removals.keys[c] for c in pk}))
+        if not parts:
+            return {}
+        keys = pa.concat_tables(parts)
+        target = f"{folder}/{record.transfer_id}-delete-00000.parquet"
+        self.store.mkdir(folder)
+        pq.write_table(keys, self.store.path(target), filesystem=self.store.fs)
+        entry = {"data_file_key": target, "sha256_checksum": _sha256(self.store.fs, self.store.path(target)),
+                 "row_count": keys.num_rows}
+        mode = removals.mode if removals is not None else "hard"
+        return {"delete_files": [entry], "delete_mode": mode,
+                "deleted_at": removals.at.isoformat() if removals is not None and removals.at else None,
+                "replaced_rows": batch.rows if record.transfer_type == REPAIR else 0,
+                "removed_rows": removals.rows if removals is not None else 0}
+
     def read_rows(self, *, model: ModelConfig, recipient: RecipientConfig) -> pa.Table:
-        return read_manifested(self.root, model.model_name, recipient.id, private=self.config.disable_manifest)
+        return read_manifested(self.store, model.model_name, recipient.id, private=self.config.disable_manifest)
 
 
-def committed_manifests(path: str | os.PathLike[str], model: str, recipient: str, *, private: bool = False) -> list[dict]:
+def committed_manifests(
+    path: str | os.PathLike[str] | Store, model: str, recipient: str, *, private: bool = False,
+    storage_options: Mapping[str, str] | None = None,
+) -> list[dict]:
     """The manifests a reader should apply, oldest first: from the newest FULL_REFRESH on."""
-    log = TransferLog(Path(path), private=private)
+    log = TransferLog(_store(path, storage_options), private=private)
     mine = sorted((m for m in log.all(model) if m["recipient"] == recipient), key=lambda m: m["sequence"])
     refreshes = [i for i, m in enumerate(mine) if m["transfer_type"] == FULL_REFRESH]
     return mine[refreshes[-1]:] if refreshes else mine
@@ -373,18 +430,64 @@ def schema_from_text(text: str) -> pa.Schema:
     return pa.ipc.read_schema(pa.py_buffer(base64.b64decode(text)))
 
 
-def read_manifested(path: str | os.PathLike[str], model: str, recipient: str, *, private: bool = False) -> pa.Table:
+def read_manifested(
+    path: str | os.PathLike[str] | Store, model: str, recipient: str, *, private: bool = False,
+    storage_options: Mapping[str, str] | None = None, public_key: str | bytes | None = None,
+) -> pa.Table:
     """Exactly the rows of (model, recipient)'s committed transfers in one schema: the newest manifest's
-    ``reader_schema`` (widened columns promoted, new columns NULL in older rows)."""
-    root = Path(path)
-    manifests = committed_manifests(root, model, recipient, private=private)
-    tables = [pq.read_table(root / f["data_file_key"]) for m in manifests for f in m["files"]]
+    ``reader_schema`` (widened columns promoted, new columns NULL in older rows).
+
+    ``path`` is a local folder, ``file://`` or an object-store URL; ``storage_options`` as in the config.
+    ``public_key`` (Ed25519: raw, base64 or PEM): every manifest read must be signed by it and every file
+    must have its signed sha256, else ``ManifestIntegrityError`` before any row is returned."""
+    store = _store(path, storage_options)
+    manifests = committed_manifests(store, model, recipient, private=private)
+    if public_key is not None:
+        from incsync.integrity.signing import verify_manifest
+
+        for m in manifests:
+            verify_manifest(m, public_key, store=store)
+    schema = schema_from_text(manifests[-1]["reader_schema"]) if manifests and "reader_schema" in manifests[-1] else None
+
+    def read(entry: dict) -> pa.Table:
+        return pq.read_table(store.path(entry["data_file_key"]), filesystem=store.fs)
+
+    tables: list[pa.Table] = []
+    for m in manifests:
+        if m.get("delete_files") and tables:
+            # A repair or delete: the keys it lists leave (hard) or are stamped in (soft) the rows before it.
+            keys = pa.concat_tables([read(f) for f in m["delete_files"]])
+            before = _combined(tables, schema)
+            tables = [_apply_deletes(before, keys, m.get("delete_mode", "hard"), m.get("deleted_at"))]
+        tables += [read(f) for f in m["files"]]
     if not tables:
         return pa.table({})
-    if "reader_schema" in manifests[-1]:
-        schema = schema_from_text(manifests[-1]["reader_schema"])
+    return _combined(tables, schema)
+
+
+def _combined(tables: list[pa.Table], schema: pa.Schema | None) -> pa.Table:
+    if schema is not None:
+        if any(DELETED_AT in t.schema.names for t in tables) and DELETED_AT not in schema.names:
+            schema = schema.append(pa.field(DELETED_AT, pa.timestamp("us", tz="UTC")))
         return pa.concat_tables([conform(t, schema) for t in tables])
     return pa.concat_tables(tables, promote_options="permissive")
+
+
+def _apply_deletes(table: pa.Table, keys: pa.Table, mode: str, at: str | None) -> pa.Table:
+    import pyarrow.compute as pc
+
+    from incsync.integrity.canonical import arrow_text
+
+    names = keys.schema.names
+    listed = pc.is_in(arrow_text(table, names), value_set=arrow_text(keys, names))
+    if mode != "soft":
+        return table.filter(pc.invert(listed))
+    stamp = pa.scalar(datetime.fromisoformat(at) if at else datetime.now(timezone.utc), pa.timestamp("us", tz="UTC"))
+    current = table[DELETED_AT] if DELETED_AT in table.schema.names else pa.nulls(table.num_rows, stamp.type)
+    stamped = pc.if_else(pc.and_(listed, pc.is_null(current)), stamp, current)
+    if DELETED_AT in table.schema.names:
+        return table.set_column(table.schema.get_field_index(DELETED_AT), DELETED_AT, stamped)
+    return table.append_column(pa.field(DELETED_AT, stamp.type), stamped)
 
 
 def latest_versions(table: pa.Table, primary_key: list[str], last_modified_column: str) -> pa.Table:
@@ -396,27 +499,43 @@ def latest_versions(table: pa.Table, primary_key: list[str], last_modified_colum
     return ranked.take([i for i, key in enumerate(keys) if i == 0 or key != keys[i - 1]])
 
 
+def _is_data_key(key: str) -> bool:
+    """``<model>/recipient=<id>/dt=<date>/<file>.parquet``."""
+    parts = key.split("/")
+    return len(parts) == 4 and parts[1].startswith("recipient=") and parts[2].startswith("dt=") and parts[3].endswith(".parquet")
+
+
+def _is_stale_temp(key: str) -> bool:
+    """A local temporary file (``.<name>.<id>.tmp``) under a ``_`` folder, left by a crash."""
+    return key.startswith("_") and key.rsplit("/", 1)[-1].startswith(".") and key.endswith(".tmp")
+
+
 def janitor(
-    path: str | os.PathLike[str], *, grace_seconds: float = 6 * 3600, now: float | None = None, dry_run: bool = False
-) -> list[Path]:
+    path: str | os.PathLike[str] | Store, *, grace_seconds: float = 6 * 3600, now: float | None = None,
+    dry_run: bool = False, storage_options: Mapping[str, str] | None = None,
+) -> list[Path] | list[str]:
     """Remove data files no manifest lists (and stale temp files) older than the grace period.
 
     The grace period must exceed the longest publish: a transfer's files land before its manifest.
+    Returns what it removed: paths for a local folder, URLs for an object store.
     """
-    root = Path(path)
+    store = _store(path, storage_options)
     cutoff = (time.time() if now is None else now) - grace_seconds
     listed: set[str] = set()
     for private in (False, True):
-        log = TransferLog(root, private=private)
-        if log.base.is_dir():
-            for model_dir in (p for p in log.base.iterdir() if p.is_dir()):
-                listed.update(f["data_file_key"] for m in log.all(model_dir.name) for f in m["files"])
-    doomed = [
-        p for p in root.glob("*/recipient=*/dt=*/*.parquet")
-        if str(p.relative_to(root)) not in listed and p.stat().st_mtime < cutoff
-    ]
-    doomed += [p for p in root.glob("_*/**/.*.tmp") if p.stat().st_mtime < cutoff]
+        log = TransferLog(store, private=private)
+        for model_dir in store.list(log.base):
+            if model_dir.type == pafs.FileType.Directory:
+                listed.update(f["data_file_key"] for m in log.all(model_dir.base_name)
+                              for f in [*m["files"], *m.get("delete_files", [])])
+    doomed = []
+    for info in store.list(recursive=True):
+        key = store.relative(info.path)
+        if info.type != pafs.FileType.File or not (_is_data_key(key) or _is_stale_temp(key)) or key in listed:
+            continue
+        if info.mtime is not None and info.mtime.timestamp() < cutoff:
+            doomed.append(key)
     if not dry_run:
-        for p in doomed:
-            p.unlink(missing_ok=True)
-    return sorted(doomed)
+        for key in doomed:
+            store.delete(key)
+    return sorted(Path(store.path(k)) for k in doomed) if store.local else sorted(store.uri(k) for k in doomed)

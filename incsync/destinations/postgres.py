@@ -11,6 +11,8 @@ TRUNCATE), so readers are never blocked and a snapshot reader sees the old rows 
 
 from __future__ import annotations
 
+import contextlib
+
 import io
 import json
 import os
@@ -26,7 +28,16 @@ from psycopg.conninfo import conninfo_to_dict
 
 from incsync.config import ModelConfig, PostgresDestinationConfig, RecipientConfig
 from incsync.crashpoints import crash_point
-from incsync.destinations.base import FULL_REFRESH, Destination, DestinationState, TransferRecord, reset_reason
+from incsync.destinations.base import (
+    DELETED_AT,
+    FULL_REFRESH,
+    REPAIR,
+    Destination,
+    DestinationState,
+    Removals,
+    TransferRecord,
+    reset_reason,
+)
 from incsync.destinations.ownership import METADATA_KEY as OWNER_KEY
 from incsync.destinations.ownership import Owner, owner_of, pg_claim, pg_owner, pg_stamp
 from incsync.destinations.postgres_schema import Evolution, evolve, register
@@ -189,12 +200,14 @@ class PostgresDestination(Destination):
         return TransferRecord(**values)
 
     def _columns(self, conn: psycopg.Connection, table: str) -> dict[str, str] | None:
+        # The table by its oid (to_regclass): joining on relname and nspname let the planner scan every
+        # recipient's table of that name, ~0.1 s a publish in a database of 10,000 recipient schemas.
         rows = conn.execute(
             """SELECT a.attname, format_type(a.atttypid, a.atttypmod)
-               FROM pg_attribute a JOIN pg_class c ON a.attrelid = c.oid JOIN pg_namespace n ON c.relnamespace = n.oid
-               WHERE n.nspname = %s AND c.relname = %s AND c.relkind = 'r' AND a.attnum > 0 AND NOT a.attisdropped
+               FROM pg_attribute a JOIN pg_class c ON a.attrelid = c.oid
+               WHERE c.oid = to_regclass(%s) AND c.relkind = 'r' AND a.attnum > 0 AND NOT a.attisdropped
                ORDER BY a.attnum""",
-            [self.schema, table],
+            [sql.Identifier(self.schema, table).as_string(conn)],
         ).fetchall()
         return {name: kind for name, kind in rows} if rows else None
 
@@ -206,6 +219,7 @@ class PostgresDestination(Destination):
         batch: StagedBatch,
         record: TransferRecord,
         expected: DestinationState,
+        removals: Removals | None = None,
     ) -> dict[str, object]:
         where = f"model {model.model_name}, recipient {recipient.id}"
         wanted = {f.name: pg_type(f) for f in batch.schema}
@@ -222,6 +236,7 @@ class PostgresDestination(Destination):
                 written, deleted, evolution = self._write(
                     conn, model=model, recipient=recipient, batch_columns=columns, wanted=wanted, record=record, where=where
                 )
+                removed = self._remove(conn, model=model, removals=removals) if removals is not None else 0
                 crash_point("mid_publish")
                 self._insert_record(conn, record)
                 conn.commit()
@@ -229,7 +244,8 @@ class PostgresDestination(Destination):
                 conn.rollback()
                 raise
             except psycopg.Error as exc:
-                conn.rollback()
+                with contextlib.suppress(psycopg.Error):  # a killed connection cannot roll back: the server did
+                    conn.rollback()
                 raise PublishError(
                     f"{where}: PostgreSQL publish to {self.table_name(model)} failed and nothing was committed: "
                     f"{str(exc).strip()}"
@@ -238,6 +254,8 @@ class PostgresDestination(Destination):
                                        OWNER_KEY: recipient.id}
         if record.transfer_type == FULL_REFRESH:
             metadata["postgres_rows_deleted"] = deleted
+        if removals is not None:
+            metadata["rows_removed"] = removed
         return {**metadata, **evolution.metadata(refresh=record.transfer_type == FULL_REFRESH)}
 
     def _load_stage(self, conn: psycopg.Connection, batch: StagedBatch, wanted: dict[str, str]) -> None:
@@ -261,6 +279,7 @@ class PostgresDestination(Destination):
                     sink = io.BytesIO()
                     pacsv.write_csv(pa.Table.from_batches([record_batch]), sink, options)
                     copy.write(sink.getvalue())
+                    crash_point("mid_copy")
             return
         json_columns = [i for i, f in enumerate(batch.schema) if _jsonish(f)]
         with conn.cursor() as cur, cur.copy(sql.SQL("COPY {} ({}) FROM STDIN").format(stage, columns)) as copy:
@@ -280,6 +299,7 @@ class PostgresDestination(Destination):
         target = self._ident(name)
         stage = sql.Identifier("pg_temp", STAGE_TABLE)
         refresh = record.transfer_type == FULL_REFRESH
+        force = refresh or record.transfer_type == REPAIR  # the batch's rows win whatever their dates
         current = self._columns(conn, name)
         if current is None:
             self._create(conn, model=model, wanted=wanted)
@@ -308,12 +328,12 @@ class PostgresDestination(Destination):
             # A row is rewritten only when it changes (no dead tuples, no WAL for a replay). Values compare
             # as text, so every type (json too) has an equality. A full refresh's rows are the source's
             # current ones: any difference wins; otherwise newer, or as new with other values.
-            values = [c for c in updates if c != model.last_modified_column] if not refresh else updates
+            values = [c for c in updates if c != model.last_modified_column] if not force else updates
             old = [sql.SQL("t.{}").format(sql.Identifier(c)) for c in [*values, *stale]]
             new = [*(sql.SQL("EXCLUDED.{}").format(sql.Identifier(c)) for c in values), *(sql.SQL("NULL") for _ in stale)]
             differ = sql.SQL("ROW({old})::text IS DISTINCT FROM ROW({new})::text").format(
                 old=sql.SQL(", ").join(old), new=sql.SQL(", ").join(new))
-            if refresh:
+            if force:
                 insert = insert + differ
             elif values:
                 insert = insert + sql.SQL("t.{lm} < EXCLUDED.{lm} OR (t.{lm} = EXCLUDED.{lm} AND {differ})").format(
@@ -323,6 +343,36 @@ class PostgresDestination(Destination):
         else:
             insert = insert + sql.SQL(" ON CONFLICT ({pk}) DO NOTHING").format(pk=pk)
         return conn.execute(insert).rowcount, deleted, evolution
+
+    def _remove(self, conn: psycopg.Connection, *, model: ModelConfig, removals: Removals) -> int:
+        """Delete the keys, or stamp them ``_incsync_deleted_at``, inside the publish transaction."""
+        current = self._columns(conn, model.model_name)
+        if current is None:
+            return 0
+        if removals.mode == "soft" and DELETED_AT in current:  # a key back at the source is no longer deleted
+            stage = sql.Identifier("pg_temp", STAGE_TABLE)
+            back = sql.SQL(" AND ").join(sql.SQL("t.{c} = s.{c}").format(c=sql.Identifier(c)) for c in model.primary_key)
+            conn.execute(sql.SQL("UPDATE {t} AS t SET {d} = NULL FROM {s} AS s WHERE {m} AND t.{d} IS NOT NULL").format(
+                t=self._ident(model.model_name), d=sql.Identifier(DELETED_AT), s=stage, m=back))
+        if removals.rows == 0:
+            return 0
+        keys = sql.Identifier("pg_temp", "_incsync_removals")
+        types = self._columns(conn, model.model_name) or {}
+        conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(keys))
+        conn.execute(sql.SQL("CREATE TABLE {} ({})").format(keys, sql.SQL(", ").join(
+            sql.SQL("{} {}").format(sql.Identifier(c), sql.SQL(types[c])) for c in model.primary_key)))
+        with conn.cursor() as cur, cur.copy(sql.SQL("COPY {} ({}) FROM STDIN").format(
+                keys, sql.SQL(", ").join(map(sql.Identifier, model.primary_key)))) as copy:
+            for row in removals.keys.select(list(model.primary_key)).to_pylist():
+                copy.write_row([row[c] for c in model.primary_key])
+        target = self._ident(model.model_name)
+        match = sql.SQL(" AND ").join(sql.SQL("t.{c} = k.{c}").format(c=sql.Identifier(c)) for c in model.primary_key)
+        if removals.mode == "soft":
+            conn.execute(sql.SQL("ALTER TABLE {} ADD COLUMN IF NOT EXISTS {} timestamptz").format(target, sql.Identifier(DELETED_AT)))
+            query = sql.SQL("UPDATE {t} AS t SET {d} = %s FROM {k} AS k WHERE {m} AND t.{d} IS NULL").format(
+                t=target, d=sql.Identifier(DELETED_AT), k=keys, m=match)
+            return conn.execute(query, [removals.at]).rowcount
+        return conn.execute(sql.SQL("DELETE FROM {t} AS t USING {k} AS k WHERE {m}").format(t=target, k=keys, m=match)).rowcount
 
     def _create(self, conn: psycopg.Connection, *, model: ModelConfig, wanted: dict[str, str]) -> None:
         body = [sql.SQL("{} {}").format(sql.Identifier(c), sql.SQL(t)) for c, t in wanted.items()]

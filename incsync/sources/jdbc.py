@@ -219,8 +219,9 @@ class JdbcSource(Source):
 
     def read(
         self, spark: SparkSession, *, model: ModelConfig, recipient: RecipientConfig, bounds: Bounds,
-        rows_hint: int | None = None,
+        rows_hint: int | None = None, where: str | None = None,
     ) -> DataFrame:
+        """``where``: one more predicate for the database, on the relation's own columns (verify's buckets)."""
         from pyspark.sql import functions as F
         from pyspark.sql.types import StringType, TimestampType
 
@@ -228,9 +229,8 @@ class JdbcSource(Source):
         fields = {f.name: f.dataType for f in schema.fields}
         plans = self.plans(spark, model=model, recipient=recipient, schema=schema)
         zoned = isinstance(fields[model.last_modified_column], TimestampType)
-        sql = self.relation_sql(
-            model, recipient, bounds_where=self._bounds_where(model, bounds, zoned=zoned), plans=plans, names=list(fields)
-        )
+        bounds_where = self._bounds_where(model, bounds, zoned=zoned) + (f" AND ({where})" if where else "")
+        sql = self.relation_sql(model, recipient, bounds_where=bounds_where, plans=plans, names=list(fields))
         options = self._options(model, recipient)
         what = f"model {model.model_name}, recipient {recipient.id}"
         # A range split costs a MIN/MAX query and pays off only for large reads.

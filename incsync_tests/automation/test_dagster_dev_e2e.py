@@ -79,7 +79,7 @@ def dagster_dev(tmp_path: Path) -> Iterator[Dagster]:
         [order(1, "org_1", ts(1, 10)), order(2, "org_1", ts(2, 11)), order(3, "org_2", ts(1, 12)),
          order(4, "org_2", ts(2, 13)), order(5, "org_2", ts(2, 14))],
     )
-    config_file = lake_config(tmp_path, recipients=RECIPIENTS)
+    config_file = lake_config(tmp_path, recipients=RECIPIENTS, model={"integrity_check": "after_transfer"})
     doc = yaml.safe_load(config_file.read_text())
     doc["spark"] = {"spark.master": "local[2]", "spark.sql.shuffle.partitions": "2"}
     config_file.write_text(yaml.safe_dump(doc, sort_keys=False))
@@ -149,7 +149,9 @@ def test_backfill_through_dagster_dev_and_the_asset_page(dagster_dev: Dagster, t
     launched = server.graphql(launch, params=params)["launchPartitionBackfill"]
     assert launched["__typename"] == "LaunchBackfillSuccess", launched
 
-    runs = _wait_for_backfill(server, launched["backfillId"], timeout=150)
+    # Both runs write to both destinations: their transfer slots run them one after the other; each run
+    # also runs the integrity check.
+    runs = _wait_for_backfill(server, launched["backfillId"], timeout=300)
 
     assert sorted(r["status"] for r in runs) == ["SUCCESS", "SUCCESS"]  # multi_run: one run per window, both recipients
     assert [r["id"] for r in delta_rows(tmp_path / "out" / "acme" / "orders")] == [1, 2]
@@ -175,3 +177,18 @@ def test_backfill_through_dagster_dev_and_the_asset_page(dagster_dev: Dagster, t
     dom = page.stdout
     assert "orders" in dom, page.stderr[-2000:]
     assert "acme" in dom and "globex" in dom, dom[-3000:]
+
+    # The integrity check ran after each transfer run (issue 15) and shows on the asset's checks tab.
+    with dg.DagsterInstance.from_ref(InstanceRef.from_dir(str(tmp_path / "dagster_home"))) as instance:
+        check = dg.AssetCheckKey(MODEL, "integrity")
+        record = instance.event_log_storage.get_latest_asset_check_execution_by_key([check])[check]
+        evaluation = record.event.dagster_event.event_specific_data
+    assert evaluation.passed, evaluation.metadata
+    assert evaluation.metadata["total_rows_missing"].value == 0 and evaluation.metadata["total_rows_compared"].value >= 2
+    checks = subprocess.run(
+        [chromium, *CHROMIUM_FLAGS, f"--user-data-dir={tmp_path / 'chromium'}", "--virtual-time-budget=20000",
+         "--dump-dom", f"{server.url}/assets/lake/orders?view=checks"],
+        capture_output=True, text=True, timeout=90, start_new_session=True,
+    ).stdout
+    assert "integrity" in checks, checks[-3000:]
+    assert "Verify orders" in checks or "Passed" in checks or "Succeeded" in checks, checks[-3000:]

@@ -11,6 +11,7 @@ import yaml
 
 from incsync.automation.registry import automation
 from incsync.automation.schedules import build_model_schedule, schedule_name
+from incsync.automation.tags import transfer_run_tags
 from incsync.automation.sensors import build_recipient_sensor
 from incsync.changes import UTC
 from incsync.config import load_config
@@ -71,6 +72,8 @@ def test_sensor_registers_enabled_recipients_and_launches_their_initial_backfill
         "incsync/source": "lake",
         "incsync/destination": "acme_delta",
         "incsync/model_destination": "orders@acme_delta",
+        "incsync/source-slots-10": "lake",  # the source's limit (10) and the destination's (1)
+        "incsync/destination-slots-1": "acme_delta",
         "incsync/mode": "backfill",
         "incsync/tag/tier": "gold",
         "dagster/asset_partition_range_start": "acme|2024-01-01",
@@ -118,7 +121,8 @@ def test_schedule_requests_the_open_window_and_the_one_closed_since_the_last_tic
         ("acme|2024-01-03", "globex|2024-01-03")
     ]
     assert {k: v for k, v in mid_day[0].tags.items() if k.startswith("incsync/")} == {
-        "incsync/model": "orders", "incsync/source": "lake", "incsync/shard": "orders:2024-01-03:0", "incsync/mode": "incremental",
+        "incsync/model": "orders", "incsync/source": "lake", "incsync/source-slots-10": "lake",
+        "incsync/shard": "orders:2024-01-03:0", "incsync/mode": "incremental",
     }
     assert mid_day[0].run_key == "tick:2024-01-03T07:15:00+00:00:orders:2024-01-03:acme..globex"
 
@@ -160,11 +164,11 @@ def test_definitions_register_the_sensor_and_one_schedule_per_model(tmp_path: Pa
     config_file = lake_config(tmp_path, recipients=RECIPIENTS, model={"frequency": "5 * * * *"})
     monkeypatch.setenv("INCSYNC_AUTOMATION", "stopped")
     sensors, schedules = automation(str(config_file), load_config(config_file))
-    assert [s.name for s in sensors] == ["incsync_recipients"]
+    assert [s.name for s in sensors] == ["incsync_recipients", "incsync_reaper"]
     assert [(s.name, s.cron_schedule, s.default_status) for s in schedules] == [
         (schedule_name(load_config(config_file).models[0]), "5 * * * *", dg.DefaultScheduleStatus.STOPPED)
     ]
-    assert sensors[0].default_status == dg.DefaultSensorStatus.STOPPED
+    assert {s.default_status for s in sensors} == {dg.DefaultSensorStatus.STOPPED}
 
 
 def test_ten_thousand_recipients_take_forty_runs_and_ticks_of_seconds(tmp_path: Path, instance):
@@ -193,3 +197,37 @@ def test_ten_thousand_recipients_take_forty_runs_and_ticks_of_seconds(tmp_path: 
     assert len(requests) == 40
     assert {r.tags["dagster/asset_partition_range_start"][-10:] for r in requests} == {"2024-01-03"}
     assert sensor_seconds < 10 and schedule_seconds < 10, (sensor_seconds, schedule_seconds)
+
+
+def test_ten_thousand_destinations_make_one_limit_entry_per_distinct_limit(tmp_path: Path) -> None:
+    """The instance config Dagster passes to its code server on the command line stays small."""
+    from incsync.automation.concurrency import dagster_yaml
+
+    n = 10_000
+    recipients = [{"id": f"r{i:05d}", "id_in_provider_system": f"org_{i}", "destination": f"d{i}"} for i in range(n)]
+    destinations = [{"name": f"d{i}", "kind": "delta", "path": f"./out/r{i:05d}", "max_concurrent_transfers": 1 + (i % 2) * 2}
+                    for i in range(n)]
+    config = load_config(lake_config(tmp_path, recipients=recipients, destinations=destinations))
+    text = dagster_yaml(config)
+    assert len(text) < 2_000
+    limits = yaml.safe_load(text)["concurrency"]["runs"]["tag_concurrency_limits"]
+    assert [(e["key"], e["limit"]) for e in limits] == [
+        ("incsync/model_destination", 1), ("incsync/shard", 1), ("incsync/source-slots-10", 10),
+        ("incsync/destination-slots-1", 1), ("incsync/destination-slots-3", 3),
+    ]
+    tags = transfer_run_tags(config, config.models[0], config.recipient("r00001"), mode="incremental")
+    assert tags["incsync/destination-slots-3"] == "d1" and "incsync/destination-slots-1" not in tags
+
+
+def test_runs_at_once_default_to_one_per_cpu_with_local_spark(tmp_path: Path) -> None:
+    from incsync.automation.concurrency import default_max_concurrent_runs, dagster_yaml
+
+    config = load_config(lake_config(tmp_path))
+    assert default_max_concurrent_runs(config, cpus=2) == 2
+    assert default_max_concurrent_runs(config, cpus=64) == 10
+    remote = config.model_copy(update={"spark": {"spark.remote": "sc://127.0.0.1:15002"}})
+    cluster = config.model_copy(update={"spark": {"spark.master": "spark://10.0.0.5:7077"}})
+    assert default_max_concurrent_runs(remote, cpus=2) == default_max_concurrent_runs(cluster, cpus=2) == 10
+    repo_yaml = Path(__file__).resolve().parents[2] / "dagster.yaml"
+    generated = yaml.safe_load(dagster_yaml(config, repo_yaml))["concurrency"]["runs"]
+    assert generated["max_concurrent_runs"] == default_max_concurrent_runs(config)

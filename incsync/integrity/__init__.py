@@ -1,0 +1,1 @@
+"""Integrity: verify a copy against its source by hashed buckets, repair what differs."""

@@ -1,0 +1,104 @@
+"""Dagster on PostgreSQL: the storage URL form that works here, and the clear error for the ones that do not."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import dagster as dg
+import pytest
+import yaml
+
+from incsync.automation.concurrency import dagster_yaml
+from incsync.config import load_config
+from incsync.dagster_compat import instance_postgres_url
+from incsync.errors import ConfigError
+from incsync.instance_storage import postgres_url_problem, storage_problems
+from incsync_tests.destination_support import postgres_database
+from incsync_tests.support import lake_config
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _instance(home: Path, url: str) -> dg.DagsterInstance:
+    (home / "dagster.yaml").write_text(yaml.safe_dump({"storage": {"postgres": {"postgres_url": url}}}))
+    return dg.DagsterInstance.from_config(str(home))
+
+
+@pytest.mark.parametrize("scheme", ["postgresql", "postgresql+psycopg"])
+def test_psycopg3_urls_fail_at_the_first_event_and_psycopg2_works(tmp_path: Path, scheme: str) -> None:
+    """Why incsync refuses every scheme but postgresql+psycopg2 (SQLAlchemy 2.1 maps postgresql:// to psycopg 3)."""
+    @dg.asset
+    def one() -> int:
+        return 1
+
+    with postgres_database() as dsn:
+        tail = dsn.split("://", 1)[1]
+        with _instance(tmp_path, f"{scheme}://{tail}") as instance:
+            with pytest.raises(Exception, match=r'syntax error at or near "\$1"'):
+                dg.materialize([one], instance=instance)
+        with _instance(tmp_path, f"postgresql+psycopg2://{tail}") as instance:
+            assert instance_postgres_url(instance) == f"postgresql+psycopg2://{tail}"  # where its transfer slots live
+            assert dg.materialize([one], instance=instance).success
+            assert instance.get_latest_materialization_event(dg.AssetKey("one")) is not None
+
+
+def test_only_the_psycopg2_scheme_passes_and_the_url_is_never_repeated() -> None:
+    assert postgres_url_problem("postgresql+psycopg2://u:secret@h:5432/d", "storage") is None
+    problem = postgres_url_problem("postgresql://u:secret@h:5432/d", "storage.postgres.postgres_url")
+    assert problem == (
+        'storage.postgres.postgres_url: the scheme "postgresql" fails with dagster-postgres on SQLAlchemy 2.1; '
+        "write the URL as postgresql+psycopg2://user:password@host:5432/db (docs/deploy.md)"
+    )
+    assert "secret" not in problem
+
+
+def test_storage_problems_read_env_urls_by_name_and_every_storage_section(monkeypatch) -> None:
+    monkeypatch.setenv("PG_URL_T", "postgres://u:secret@h/d")
+    doc = {
+        "storage": {"postgres": {"postgres_url": {"env": "PG_URL_T"}}},
+        "run_storage": {"module": "dagster_postgres.run_storage", "class": "PostgresRunStorage",
+                        "config": {"postgres_db": {"username": "u", "hostname": "h", "db_name": "d", "scheme": "postgresql"}}},
+    }
+    assert storage_problems(doc) == [
+        'storage.postgres.postgres_url ($PG_URL_T): the scheme "postgres" fails with dagster-postgres on SQLAlchemy 2.1; '
+        "write the URL as postgresql+psycopg2://user:password@host:5432/db (docs/deploy.md)",
+        'run_storage.config.postgres_db.scheme: "postgresql" fails with dagster-postgres on SQLAlchemy 2.1; '
+        "use postgresql+psycopg2",
+    ]
+    monkeypatch.delenv("PG_URL_T")
+    assert storage_problems({"storage": {"postgres": {"postgres_url": {"env": "PG_URL_T"}}}}) == []
+
+
+def test_dagster_yaml_from_deploy_keeps_postgres_storage_and_refuses_a_bad_url(tmp_path: Path, monkeypatch) -> None:
+    config = load_config(lake_config(tmp_path))
+    monkeypatch.setenv("INCSYNC_DAGSTER_PG_URL", "postgresql+psycopg2://u@h/d")
+    doc = yaml.safe_load(dagster_yaml(config, REPO / "deploy" / "dagster.yaml", dagster_home=tmp_path))
+    assert doc["storage"] == {"postgres": {"postgres_url": {"env": "INCSYNC_DAGSTER_PG_URL"}}}
+    assert "event_log_storage" not in doc  # the SQLite batching event log is for SQLite instances only
+    assert doc["run_coordinator"]["class"] == "QueuedRunCoordinator" and doc["run_monitoring"]["enabled"] is True
+    assert doc["concurrency"]["runs"]["tag_concurrency_limits"][0] == {
+        "key": "incsync/model_destination", "value": {"applyLimitPerUniqueValue": True}, "limit": 1}
+
+    monkeypatch.setenv("INCSYNC_DAGSTER_PG_URL", "postgresql://u:secret@h/d")
+    with pytest.raises(ConfigError, match=r"\$INCSYNC_DAGSTER_PG_URL.*postgresql\+psycopg2://") as failed:
+        dagster_yaml(config, REPO / "deploy" / "dagster.yaml")
+    assert "secret" not in str(failed.value)
+
+    base = tmp_path / "db.yaml"
+    base.write_text(yaml.safe_dump({"storage": {"postgres": {"postgres_db": {"username": "u", "hostname": "h", "db_name": "d"}}}}))
+    assert yaml.safe_load(dagster_yaml(config, base))["storage"]["postgres"]["postgres_db"]["scheme"] == "postgresql+psycopg2"
+
+
+def test_the_cli_refuses_an_instance_with_a_bad_url_before_any_run(tmp_path: Path, monkeypatch) -> None:
+    from incsync.runner import dagster_instance
+
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "dagster.yaml").write_text(yaml.safe_dump({"storage": {"postgres": {"postgres_url": "postgresql://u@h/d"}}}))
+    monkeypatch.setenv("DAGSTER_HOME", str(home))
+    with pytest.raises(ConfigError, match=r"dagster.yaml: storage.postgres.postgres_url: the scheme \"postgresql\""):
+        dagster_instance(lake_config(tmp_path))
+
+
+def test_a_sqlite_instance_has_no_postgres_url(dagster_instance) -> None:
+    assert instance_postgres_url(dagster_instance) is None

@@ -1,0 +1,61 @@
+"""`make demo` installs what the demo needs and nothing else; the demo ends with the one command that
+opens the UI on its instance, with the project's dagster.yaml and the demo's environment (`make ui`)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+from incsync.demo import DEMO_PG_DSN_ENV, ui_command, write_ui_env
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _deps(what: str) -> list[str]:
+    result = subprocess.run(["/bin/bash", str(ROOT / "scripts" / "system-deps.sh"), what], capture_output=True,
+                            text=True, timeout=60, env={"PATH": "/nonexistent", "INCSYNC_DEPS_DRY_RUN": "1"})
+    assert result.returncode == 0, result.stderr
+    return result.stdout.removeprefix("would install:").split()
+
+
+def test_the_demo_needs_java_only_and_the_tests_the_rest() -> None:
+    assert _deps("demo") == ["openjdk-17-jre-headless"]
+    test = _deps("test")
+    assert {"openjdk-17-jre-headless", "chromium", "mariadb-client"} <= set(test)
+
+
+def _make_n(target: str) -> str:
+    result = subprocess.run(["make", "-n", target, "VENV=/nonexistent-venv"], cwd=ROOT, capture_output=True, text=True,
+                            timeout=60)
+    assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
+def test_make_demo_installs_without_test_extras_and_make_ui_uses_the_projects_dagster_yaml() -> None:
+    demo = _make_n("demo")
+    assert "scripts/system-deps.sh demo" in demo
+    assert "pip install --quiet -e .\n" in demo and "[test]" not in demo
+    test = _make_n("test")
+    assert "scripts/system-deps.sh test" in test and "-e '.[test,postgres]'" in test
+    ui = _make_n("ui")
+    assert 'incsync dagster-yaml -c "demo/incsync.yaml" --base dagster.yaml -o "demo/.dagster/dagster.yaml"' in ui
+    assert '. "demo/ui.env"' in ui  # the demo's DSN reaches the runs the UI launches
+    assert "dagster dev -w workspace.yaml" in ui
+
+
+def test_ui_env_holds_a_derived_dsn_and_never_one_you_exported(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv(DEMO_PG_DSN_ENV, "postgresql://postgres@127.0.0.1:5432/incsync_demo")
+    write_ui_env(tmp_path, derived_dsn=True)
+    assert (tmp_path / "ui.env").read_text().splitlines()[1:] == [
+        f"{DEMO_PG_DSN_ENV}=postgresql://postgres@127.0.0.1:5432/incsync_demo"
+    ]
+    monkeypatch.setenv(DEMO_PG_DSN_ENV, "postgresql://me:s3cret@db:5432/x")
+    write_ui_env(tmp_path, derived_dsn=False)
+    assert "s3cret" not in (tmp_path / "ui.env").read_text()
+    command = ui_command(tmp_path)
+    home = tmp_path.resolve() / ".dagster"
+    assert command.startswith(f"incsync dagster-yaml -c {tmp_path.resolve()}/incsync.yaml --base dagster.yaml "
+                              f"-o {home}/dagster.yaml && ")
+    assert command.endswith(f"DAGSTER_HOME={home} dagster dev -w workspace.yaml")
+    assert os.path.basename(command.split(" . ")[1].split(" ")[0]) == "ui.env"

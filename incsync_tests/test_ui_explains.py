@@ -1,0 +1,54 @@
+"""A UI that explains (issue 16): the source table and the model have distinct names, assets say what they
+are, metadata is typed (exact HW, paths, row count, column schema) and runs are named after their model."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import dagster as dg
+
+from incsync.cli import main
+from incsync.project import build_definitions
+from incsync_tests.support import lake_config, order, ts, write_table
+
+
+def test_assets_and_jobs_say_what_they_are(tmp_path: Path) -> None:
+    defs = build_definitions(lake_config(tmp_path, model={"source_table": "public.orders"}))
+    assert sorted(k.to_user_string() for k in defs.resolve_all_asset_keys()) == [
+        "lake/orders", "lake/tables/lake.public.orders",  # the lineage graph labels nodes by the last part
+    ]
+    source = next(iter(defs.resolve_assets_def(dg.AssetKey(["lake", "tables", "lake.public.orders"])).specs))
+    assert source.description == "Table `public.orders` of source `lake` (lake), read by model orders."
+    assert source.tags == {"dagster/kind/lake": ""}
+    model = next(iter(defs.resolve_assets_def(dg.AssetKey(["lake", "orders"])).specs))  # the model's key is unchanged
+    assert model.description == (
+        "Each recipient's copy of table `public.orders` from source `lake`, split by tenant column `organization_id`. "
+        "Primary key: id; changes tracked by `updated_at` (lookback 300 s); daily windows; schedule `*/15 * * * *` (UTC)."
+    )
+    assert model.tags == {"dagster/kind/spark": "", "dagster/kind/delta": ""}
+    assert model.metadata["last_modified_column"] == "updated_at"
+    assert "orders" in {job.name for job in defs.resolve_all_job_defs()}
+    [schedule] = list(defs.schedules)
+    assert schedule.job_name == "orders"  # scheduled runs are named after the model too
+
+
+def test_a_transfer_records_typed_metadata_in_a_run_named_after_the_model(tmp_path: Path, monkeypatch, spark) -> None:
+    write_table(tmp_path / "src", "orders", [order(1, "org_1", ts(1, 1, 2, 3, 456789)), order(2, "org_1", ts(1, 5))])
+    file = lake_config(tmp_path)
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "home"))
+    assert main(["transfer", "orders", "--window", "2024-01-01", "-c", str(file)]) == 0
+    instance = dg.DagsterInstance.get()
+    [run] = instance.get_runs()
+    assert run.job_name == "orders"
+    event = instance.get_latest_materialization_event(dg.AssetKey(["lake", "orders"]))
+    metadata = event.asset_materialization.metadata
+    assert metadata["high_watermark_exact"] == dg.MetadataValue.text("2024-01-01T05:00:00+00:00")
+    assert metadata["dagster/row_count"] == dg.MetadataValue.int(2)
+    assert metadata["destination_path"] == dg.MetadataValue.path(str(tmp_path / "out" / "acme" / "orders"))
+    assert isinstance(metadata["high_watermark"], dg.TimestampMetadataValue)
+    schema = metadata["dagster/column_schema"].value
+    assert [c.name for c in schema.columns] == ["id", "organization_id", "status", "amount", "updated_at"]
+    write_table(tmp_path / "src", "orders", [order(1, "org_1", ts(1, 1, 2, 3, 456789)), order(3, "org_1", ts(1, 9, 0, 0, 1))])
+    assert main(["transfer", "orders", "--window", "2024-01-01", "-c", str(file)]) == 0
+    event = instance.get_latest_materialization_event(dg.AssetKey(["lake", "orders"]))
+    assert event.asset_materialization.metadata["high_watermark_exact"].value == "2024-01-01T09:00:00.000001+00:00"
