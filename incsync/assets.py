@@ -6,9 +6,10 @@ from pydantic import Field
 
 from incsync.automation.liveness import mark_running
 from incsync.changes import fingerprint
-from incsync.config import IncsyncConfig, ModelConfig
+from incsync.config import IncsyncConfig, ModelConfig, RecipientConfig
+from incsync.destinations import Destination
 from incsync.partitions import grid_start, model_partitions, split_key
-from incsync.resources import destination_resource_key, source_resource_key
+from incsync.resources import SparkWarmUp, destination_resource_key, source_resource_key
 from incsync.transfer import TransferRequest
 
 MODE_TAG = "incsync/mode"
@@ -121,13 +122,22 @@ def build_model_asset(config: IncsyncConfig, model: ModelConfig) -> dg.AssetsDef
         scheduled = tags.get(MODE_TAG) == "incremental"
         full_refresh = config.full_refresh or tags.get(FULL_REFRESH_TAG, "").lower() == "true"
         source = getattr(resources, source_resource_key(model.source)).client()
+        keys = context.partition_keys  # Dagster builds this list anew on each access
+        spark = SparkWarmUp(resources.spark)
+        if keys:
+            spark.start()
+        retries = resources.incsync.config.retries
+        allow_mass_delete = tags.get("incsync/allow_mass_delete", "").lower() == "true"
         requests = []
-        for key in sorted(context.partition_keys):
+        # Per recipient, not per window partition: a year-long backfill of 200 recipients is 79,200 keys.
+        cells: dict[str, tuple[RecipientConfig, Destination]] = {}
+        for key in sorted(keys):
             cell = split_key(model, key)
-            recipient = resources.incsync.recipient(cell.recipient_id)
-            destination_name = recipient.destination
-            kind = resources.incsync.config.destination(destination_name).kind
-            destination = getattr(resources, destination_resource_key(kind)).client(destination_name)
+            if cell.recipient_id not in cells:
+                recipient = resources.incsync.recipient(cell.recipient_id)
+                kind = resources.incsync.config.destination(recipient.destination).kind
+                cells[cell.recipient_id] = (recipient, getattr(resources, destination_resource_key(kind)).client(recipient.destination))
+            recipient, destination = cells[cell.recipient_id]
             requests.append(
                 TransferRequest(
                     model=model,
@@ -138,11 +148,11 @@ def build_model_asset(config: IncsyncConfig, model: ModelConfig) -> dg.AssetsDef
                     fingerprint=code_version,
                     source=source,
                     destination=destination,
-                    spark=lambda: resources.spark.spark_session,
+                    spark=spark.get,
                     scheduled=scheduled,
                     full_refresh=full_refresh,
-                    retries=resources.incsync.config.retries,
-                    allow_mass_delete=tags.get("incsync/allow_mass_delete", "").lower() == "true",
+                    retries=retries,
+                    allow_mass_delete=allow_mass_delete,
                 )
             )
         return requests

@@ -3,8 +3,10 @@ and the recipient registry. None of them starts a JVM or opens a connection unti
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
+import threading
 import time
 from collections.abc import Sequence
 from functools import lru_cache
@@ -56,6 +58,34 @@ def spark_config(
     if "spark.remote" in conf:  # Spark Connect: the server owns master, jars and driver settings
         conf = {k: v for k, v in conf.items() if k in ("spark.remote", "spark.app.name") or k.startswith("spark.sql.")}
     return conf
+
+
+class SparkWarmUp:
+    """The run's Spark session, started in a thread while the run does its other I/O.
+
+    A run of many recipients reads their destinations' states, takes their transfer slots and asks the
+    source for its horizon before the first Spark read; a local JVM takes 10-30 s to start, so starting
+    it at the top of the step overlaps the two. ``get()`` waits for the warm-up; if the warm-up failed,
+    it tries again in the caller's thread, so the caller sees the real error.
+    """
+
+    def __init__(self, resource: LazyPySparkResource):
+        self._resource = resource
+        self._lock = threading.Lock()
+
+    def start(self) -> SparkWarmUp:
+        threading.Thread(target=self._warm, name="incsync-spark-warm-up", daemon=True).start()
+        return self
+
+    def _warm(self) -> None:
+        try:
+            self.get()
+        except Exception:  # noqa: BLE001 - get() in the caller's thread raises it again, where it belongs
+            logging.getLogger(__name__).debug("Spark warm-up failed; the first read starts it again", exc_info=True)
+
+    def get(self):
+        with self._lock:
+            return self._resource.spark_session
 
 
 def spark_resource(

@@ -99,6 +99,9 @@ def test_a_backfill_over_many_windows_is_one_read_and_one_commit_with_exact_wind
     assert len({m["transfer_id"] for m in got.values()}) == 1
     assert {m["transfer_windows"] for m in got.values()} == {4}
     assert all("transfer_batch" not in m for m in got.values())
+    # The column schema goes with the windows that hold rows and the commit's last window, not Jan 3.
+    assert ["dagster/column_schema" in m for m in got.values()] == [True, False, True, True]
+    assert [c.name for c in got["2024-01-05"]["dagster/column_schema"].columns][:2] == ["id", "organization_id"]
 
 
 def test_a_transfer_larger_than_max_rows_per_batch_commits_whole_windows_in_order(

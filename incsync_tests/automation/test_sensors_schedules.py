@@ -231,3 +231,25 @@ def test_runs_at_once_default_to_one_per_cpu_with_local_spark(tmp_path: Path) ->
     repo_yaml = Path(__file__).resolve().parents[2] / "dagster.yaml"
     generated = yaml.safe_load(dagster_yaml(config, repo_yaml))["concurrency"]["runs"]
     assert generated["max_concurrent_runs"] == default_max_concurrent_runs(config)
+
+
+def test_generated_instance_checks_the_queue_every_second_and_submits_tick_runs_from_threads(tmp_path: Path) -> None:
+    """The settings reach a real instance (Dagster validates the file), and a base's own choice wins."""
+    from incsync.automation.concurrency import dagster_yaml, default_max_concurrent_runs
+
+    config = load_config(lake_config(tmp_path))
+    repo_yaml = Path(__file__).resolve().parents[2] / "dagster.yaml"
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "dagster.yaml").write_text(dagster_yaml(config, repo_yaml, dagster_home=home))
+    with dg.DagsterInstance.from_config(str(home)) as instance:
+        assert instance.run_coordinator.dequeue_interval_seconds == 1
+        assert instance.get_scheduler_settings() == {"use_threads": True, "num_workers": 4, "num_submit_workers": 4}
+        assert instance.get_sensor_settings()["num_submit_workers"] == 4
+        assert instance.get_concurrency_config().run_queue_config.max_concurrent_runs == default_max_concurrent_runs(config)
+
+    base = tmp_path / "base.yaml"
+    base.write_text("schedules:\n  use_threads: false\nrun_coordinator:\n  module: dagster._core.run_coordinator\n"
+                    "  class: DefaultRunCoordinator\n")
+    doc = yaml.safe_load(dagster_yaml(config, base))
+    assert doc["schedules"] == {"use_threads": False} and doc["run_coordinator"]["class"] == "DefaultRunCoordinator"
