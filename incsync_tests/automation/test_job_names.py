@@ -136,7 +136,7 @@ def test_an_asset_page_backfill_runs_on_the_implicit_job(workspace) -> None:
     _core/remote_representation/external_data.py ``job_names=sorted(...)``); the daemon then launches a pure
     asset backfill's runs on a job whose name starts with ``__ASSET_JOB``
     (dagster/_core/execution/submit_asset_runs.py ``_get_implicit_job_name_for_assets``). If this test
-    fails, Dagster lets a named job carry these runs: name them after the model and update docs/ui.md."""
+    fails, Dagster lets a named job carry these runs: name them after the model and update the README's "Dagster UI" section."""
     instance = workspace.instance
     instance.add_dynamic_partitions(RECIPIENTS_PARTITIONS, ["acme", "globex"])
     _launch_backfill(workspace, {"assetSelection": [{"path": ["lake", "orders"]}], "partitionNames": KEYS})
