@@ -106,7 +106,8 @@ def _sensor(workspace):
 
 
 def test_a_backfill_from_the_jobs_page_runs_as_the_models_job_in_batched_runs(workspace) -> None:
-    """What the UI sends from Jobs → orders → Materialize: a job backfill over ``orders_partition_set``."""
+    """What the UI sends from the job's page (Jobs → orders → Materialize all, or its Partitions tab): a job
+    backfill over ``orders_partition_set`` (ui-core LaunchAssetChoosePartitionsDialog.tsx)."""
     instance = workspace.instance
     instance.add_dynamic_partitions(RECIPIENTS_PARTITIONS, ["acme", "globex"])
     backfill_id = _launch_backfill(workspace, {
