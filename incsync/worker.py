@@ -7,10 +7,11 @@ first row, more than a small incremental moves data. Through a worker the client
 process (~0.05 s) and the transfer is the same Dagster run, recorded in the same instance.
 
 Protocol (version 3): one JSON request line from the client, ``{"version", "config", "dagster_home",
-"stderr_tty", "transfer": {"model", "recipients", "window", "backfill", "full_refresh", "tags", "from", "to",
-"json"}}`` (typed fields, each checked; see ``TRANSFER_FIELDS``), then JSON lines from the worker,
-``{"out": text}``, ``{"err": text}``, and a last ``{"exit": code}``. When the client's standard error is a
-terminal (``stderr_tty``, ``stderr_columns`` wide) the worker draws the progress line there as it would on its own. The worker serves one request at a time (others wait
+"stderr_tty", "stderr_columns", "transfer": {"model", "recipients", "window", "backfill", "full_refresh",
+"tags", "from", "to", "json"}}`` (typed fields, each checked; see ``TRANSFER_FIELDS``), then JSON lines from
+the worker, ``{"out": text}``, ``{"err": text}``, and a last ``{"exit": code}``. When the client's standard
+error is a terminal (``stderr_tty``, ``stderr_columns`` wide), the worker draws its progress line there as
+it would on its own. The worker serves one request at a time (others wait
 in the socket's backlog) and only the configuration file it was started with. The socket is created
 mode 0600: only its owner can hand it work.
 """
