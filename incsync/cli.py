@@ -85,7 +85,9 @@ def cmd_transfer(args: argparse.Namespace) -> int:
     resident: Resident | None = args.resident
     dry_run, as_json = getattr(args, "dry_run", False), getattr(args, "json", False)
     ranged = getattr(args, "from_", None) or getattr(args, "to", None)
-    worker = None if (resident or dry_run) else (args.worker or os.environ.get(WORKER_ENV_VAR))
+    # --allow-mass-delete runs here (its help says so): the worker's request does not carry it.
+    here = resident or dry_run or getattr(args, "allow_mass_delete", False)
+    worker = None if here else (args.worker or os.environ.get(WORKER_ENV_VAR))
     if worker:
         return forward(worker, transfer=transfer_request(args), config=args.config)
 

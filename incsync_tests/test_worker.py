@@ -159,6 +159,18 @@ def test_the_worker_refuses_another_file_another_instance_and_a_second_worker(wo
     assert worker.process.poll() is None and worker.socket.exists()
 
 
+def test_allow_mass_delete_runs_here_not_through_the_worker(tmp_path: Path, spark, monkeypatch) -> None:
+    """Its help says so, and the worker's request does not carry the flag: it must not be dropped silently."""
+    from incsync.cli import main
+
+    write_table(tmp_path / "src", "orders", [order(1, "org_1", ts(1, 1))])
+    file = lake_config(tmp_path)
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "home"))
+    nobody = str(tmp_path / "nobody.sock")  # forwarded, it would fail: no worker answers there
+    assert main(["transfer", "orders", "--window", "2024-01-01", "--allow-mass-delete", "-c", str(file), "--worker", nobody]) == 0
+    assert [r["id"] for r in delta_rows(tmp_path / "out" / "acme" / "orders")] == [1]
+
+
 def test_no_worker_at_the_socket_is_a_clear_error(tmp_path: Path) -> None:
     file = lake_config(tmp_path)
     sock = tmp_path / "nobody.sock"
