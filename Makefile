@@ -54,15 +54,16 @@ bench: $(STAMP)
 
 # The UI over the demo's instance (after `make demo`), or over INCSYNC_CONFIG / DAGSTER_HOME you set: the
 # project's dagster.yaml (run monitoring, run limits) and the demo's PostgreSQL DSN (demo/ui.env), so a
-# scheduled run launched from the UI reaches the same destinations.
+# scheduled run launched from the UI reaches the same destinations. `make ui UI_PORT=3001` serves another port.
 INCSYNC_CONFIG ?= demo/incsync.yaml
 DAGSTER_HOME ?= demo/.dagster
+UI_PORT ?= 3000
 ui: $(DEMO_STAMP)
 	@test -f "$(INCSYNC_CONFIG)" || { echo "no $(INCSYNC_CONFIG): run 'make demo' first or set INCSYNC_CONFIG"; exit 1; }
 	@mkdir -p "$(DAGSTER_HOME)" && $(BIN)/incsync dagster-yaml -c "$(INCSYNC_CONFIG)" --base dagster.yaml -o "$(DAGSTER_HOME)/dagster.yaml"
 	set -a; if [ -f "$(dir $(INCSYNC_CONFIG))ui.env" ]; then . "$(dir $(INCSYNC_CONFIG))ui.env"; fi; set +a; \
 	INCSYNC_CONFIG="$(abspath $(INCSYNC_CONFIG))" DAGSTER_HOME="$(abspath $(DAGSTER_HOME))" \
-	$(BIN)/dagster dev -w workspace.yaml -h 127.0.0.1
+	$(BIN)/dagster dev -w workspace.yaml -h 127.0.0.1 -p $(UI_PORT)
 
 dev: ui
 

@@ -85,7 +85,9 @@ def cmd_transfer(args: argparse.Namespace) -> int:
     resident: Resident | None = args.resident
     dry_run, as_json = getattr(args, "dry_run", False), getattr(args, "json", False)
     ranged = getattr(args, "from_", None) or getattr(args, "to", None)
-    worker = None if (resident or dry_run or as_json or ranged) else (args.worker or os.environ.get(WORKER_ENV_VAR))
+    # --allow-mass-delete runs here (its help says so): the worker's request does not carry it.
+    here = resident or dry_run or getattr(args, "allow_mass_delete", False)
+    worker = None if here else (args.worker or os.environ.get(WORKER_ENV_VAR))
     if worker:
         return forward(worker, transfer=transfer_request(args), config=args.config)
 
@@ -205,6 +207,9 @@ def transfer_request(args: argparse.Namespace) -> dict[str, object]:
         "backfill": bool(args.backfill),
         "full_refresh": bool(args.full_refresh),
         "tags": list(args.tag or []),
+        "from": getattr(args, "from_", None),
+        "to": getattr(args, "to", None),
+        "json": bool(getattr(args, "json", False)),
     }
 
 
@@ -213,7 +218,8 @@ def run_transfer_request(transfer: dict[str, object], *, config: str, resident: 
     args = argparse.Namespace(
         model=transfer["model"], recipient=transfer["recipients"] or None, window=transfer["window"],
         backfill=transfer["backfill"], full_refresh=transfer["full_refresh"], tag=transfer["tags"] or None,
-        worker=None, config=config, func=cmd_transfer, json=False, dry_run=False, from_=None, to=None, debug=False,
+        worker=None, config=config, func=cmd_transfer, json=transfer["json"], dry_run=False, from_=transfer["from"],
+        to=transfer["to"], debug=False,
     )
     return _run(args, resident=resident)
 

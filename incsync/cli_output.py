@@ -210,7 +210,9 @@ class Progress:
             from rich.console import Console
             from rich.live import Live
 
-            self._live = Live(self.line(), console=Console(file=sys.stderr, highlight=False), refresh_per_second=4, transient=True)
+            # A worker's relay of its client's terminal says how wide that terminal is.
+            console = Console(file=sys.stderr, highlight=False, width=getattr(sys.stderr, "columns", None))
+            self._live = Live(self.line(), console=console, refresh_per_second=4, transient=True)
             self._live.__enter__()
         return self
 

@@ -56,6 +56,9 @@ class RunSpec:
         key = self.single_partition
         tags = dict(self.tags) if key is not None else {**self.tags, **self.range_tags}
         return dg.RunRequest(
+            # The job named after the model (``assets.model_job``): the run is listed as ``orders``, not
+            # ``__ASSET_JOB`` or ``__anonymous_asset_job_...``.
+            job_name=self.model.model_name,
             run_key=self.run_key, asset_selection=[model_asset_key(self.model)], tags=tags,
             **({"partition_key": key} if key is not None else {}),
         )

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import dagster as dg
 
-from incsync.assets import IO_MANAGER_KEY, build_model_asset, source_specs
+from incsync.assets import IO_MANAGER_KEY, build_model_asset, model_job, source_specs
 from incsync.automation.registry import automation
 from incsync.config import config_path, load_config
 from incsync.dagster_compat import tune_sqlite_storage
@@ -65,7 +65,10 @@ def build_definitions(path: str | os.PathLike[str] | None = None) -> dg.Definiti
         resources[source_resource_key(source.name)] = SourceResource(config_path=file, source_name=source.name)
     for kind in sorted({d.kind for d in config.destinations}):
         resources[destination_resource_key(kind)] = DestinationKindResource(config_path=file, kind=kind)
-    sensors, schedules = automation(file, config)
+    # One job per model, named after it: the CLI, the sensor, the schedules and backfills launched from
+    # the job's page all run it (runs listed as ``orders``, not ``__ASSET_JOB``).
+    jobs = {m.model_name: model_job(m) for m in config.models}
+    sensors, schedules = automation(file, config, jobs)
     from incsync.automation.registry import automation_running
     from incsync.integrity.check import build_check_schedule, build_integrity_check
 
@@ -78,6 +81,7 @@ def build_definitions(path: str | os.PathLike[str] | None = None) -> dg.Definiti
         resources=resources,
         sensors=sensors,
         schedules=schedules,
+        jobs=list(jobs.values()),
         # One process per run: its Spark session serves every model and partition of the run.
         executor=dg.in_process_executor,
     )

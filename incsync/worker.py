@@ -6,10 +6,12 @@ A fresh ``incsync transfer`` process spends ~1.5 s importing Dagster, pyspark an
 first row, more than a small incremental moves data. Through a worker the client is a standard-library
 process (~0.05 s) and the transfer is the same Dagster run, recorded in the same instance.
 
-Protocol (version 2): one JSON request line from the client, ``{"version", "config", "dagster_home",
-"transfer": {"model", "recipients", "window", "backfill", "full_refresh", "tags"}}`` (typed fields, each
-checked; see ``TRANSFER_FIELDS``), then JSON lines from the worker, ``{"out": text}``, ``{"err": text}``,
-and a last ``{"exit": code}``. The worker serves one request at a time (others wait
+Protocol (version 3): one JSON request line from the client, ``{"version", "config", "dagster_home",
+"stderr_tty", "stderr_columns", "transfer": {"model", "recipients", "window", "backfill", "full_refresh",
+"tags", "from", "to", "json"}}`` (typed fields, each checked; see ``TRANSFER_FIELDS``), then JSON lines from
+the worker, ``{"out": text}``, ``{"err": text}``, and a last ``{"exit": code}``. When the client's standard
+error is a terminal (``stderr_tty``, ``stderr_columns`` wide), the worker draws its progress line there as
+it would on its own. The worker serves one request at a time (others wait
 in the socket's backlog) and only the configuration file it was started with. The socket is created
 mode 0600: only its owner can hand it work.
 """
@@ -36,7 +38,7 @@ if TYPE_CHECKING:
     import dagster as dg
 
 WORKER_ENV_VAR = "INCSYNC_WORKER"
-PROTOCOL_VERSION = 2
+PROTOCOL_VERSION = 3
 # The typed fields of a transfer request: what `incsync transfer` was asked, never its argv.
 TRANSFER_FIELDS: dict[str, tuple[type, ...]] = {
     "model": (str,),
@@ -45,6 +47,9 @@ TRANSFER_FIELDS: dict[str, tuple[type, ...]] = {
     "backfill": (bool,),
     "full_refresh": (bool,),
     "tags": (list,),
+    "from": (str, type(None)),
+    "to": (str, type(None)),
+    "json": (bool,),
 }
 MAX_SOCKET_PATH = 107  # sun_path holds 108 bytes, with the terminating NUL
 REQUEST_TIMEOUT_SECONDS = 10.0
@@ -78,6 +83,8 @@ def forward(socket_path: str | os.PathLike[str], *, transfer: dict[str, Any], co
         "transfer": transfer,
         "config": str(config_file),
         "dagster_home": str(dagster_home(config_file).resolve()),
+        "stderr_tty": _is_terminal(sys.stderr),  # the worker then draws its progress line for this terminal
+        "stderr_columns": _columns(sys.stderr),
     }
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
@@ -115,6 +122,20 @@ def forward(socket_path: str | os.PathLike[str], *, transfer: dict[str, Any], co
     )
 
 
+def _is_terminal(stream: Any) -> bool:
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError):
+        return False
+
+
+def _columns(stream: Any) -> int | None:
+    try:
+        return os.get_terminal_size(stream.fileno()).columns or None
+    except (AttributeError, ValueError, OSError):
+        return None
+
+
 # --- server -------------------------------------------------------------------------------------------
 
 
@@ -124,11 +145,16 @@ class _Relay(io.TextIOBase):
     A client that went away (Ctrl-C) stops the relay, not the transfer.
     """
 
-    def __init__(self, conn: socket.socket, name: str):
-        self.conn, self.name, self.connected = conn, name, True
+    def __init__(self, conn: socket.socket, name: str, *, tty: bool = False):
+        self.conn, self.name, self.connected, self.tty = conn, name, True, tty
+        self.columns: int | None = None  # the client's terminal width, for the progress line
 
     def writable(self) -> bool:
         return True
+
+    def isatty(self) -> bool:
+        """Whether the client's stream is a terminal: the progress line is drawn for it, as in the client."""
+        return self.tty
 
     def write(self, text: str) -> int:
         if text and self.connected:
@@ -201,6 +227,9 @@ class Worker:
         conn.settimeout(None)
         if not isinstance(request, dict):
             return
+        err.tty = request.get("stderr_tty") is True
+        columns = request.get("stderr_columns")
+        err.columns = columns if isinstance(columns, int) and not isinstance(columns, bool) and columns > 0 else None
         problem = self.refusal(request)
         if problem:
             err.write(f"error: {problem}\n")

@@ -25,8 +25,8 @@ def test_the_demo_needs_java_only_and_the_tests_the_rest() -> None:
     assert {"openjdk-17-jre-headless", "chromium", "mariadb-client"} <= set(test)
 
 
-def _make_n(target: str) -> str:
-    result = subprocess.run(["make", "-n", target, "VENV=/nonexistent-venv"], cwd=ROOT, capture_output=True, text=True,
+def _make_n(target: str, *variables: str) -> str:
+    result = subprocess.run(["make", "-n", target, "VENV=/nonexistent-venv", *variables], cwd=ROOT, capture_output=True, text=True,
                             timeout=60)
     assert result.returncode == 0, result.stderr
     return result.stdout
@@ -41,7 +41,8 @@ def test_make_demo_installs_without_test_extras_and_make_ui_uses_the_projects_da
     ui = _make_n("ui")
     assert 'incsync dagster-yaml -c "demo/incsync.yaml" --base dagster.yaml -o "demo/.dagster/dagster.yaml"' in ui
     assert '. "demo/ui.env"' in ui  # the demo's DSN reaches the runs the UI launches
-    assert "dagster dev -w workspace.yaml" in ui
+    assert "dagster dev -w workspace.yaml -h 127.0.0.1 -p 3000" in ui
+    assert "-p 3001" in _make_n("ui", "UI_PORT=3001")  # another port when 3000 is taken
 
 
 def test_ui_env_holds_a_derived_dsn_and_never_one_you_exported(tmp_path: Path, monkeypatch) -> None:

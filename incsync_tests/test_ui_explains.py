@@ -3,12 +3,14 @@ are, metadata is typed (exact HW, paths, row count, column schema) and runs are 
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import dagster as dg
 
 from incsync.cli import main
 from incsync.project import build_definitions
+from incsync_tests.browser_support import dump_dom, page_text, webserver
 from incsync_tests.support import lake_config, order, ts, write_table
 
 
@@ -52,3 +54,29 @@ def test_a_transfer_records_typed_metadata_in_a_run_named_after_the_model(tmp_pa
     assert main(["transfer", "orders", "--window", "2024-01-01", "-c", str(file)]) == 0
     event = instance.get_latest_materialization_event(dg.AssetKey(["lake", "orders"]))
     assert event.asset_materialization.metadata["high_watermark_exact"].value == "2024-01-01T09:00:00.000001+00:00"
+
+
+def test_the_asset_page_in_a_browser_shows_the_lineage_names_and_a_partitions_metadata(tmp_path: Path, monkeypatch, spark) -> None:
+    """Headless Chromium over `dagster-webserver` on an instance with one transfer done: the lineage graph
+    labels the source table and the model differently, and the partition's page shows its exact metadata
+    and the job named after the model."""
+    write_table(tmp_path / "src", "orders", [order(1, "org_1", ts(1, 1, 2, 3, 456789)), order(2, "org_1", ts(1, 5, 0, 0, 1))])
+    file = lake_config(tmp_path)
+    home = tmp_path / "home"
+    monkeypatch.setenv("DAGSTER_HOME", str(home))
+    assert main(["transfer", "orders", "--window", "2024-01-01", "-c", str(file)]) == 0
+    env = {"DAGSTER_HOME": str(home), "INCSYNC_CONFIG": str(file), "INCSYNC_AUTOMATION": "stopped",
+           "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+
+    with webserver(tmp_path, env) as url:
+        lineage = dump_dom(f"{url}/assets/lake/orders?view=lineage", tmp_path / "chromium")
+        partition = page_text(dump_dom(f"{url}/assets/lake/orders?view=partitions&partition=acme%7C2024-01-01",
+                                       tmp_path / "chromium"))
+
+    nodes = re.findall(r'class="AssetNode_assetName[^"]*"[^>]*>([^<]*)<', lineage)
+    assert sorted(nodes) == ["lake.orders", "orders"], page_text(lineage)[:3000]
+    assert "acme|2024-01-01 Materialized" in partition, partition[:3000]
+    assert " Job orders " in partition, partition[:3000]  # the run's job: the model's, not __ASSET_JOB
+    assert "Metadata rows_transferred 2 delta_rows_transferred 2 " in partition, partition[:3000]
+    assert " high_watermark_exact 2024-01-01T05:00:00.000001+00:00 dagster/row_count 2 " in partition, partition[:3000]
+    assert f" destination_path {tmp_path / 'out' / 'acme' / 'orders'} " in partition, partition[:3000]

@@ -4,9 +4,15 @@ pydantic."""
 
 from __future__ import annotations
 
+import fcntl
+import json
 import os
+import pty
+import struct
 import subprocess
 import sys
+import termios
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -153,6 +159,18 @@ def test_the_worker_refuses_another_file_another_instance_and_a_second_worker(wo
     assert worker.process.poll() is None and worker.socket.exists()
 
 
+def test_allow_mass_delete_runs_here_not_through_the_worker(tmp_path: Path, spark, monkeypatch) -> None:
+    """Its help says so, and the worker's request does not carry the flag: it must not be dropped silently."""
+    from incsync.cli import main
+
+    write_table(tmp_path / "src", "orders", [order(1, "org_1", ts(1, 1))])
+    file = lake_config(tmp_path)
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "home"))
+    nobody = str(tmp_path / "nobody.sock")  # forwarded, it would fail: no worker answers there
+    assert main(["transfer", "orders", "--window", "2024-01-01", "--allow-mass-delete", "-c", str(file), "--worker", nobody]) == 0
+    assert [r["id"] for r in delta_rows(tmp_path / "out" / "acme" / "orders")] == [1]
+
+
 def test_no_worker_at_the_socket_is_a_clear_error(tmp_path: Path) -> None:
     file = lake_config(tmp_path)
     sock = tmp_path / "nobody.sock"
@@ -182,3 +200,59 @@ def test_garbage_and_silent_clients_do_not_hold_the_worker(worker: RunningWorker
     assert out.returncode == 0, out.stderr
     assert _transfer_lines(out.stdout)[0][1] == "rows_transferred=2"
     assert seconds < 60, f"the silent client held the worker for {seconds:.0f} s"
+
+
+def test_json_and_progress_through_the_worker(worker: RunningWorker) -> None:
+    """`--json` and `--from/--to` go to the worker too (the client still imports no Dagster), and a client
+    whose standard error is a terminal sees the worker's progress line drawn there."""
+    probe = (
+        "import sys; from incsync.cli import main; code = main(sys.argv[1:]); "
+        "print('heavy imports:', sorted(m for m in ('dagster', 'pydantic', 'pyspark') if m in sys.modules)); sys.exit(code)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", probe, "transfer", "orders", "--recipient", "acme", "--window", "2024-01-01", "--json",
+         "-c", str(worker.config), "--worker", str(worker.socket)],
+        capture_output=True, text=True, timeout=300, env=worker.env,
+    )
+    assert out.returncode == 0, out.stderr
+    first, last = out.stdout.splitlines()[0], out.stdout.splitlines()[-1]
+    assert last == "heavy imports: []"  # the worker ran it
+    doc = json.loads(first)
+    assert (doc["model"], doc["mode"], doc["ok"]) == ("orders", "manual", True)
+    assert [(t["recipient"], t["window"], t["rows_transferred"], t["high_watermark"])
+            for run in doc["runs"] for t in run["transfers"]] == [("acme", "2024-01-01", 2, "2024-01-01T23:59:59.999999+00:00")]
+
+    terminal, client_side = pty.openpty()
+    fcntl.ioctl(client_side, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 200, 0, 0))  # 200 columns
+    drawn: list[bytes] = []
+
+    def read_terminal() -> None:
+        while True:
+            try:
+                chunk = os.read(terminal, 4096)
+            except OSError:  # EIO: the client closed its end
+                return
+            if not chunk:
+                return
+            drawn.append(chunk)
+
+    reader = threading.Thread(target=read_terminal, daemon=True)
+    reader.start()
+    try:
+        ranged = subprocess.run(
+            [INCSYNC, "transfer", "orders", "--recipient", "acme", "--from", "2024-01-01", "--to", "2024-01-02",
+             "-c", str(worker.config), "--worker", str(worker.socket)],
+            stdout=subprocess.PIPE, stderr=client_side, text=True, timeout=300, env=worker.env,
+        )
+    finally:
+        os.close(client_side)
+        reader.join(timeout=10)
+        os.close(terminal)
+    screen = b"".join(drawn).decode(errors="replace")
+    assert ranged.returncode == 0, screen[-2000:]
+    assert ranged.stdout.splitlines()[0] == "transfer orders → acme: 2 window(s) 2024-01-01 .. 2024-01-02"
+    assert "windows 0/2 · rows 0 · ETA ?" in screen, screen[-2000:]  # drawn when the run starts
+    assert "windows 2/2 · rows 3 · " in screen, screen[-2000:]  # and as the windows commit (2024-01-01: 2 rows again)
+    # Lines printed under the progress line are drawn as wide as the client's terminal, not wrapped at 80.
+    assert "orders       acme         2024-01-02        rows_transferred=1        delta_rows_transferred=1" in screen
+    assert ranged.stdout.splitlines()[-1].startswith("done: windows 2/2 · rows 3 · "), ranged.stdout

@@ -33,7 +33,7 @@ def test_the_cli_sends_what_it_was_asked_as_typed_fields(worker: Worker) -> None
     request = _request(worker)
     assert request["transfer"] == {
         "model": "orders", "recipients": ["acme", "globex"], "window": None, "backfill": True, "full_refresh": False,
-        "tags": ["ticket=INC-1"],
+        "tags": ["ticket=INC-1"], "from": None, "to": None, "json": False,
     }
     assert worker.refusal(request) is None
 
@@ -44,15 +44,25 @@ def test_the_cli_sends_what_it_was_asked_as_typed_fields(worker: Worker) -> None
         ({"recipients": "acme"}, "transfer request field 'recipients' has the wrong type (str)"),
         ({"backfill": "yes"}, "transfer request field 'backfill' has the wrong type (str)"),
         ({"tags": [1]}, "transfer request field 'tags' has the wrong type (list)"),
-        ({"argv": ["transfer"]}, "the worker runs transfer requests with the fields model, recipients, window, backfill, full_refresh, tags"),
+        ({"json": "yes"}, "transfer request field 'json' has the wrong type (str)"),
+        ({"from": 20240101}, "transfer request field 'from' has the wrong type (int)"),
+        ({"argv": ["transfer"]}, "the worker runs transfer requests with the fields model, recipients, window, backfill, "
+                                 "full_refresh, tags, from, to, json"),
     ],
-    ids=["list-as-text", "bool-as-text", "tag-not-text", "unknown-field"],
+    ids=["list-as-text", "bool-as-text", "tag-not-text", "json-as-text", "from-as-number", "unknown-field"],
 )
 def test_a_mistyped_request_is_refused_naming_the_field(worker: Worker, change: dict[str, object], message: str) -> None:
     assert worker.refusal(_request(worker, **change)) == message
 
 
+def test_json_and_a_range_are_sent_to_the_worker_not_run_here() -> None:
+    args = build_parser().parse_args(["transfer", "orders", "--from", "2024-01-01", "--to", "2024-01-05", "--json"])
+    assert {k: v for k, v in transfer_request(args).items() if k in ("from", "to", "json", "backfill")} == {
+        "from": "2024-01-01", "to": "2024-01-05", "json": True, "backfill": False,
+    }
+
+
 def test_an_old_client_is_told_to_use_one_install(worker: Worker) -> None:
-    assert worker.refusal({**_request(worker), "version": 1}) == (
-        f"the worker speaks protocol {PROTOCOL_VERSION}, the client 1; use one incsync install"
+    assert worker.refusal({**_request(worker), "version": 2}) == (
+        f"the worker speaks protocol {PROTOCOL_VERSION}, the client 2; use one incsync install"
     )

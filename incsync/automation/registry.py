@@ -6,6 +6,7 @@ import os
 
 import dagster as dg
 
+from incsync.assets import model_job
 from incsync.automation.liveness import build_reaper_sensor
 from incsync.automation.schedules import build_model_schedule
 from incsync.automation.sensors import build_recipient_sensor
@@ -24,15 +25,24 @@ def automation_running() -> bool:
     return value == "running"
 
 
-def automation(config_path: str, config: IncsyncConfig) -> tuple[list[dg.SensorDefinition], list[dg.ScheduleDefinition]]:
+def automation(
+    config_path: str, config: IncsyncConfig, jobs: dict[str, dg.UnresolvedAssetJobDefinition] | None = None
+) -> tuple[list[dg.SensorDefinition], list[dg.ScheduleDefinition]]:
+    """``jobs``: the models' jobs by model name (``assets.model_job``), shared by the sensor and the
+    schedules so Dagster sees one job per name."""
     running = automation_running()
     sensor_status = dg.DefaultSensorStatus.RUNNING if running else dg.DefaultSensorStatus.STOPPED
     schedule_status = dg.DefaultScheduleStatus.RUNNING if running else dg.DefaultScheduleStatus.STOPPED
     if not config.models:
         return [], []
+    jobs = jobs if jobs is not None else {m.model_name: model_job(m) for m in config.models}
     sensors = [
-        build_recipient_sensor(config_path, config.models, default_status=sensor_status),
+        build_recipient_sensor(
+            config_path, config.models, default_status=sensor_status, jobs=[jobs[m.model_name] for m in config.models]
+        ),
         build_reaper_sensor(default_staging_dir(config), default_status=sensor_status),
     ]
-    schedules = [build_model_schedule(config_path, m, default_status=schedule_status) for m in config.models]
+    schedules = [
+        build_model_schedule(config_path, m, default_status=schedule_status, job=jobs[m.model_name]) for m in config.models
+    ]
     return sensors, schedules

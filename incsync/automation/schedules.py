@@ -33,12 +33,14 @@ def build_model_schedule(
     model: ModelConfig,
     *,
     default_status: dg.DefaultScheduleStatus = dg.DefaultScheduleStatus.RUNNING,
+    job: dg.UnresolvedAssetJobDefinition | None = None,
 ) -> dg.ScheduleDefinition:
+    """``job``: the model's job the Definitions hold (one object per name), else a new one."""
     @dg.schedule(
         name=schedule_name(model),
         cron_schedule=model.frequency,
         execution_timezone="UTC",
-        target=model_job(model),  # runs named after the model
+        target=job if job is not None else model_job(model),  # runs named after the model
         default_status=default_status,
         description=f"Incremental transfers of {model.model_name} for every enabled recipient.",
     )

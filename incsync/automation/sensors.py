@@ -12,7 +12,7 @@ from incsync.automation.tags import BACKFILL
 from incsync.automation.windows import initial_backfill_span
 from incsync.changes import UTC
 from incsync.config import IncsyncConfig, ModelConfig, RecipientConfig
-from incsync.assets import model_asset_key
+from incsync.assets import model_job
 from incsync.launch import plan_runs
 from incsync.partitions import RECIPIENTS_PARTITIONS, recipients_partitions, window_key_for
 from incsync.resources import cached_config
@@ -55,16 +55,21 @@ def build_recipient_sensor(
     *,
     default_status: dg.DefaultSensorStatus = dg.DefaultSensorStatus.RUNNING,
     clock: Callable[[], datetime] = _now,
+    jobs: Sequence[dg.UnresolvedAssetJobDefinition] | None = None,
 ) -> dg.SensorDefinition:
     """Reads the registry on every tick (the file is re-read when it changed) and asks the instance
-    only for what is missing, so a tick stays cheap with thousands of recipients."""
+    only for what is missing, so a tick stays cheap with thousands of recipients.
+
+    ``jobs`` are the models' jobs (``assets.model_job``) the Definitions hold; each run request names
+    its model's, so the runs are listed under the model's name, not an anonymous asset job."""
     models = list(models)
+    jobs = list(jobs) if jobs is not None else [model_job(m) for m in models]
 
     @dg.sensor(
         name=RECIPIENT_SENSOR,
         minimum_interval_seconds=30,
         default_status=default_status,
-        target=[model_asset_key(m) for m in models],
+        jobs=jobs,
         description="Adds and removes recipient partitions as the registry changes; "
         "launches each new recipient's initial backfill from its start.",
     )

@@ -125,6 +125,7 @@ def test_schedule_requests_the_open_window_and_the_one_closed_since_the_last_tic
         "incsync/shard": "orders:2024-01-03:0", "incsync/mode": "incremental",
     }
     assert mid_day[0].run_key == "tick:2024-01-03T07:15:00+00:00:orders:2024-01-03:acme..globex"
+    assert (schedule.job_name, mid_day[0].job_name) == ("orders", "orders")  # runs named after the model
 
     after_midnight = tick(datetime(2024, 1, 4, 0, 0, tzinfo=UTC))
     assert [(r.tags["dagster/asset_partition_range_start"], r.tags["dagster/asset_partition_range_end"]) for r in after_midnight] == [
