@@ -31,11 +31,13 @@ demo: $(DEMO_STAMP)
 	$(BIN)/incsync demo --workdir demo
 
 # Two workers, a test file each at a time (files share their module fixtures); `PYTEST_ARGS=-n0` runs serially.
+# Every correctness test, end-to-end ones included; only what is marked `slow` waits for `make test-long`.
 test: $(STAMP)
-	$(BIN)/python -m pytest -q -n 2 --dist loadfile $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -q -n 2 --dist loadfile -m "not slow" $(PYTEST_ARGS)
 
+# The `slow` tests: the state machine's long profile (9-14 min, docs/invariants.md).
 test-long: $(STAMP)
-	INCSYNC_HYPOTHESIS_PROFILE=long $(BIN)/python -m pytest -q -s incsync_tests/test_invariants.py $(PYTEST_ARGS)
+	INCSYNC_HYPOTHESIS_PROFILE=long $(BIN)/python -m pytest -q -s -m slow $(PYTEST_ARGS)
 
 # The SIGKILL soak: >= 200 transfers killed at random moments across Delta, PostgreSQL and object
 # storage while a reader polls; prints the five counters (all must be 0). See docs/faults.md.

@@ -21,7 +21,7 @@ def main() -> int:
     args = parser.parse_args()
     warnings.simplefilter("ignore")
 
-    from incsync.config import load_config
+    from incsync.config_load import load_config
     from incsync.project import build_definitions
     from incsync.runner import dagster_instance, recipient_windows, run_transfers
 

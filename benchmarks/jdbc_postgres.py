@@ -160,7 +160,7 @@ def main() -> None:
         with PeakRss() as rss:
             import dagster as dg
 
-            from incsync.config import load_config
+            from incsync.config_load import load_config
             from incsync.project import build_definitions
             from incsync.resources import spark_config
             from incsync.runner import run_transfers

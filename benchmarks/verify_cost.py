@@ -71,7 +71,7 @@ def main() -> None:
 
 
 def run(args: argparse.Namespace, config_file: Path, *, dsn: str) -> None:
-    from incsync.config import load_config
+    from incsync.config_load import load_config
     from incsync.project import build_definitions
     from incsync.runner import dagster_instance, recipient_windows, run_transfers, scheduled_windows
     from incsync.verify import verify_recipient

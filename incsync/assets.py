@@ -5,15 +5,14 @@ import dagster as dg
 from pydantic import Field
 
 from incsync.automation.liveness import mark_running
-from incsync.changes import fingerprint
 from incsync.config import IncsyncConfig, ModelConfig, RecipientConfig
 from incsync.destinations import Destination
+from incsync.fingerprint import model_fingerprint
 from incsync.partitions import grid_start, model_partitions, split_key
 from incsync.resources import SparkWarmUp, destination_resource_key, source_resource_key
+from incsync.tags import ALLOW_MASS_DELETE_TAG, FULL_REFRESH_TAG, MODE_TAG
 from incsync.transfer import TransferRequest
 
-MODE_TAG = "incsync/mode"
-FULL_REFRESH_TAG = "incsync/full_refresh"
 IO_MANAGER_KEY = "incsync_io_manager"
 # UI backfills batch up to this many (window, recipient) partitions into one run: the run reads each
 # recipient's contiguous windows once and its recipients with one query, and records every partition
@@ -25,23 +24,6 @@ class TransferRunConfig(dg.Config):
     """Run configuration of a model's transfers."""
 
     full_refresh: bool = Field(default=False, description="Reload the recipient's model from its start.")
-
-
-def model_fingerprint(model: ModelConfig) -> str:
-    return fingerprint(
-        {
-            "columns": model.columns,
-            "primary_key": model.primary_key,
-            "last_modified_column": model.last_modified_column,
-            "last_modified_timezone": model.last_modified_timezone,
-            "organization_column": model.organization_column,
-            "tenancy": model.tenancy,
-            "source_table": model.source_table,
-            "source_query": model.source_query,
-            # issue 19 hook: only when set, so existing models keep their fingerprint
-            **({"column_types": model.column_types} if model.column_types else {}),
-        }
-    )
 
 
 def source_asset_key(model: ModelConfig) -> dg.AssetKey:
@@ -127,7 +109,7 @@ def build_model_asset(config: IncsyncConfig, model: ModelConfig) -> dg.AssetsDef
         if keys:
             spark.start()
         retries = resources.incsync.config.retries
-        allow_mass_delete = tags.get("incsync/allow_mass_delete", "").lower() == "true"
+        allow_mass_delete = tags.get(ALLOW_MASS_DELETE_TAG, "").lower() == "true"
         requests = []
         # Per recipient, not per window partition: a year-long backfill of 200 recipients is 79,200 keys.
         cells: dict[str, tuple[RecipientConfig, Destination]] = {}

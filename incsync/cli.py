@@ -10,7 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-# Standard library and incsync.errors only at import time: `incsync transfer --worker` stays a thin client.
+# Standard library, incsync.errors and incsync.paths only at import time: `incsync transfer --worker` stays a thin client.
 from incsync.errors import ConfigError, IncsyncError, InputError
 from incsync.paths import config_path
 
@@ -21,7 +21,7 @@ Resident = Callable[[Path], "tuple[dg.Definitions, dg.DagsterInstance]"]
 
 
 def load_config(path: str | None):  # noqa: ANN201 - IncsyncConfig, imported lazily with pydantic
-    from incsync.config import load_config as load
+    from incsync.config_load import load_config as load
 
     return load(path)
 
@@ -42,11 +42,11 @@ def cmd_validate(args: argparse.Namespace) -> int:
     drift: list[str] = []
     warnings: list[str] = []
     if args.connect:
-        from incsync.checks import check_connectivity
+        from incsync.connectivity import check_connectivity
 
         problems = check_connectivity(config)
         if not problems:
-            from incsync.checks import check_drift  # schema drift (issue 21): informational lines
+            from incsync.connectivity import check_drift  # schema drift: informational lines, never a failure
 
             drift = check_drift(config)
     else:
@@ -80,7 +80,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 
 def cmd_transfer(args: argparse.Namespace) -> int:
-    from incsync.worker import WORKER_ENV_VAR, forward  # standard library only
+    from incsync.worker_client import WORKER_ENV_VAR, forward  # standard library only
 
     resident: Resident | None = args.resident
     dry_run, as_json = getattr(args, "dry_run", False), getattr(args, "json", False)
@@ -91,7 +91,7 @@ def cmd_transfer(args: argparse.Namespace) -> int:
     if worker:
         return forward(worker, transfer=transfer_request(args), config=args.config)
 
-    from incsync.automation.tags import BACKFILL, INCREMENTAL, parse_tags, user_run_tags
+    from incsync.tags import BACKFILL, INCREMENTAL, parse_tags, user_run_tags
     from incsync.cli_windows import backfill_windows, window_key
     from incsync.runner import MANUAL, recipient_windows, scheduled_windows
 
@@ -139,7 +139,7 @@ def cmd_transfer(args: argparse.Namespace) -> int:
 
 
 def _dry_run(config, model, recipients, windows, *, mode: str, full_refresh: bool, as_json: bool) -> int:  # noqa: ANN001
-    from incsync.automation.tags import INCREMENTAL
+    from incsync.tags import INCREMENTAL
     from incsync.cli_output import print_json
     from incsync.dry_run import plan_lines, plan_transfer
 
@@ -160,6 +160,7 @@ def _execute(args, file, config, model, recipients, windows, *, mode: str, user_
     from incsync.launch import plan_runs, register
     from incsync.project import build_definitions
     from incsync.runner import dagster_instance, execute_runs
+    from incsync.tags import ALLOW_MASS_DELETE_TAG
 
     resident: Resident | None = args.resident
     defs, instance = resident(file) if resident else (build_definitions(file), dagster_instance(file))
@@ -171,7 +172,7 @@ def _execute(args, file, config, model, recipients, windows, *, mode: str, user_
         config, model, recipients, windows={rid: (keys[0], keys[-1]) for rid, keys in windows.items()},
         registered=register(instance, list(windows)), mode=mode, full_refresh=args.full_refresh,
         user_tags={**user_tags,
-                   **({"incsync/allow_mass_delete": "true"} if getattr(args, "allow_mass_delete", False) else {})},
+                   **({ALLOW_MASS_DELETE_TAG: "true"} if getattr(args, "allow_mass_delete", False) else {})},
     )
     n_windows = sum(len(k) for k in windows.values())
     first = min(k[0] for k in windows.values())
@@ -248,7 +249,7 @@ def cmd_janitor(args: argparse.Namespace) -> int:
 
 def cmd_transfers(args: argparse.Namespace) -> int:
     from incsync.automation.statuses import counts_by_model, list_transfers
-    from incsync.automation.tags import parse_tags
+    from incsync.tags import parse_tags
     from incsync.cli_output import print_json, transfers_lines
     from incsync.runner import dagster_instance
 
@@ -299,12 +300,13 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
-    from incsync.worker import default_socket, serve
+    from incsync.worker import serve
+    from incsync.worker_client import default_socket
 
     file = config_path(args.config)
     socket_path = Path(args.socket) if args.socket else default_socket(file)
     print(f"starting an incsync worker for {file.resolve()} on {socket_path} ...", flush=True)
-    serve(file, socket_path, warm=not args.no_warm, announce=lambda text: print(text, flush=True))
+    serve(file, socket_path, run=run_transfer_request, warm=not args.no_warm, announce=lambda text: print(text, flush=True))
     return 0
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from incsync.changes import UTC
+from incsync.bounds import UTC
 from incsync.config import ModelConfig
 from incsync.errors import InputError
 from incsync.partitions import grid_start, window_format, window_key_for

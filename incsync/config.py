@@ -1,6 +1,8 @@
-"""The configuration file: pydantic models for sources, destinations, models and recipients.
+"""The configuration file's model: pydantic models for sources, destinations, models and recipients.
 
-Secrets are never in the file, only the names of the environment variables that hold them.
+Secrets are never in the file, only the names of the environment variables that hold them. Reading a
+file (environment, paths, the recipients table) is ``incsync.config_load``; the checks across fields
+are ``incsync.config_checks``.
 """
 
 from __future__ import annotations
@@ -8,23 +10,16 @@ from __future__ import annotations
 import os
 import re
 from functools import cached_property
-from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
-from pydantic import ValidationError as PydanticValidationError
 
-from incsync.cron import is_valid_cron
 from incsync.errors import ConfigError
-from incsync.yaml_load import load_yaml
-from incsync.recipients_table import read_recipient_rows, rename_row_problems
-from incsync.paths import CONFIG_ENV_VAR, DEFAULT_CONFIG_FILE, config_path  # noqa: F401 - re-exported
 
 
 ID_PATTERN = r"^[A-Za-z0-9_-]+$"
-_ID_RE = re.compile(ID_PATTERN)
-_IDENTIFIER_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+ID_RE = re.compile(ID_PATTERN)
+IDENTIFIER_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 MAX_COLUMN_NAME = 128
 
 
@@ -57,7 +52,6 @@ def table_name_problem(name: str, *, schema_tenanted: bool) -> str | None:
 
 # Prequel's documented lookback defaults, by source vendor (seconds).
 DEFAULT_LOOKBACK_SECONDS: dict[str, int] = {
-    "athena": 300,
     "postgres": 30,
     "mysql": 5,
     "mariadb": 5,
@@ -109,7 +103,7 @@ class JdbcSourceConfig(_Strict):
     """A database read over Spark JDBC; the password comes from an environment variable."""
 
     name: str = Field(description="Source name, referenced by models.")
-    vendor: Literal["postgres", "mysql", "mariadb", "athena"] = Field(description="postgres, mysql, mariadb or athena.")
+    vendor: Literal["postgres", "mysql", "mariadb"] = Field(description="postgres, mysql or mariadb.")
     jdbc_url: str = Field(description="JDBC URL without credentials.")
     user: str | None = Field(
         default=None,
@@ -122,7 +116,7 @@ class JdbcSourceConfig(_Strict):
     )
     lookback_seconds: int | None = Field(
         default=None, ge=0,
-        description="Re-read this far behind the high watermark for late rows (default: PostgreSQL 30, MySQL/MariaDB 5, Athena 300).",
+        description="Re-read this far behind the high watermark for late rows (default: PostgreSQL 30, MySQL/MariaDB 5).",
     )
     max_concurrent_transfers: int = Field(
         default=10, ge=1,
@@ -361,7 +355,7 @@ class RecipientConfig(_Strict):
     @classmethod
     def _tags(cls, tags: dict[str, str]) -> dict[str, str]:
         for key, value in tags.items():
-            if not _ID_RE.match(key) or not _ID_RE.match(str(value)):
+            if not ID_RE.match(key) or not ID_RE.match(str(value)):
                 raise ValueError(f'tag {key}={value} is invalid: keys and values must match {ID_PATTERN}')
         return tags
 
@@ -391,6 +385,11 @@ class RetryPolicy(_Strict):
     def delay(self, retry: int) -> float:
         """The wait before retry number ``retry`` (1-based)."""
         return min(self.max_backoff_seconds, self.backoff_seconds * 2 ** (retry - 1))
+
+
+def _listed(names: list[str], most: int = 20) -> str:
+    """``a, b, c`` (the first ``most``, then ``...``): 10,000 recipients make no readable message."""
+    return ", ".join(names[:most]) + (", ..." if len(names) > most else "")
 
 
 class IncsyncConfig(_Strict):
@@ -432,10 +431,16 @@ class IncsyncConfig(_Strict):
     )
 
     def source(self, name: str) -> SourceConfig:
-        return next(s for s in self.sources if s.name == name)
+        for s in self.sources:
+            if s.name == name:
+                return s
+        raise KeyError(f'unknown source "{name}"; known: {_listed([s.name for s in self.sources])}')
 
     def destination(self, name: str) -> DestinationConfig:
-        return self._destinations_by_name[name]
+        found = self._destinations_by_name.get(name)
+        if found is None:
+            raise KeyError(f'unknown destination "{name}"; known: {_listed(list(self._destinations_by_name))}')
+        return found
 
     def model(self, name: str) -> ModelConfig:
         for m in self.models:
@@ -446,8 +451,7 @@ class IncsyncConfig(_Strict):
     def recipient(self, rid: str) -> RecipientConfig:
         found = self._recipients_by_id.get(rid)
         if found is None:
-            known = ", ".join(r.id for r in self.recipients[:20]) + (", ..." if len(self.recipients) > 20 else "")
-            raise KeyError(f'unknown recipient "{rid}"; known: {known}')
+            raise KeyError(f'unknown recipient "{rid}"; known: {_listed([r.id for r in self.recipients])}')
         return found
 
     @cached_property
@@ -466,305 +470,3 @@ class IncsyncConfig(_Strict):
         if source.lookback_seconds is not None:
             return source.lookback_seconds
         return DEFAULT_LOOKBACK_SECONDS.get(source.vendor, FALLBACK_LOOKBACK_SECONDS)
-
-
-def _window_problem(seconds: int) -> str | None:
-    if seconds < 86_400 and 86_400 % seconds == 0 and (seconds % 60 == 0):
-        minutes = seconds // 60
-        if minutes < 60 and 60 % minutes == 0 or minutes % 60 == 0 and 24 % (minutes // 60) == 0:
-            return None
-    if seconds == 86_400:
-        return None
-    return (
-        f"{seconds} seconds cannot form a window grid; use whole minutes dividing an hour, "
-        "whole hours dividing a day, or 86400 (e.g. 900, 3600, 21600, 86400)"
-    )
-
-
-def _cross_check(cfg: IncsyncConfig) -> list[str]:
-    """Problems pydantic cannot see alone: references, names, column lists."""
-    problems: list[str] = []
-
-    def unique(section: str, names: list[str]) -> None:
-        seen: set[str] = set()
-        for i, name in enumerate(names):
-            if name in seen:
-                problems.append(f'{section}[{i}]: duplicate name "{name}"; names must be unique')
-            seen.add(name)
-
-    unique("sources", [s.name for s in cfg.sources])
-    unique("destinations", [d.name for d in cfg.destinations])
-    unique("models", [m.model_name for m in cfg.models])
-    unique("recipients", [r.id for r in cfg.recipients])
-    for i, s in enumerate(cfg.sources):
-        if not _ID_RE.match(s.name):
-            problems.append(f'sources[{i}].name: "{s.name}" must match {ID_PATTERN}')
-    for i, d in enumerate(cfg.destinations):
-        if not _ID_RE.match(d.name):
-            problems.append(f'destinations[{i}].name: "{d.name}" must match {ID_PATTERN}')
-
-    from incsync.storage_names import option_problems, url_problem
-
-    located = [(f"sources[{i}]", s) for i, s in enumerate(cfg.sources)] + [
-        (f"destinations[{i}]", d) for i, d in enumerate(cfg.destinations)]
-    for where, item in located:
-        problems.extend(option_problems(getattr(item, "storage_options", {}), f"{where}.storage_options"))
-        if problem := url_problem(getattr(item, "path", None)):
-            problems.append(f"{where}.path: {problem}")
-    problems.extend(option_problems(cfg.staging_storage_options, "staging_storage_options"))
-    if problem := url_problem(cfg.staging_dir):
-        problems.append(f"staging_dir: {problem}")
-
-    source_names = [s.name for s in cfg.sources]
-    for i, m in enumerate(cfg.models):
-        where = f"models[{i}]"
-        if not _IDENTIFIER_RE.match(m.model_name):
-            problems.append(f'{where}.model_name: "{m.model_name}" must be a letter or _ followed by letters, digits or _')
-        if m.source not in source_names:
-            problems.append(f'{where}.source: "{m.source}" is not a configured source; known: [{", ".join(source_names)}]')
-        if m.source_table is not None and (
-            problem := table_name_problem(m.source_table, schema_tenanted=m.tenancy == "schema")
-        ):
-            problems.append(f'{where}.source_table: "{m.source_table}" {problem}')
-        if problem := _window_problem(m.max_transfer_time_window_seconds):
-            problems.append(f"{where}.max_transfer_time_window_seconds: {problem}")
-        named = [*m.primary_key, m.last_modified_column, *([m.organization_column] if m.organization_column else [])]
-        for col in dict.fromkeys([*(m.columns or []), *named]):
-            if problem := column_name_problem(col):
-                problems.append(f"{where}: column {col!r} {problem}")
-        if m.columns:
-            listed = ", ".join(m.columns)
-            for field, cols in (
-                ("primary_key", m.primary_key),
-                ("last_modified_column", [m.last_modified_column]),
-                ("organization_column", [m.organization_column] if m.organization_column else []),
-                ("is_deleted_column", [m.is_deleted_column] if m.is_deleted_column else []),
-            ):
-                for col in cols:
-                    if col not in m.columns:
-                        problems.append(
-                            f'{where}.{field}: column "{col}" is not in columns [{listed}]; fix its spelling or add it to columns'
-                        )
-            unique(f"{where}.columns", list(m.columns))
-        problems.extend(_column_types_problems(where, m))
-        if m.last_modified_timezone:
-            try:
-                from zoneinfo import ZoneInfo
-
-                ZoneInfo(m.last_modified_timezone)
-            except Exception:  # noqa: BLE001 - any failure means the name is unknown
-                problems.append(f'{where}.last_modified_timezone: "{m.last_modified_timezone}" is not an IANA zone name')
-        if not is_valid_cron(m.frequency):
-            problems.append(f'{where}.frequency: "{m.frequency}" is not a cron expression (e.g. "*/15 * * * *")')
-
-    destination_names = [d.name for d in cfg.destinations]
-    kinds = {d.name: d.kind for d in cfg.destinations}
-    users: dict[str, list[str]] = {}
-    for r in cfg.recipients:
-        users.setdefault(r.destination, {})[r.id] = None  # ordered, and O(1) per recipient at 10,000
-    users = {name: list(ids) for name, ids in users.items()}
-    for i, d in enumerate(cfg.destinations):
-        # A Delta table root or PostgreSQL schema holds one recipient's copy: tables are keyed on the
-        # primary key alone, so a second tenant would merge into (and full refreshes would wipe) the first.
-        if kinds[d.name] in ("delta", "postgres") and len(users.get(d.name, [])) > 1:
-            problems.append(
-                f'destinations[{i}]: "{d.name}" is used by recipients {", ".join(users[d.name])}; a {d.kind} '
-                "destination holds one recipient's copy, so give each recipient its own (object_storage may be shared)"
-            )
-    known_destinations = set(destination_names)
-    for i, r in enumerate(cfg.recipients):
-        if r.destination not in known_destinations:
-            problems.append(
-                f'recipients[{i}].destination: "{r.destination}" is not a configured destination; '
-                f'known: [{", ".join(destination_names)}]'
-            )
-    from incsync.spark_cluster import cluster_problems
-
-    problems += cluster_problems(cfg.spark)
-    return problems
-
-
-def _column_types_problems(where: str, m: ModelConfig) -> list[str]:
-    if not m.column_types:
-        return []  # no type map to check: skip importing it (pyarrow), which a plain config never needs here
-    from incsync.typemap import OVERRIDE_HELP, override_arrow
-
-    problems = []
-    for col, kind in (m.column_types or {}).items():
-        if problem := column_name_problem(col):
-            problems.append(f"{where}.column_types: column {col!r} {problem}")
-        elif col == m.last_modified_column:
-            problems.append(f'{where}.column_types: "{col}" is the last_modified_column, which is read as a timestamp; remove it')
-        elif m.columns and col not in m.columns:
-            problems.append(f'{where}.column_types: column "{col}" is not in columns [{", ".join(m.columns)}]')
-        if not isinstance(kind, str) or override_arrow(kind) is None:
-            problems.append(f'{where}.column_types.{col}: "{kind}" is not a type incsync reads as; use {OVERRIDE_HELP}')
-    return problems
-
-
-def _format_loc(loc: tuple[Any, ...]) -> str:
-    out = ""
-    for part in loc:
-        if isinstance(part, int):
-            out += f"[{part}]"
-        elif part in ("lake", "postgres", "mysql", "mariadb", "athena", "delta", "object_storage") or str(part).startswith(
-            ("function-", "tagged-union")
-        ):
-            continue  # discriminated-union branch names say nothing to the user
-        else:
-            out += f".{part}" if out else str(part)
-    return out or "(top level)"
-
-
-_KINDS = {"vendor": ["lake", "postgres", "mysql", "mariadb", "athena"], "kind": ["delta", "postgres", "object_storage"]}
-
-
-def _fields_at(loc: tuple[Any, ...]) -> list[str]:
-    """The field names allowed where ``loc`` points (for 'did you mean')."""
-    section = next((p for p in loc if isinstance(p, str)), None)
-    kinds = {
-        "sources": [LakeSourceConfig, JdbcSourceConfig],
-        "destinations": [DeltaDestinationConfig, PostgresDestinationConfig, ObjectStorageDestinationConfig],
-        "models": [ModelConfig], "recipients": [RecipientConfig], "recipients_from": [RecipientsFromConfig],
-    }.get(section or "", [])
-    depth = sum(1 for p in loc if not isinstance(p, int))
-    if depth <= 1:
-        kinds = [IncsyncConfig]
-    names: list[str] = []
-    for kind in kinds:
-        for name, field in kind.model_fields.items():
-            names.append(field.alias or name)
-    return names
-
-
-def _pydantic_message(err: Any) -> str:
-    """pydantic's error in the file's terms: what is wrong and the fix, never pydantic's own wording."""
-    kind, loc, given = err["type"], err["loc"], err.get("input")
-    ctx = err.get("ctx") or {}
-    shown = given if isinstance(given, str | int | float | bool) else None
-    if kind == "extra_forbidden":
-        import difflib
-
-        close = difflib.get_close_matches(str(loc[-1]), _fields_at(loc), n=1)
-        hint = f'did you mean "{close[0]}"?' if close else "remove it, or see docs/config.md for the fields"
-        return f"unknown field; {hint}"
-    if kind == "missing":
-        return "required field is missing; add it (docs/config.md lists every field)"
-    if kind == "string_pattern_mismatch":
-        return f'"{given}" must match {ctx.get("pattern")} (letters, digits, _ and - only)'
-    if kind in ("union_tag_invalid", "union_tag_not_found"):
-        tag = ctx.get("discriminator", "").strip("'") or ("vendor" if loc and loc[0] == "sources" else "kind")
-        allowed = ", ".join(_KINDS.get(tag, []))
-        if kind == "union_tag_not_found":
-            return f"`{tag}` is missing; set it to one of {allowed}"
-        return f'{tag} "{ctx.get("tag")}" is unknown; use one of {allowed}'
-    if kind == "literal_error":
-        return f'"{shown}" is not allowed; use one of {ctx.get("expected")}'
-    if kind in ("int_parsing", "int_type", "int_from_float"):
-        return f'expected a whole number, got "{shown}"' if shown is not None else "expected a whole number"
-    if kind in ("bool_parsing", "bool_type"):
-        return f'expected true or false, got "{shown}"' if shown is not None else "expected true or false"
-    if kind in ("string_type",):
-        return "expected text; quote it" if shown is not None else "expected text"
-    if kind in ("list_type", "tuple_type"):
-        return "expected a list, e.g. [a, b] or one `- item` per line"
-    if kind in ("dict_type", "model_type", "model_attributes_type"):
-        return "expected a mapping of `key: value` lines"
-    if kind in ("greater_than_equal", "greater_than", "less_than_equal", "less_than"):
-        sign = {"greater_than_equal": ">=", "greater_than": ">", "less_than_equal": "<=", "less_than": "<"}[kind]
-        limit = next(iter(ctx.values()), "?")
-        return f"{shown} is out of range; it must be {sign} {limit}"
-    if kind == "too_short":
-        return "is empty; list at least one"
-    if kind in ("value_error", "assertion_error"):
-        return err["msg"].removeprefix("Value error, ").removeprefix("Assertion failed, ")
-    return f"{err['msg'][0].lower()}{err['msg'][1:]}"
-
-
-def parse_config(data: Any, *, path: str = "<memory>", base: Path | None = None) -> IncsyncConfig:
-    """Validate a loaded YAML document; raise ConfigError with every problem at once.
-
-    ``base`` is the folder relative paths are taken against (the file's; default the working directory).
-    """
-    if data is None:
-        data = {}
-    if not isinstance(data, dict):
-        raise ConfigError(path, ["(top level): expected a mapping with sources, destinations, models, recipients"])
-    try:
-        cfg = IncsyncConfig.model_validate(data)
-    except PydanticValidationError as exc:
-        problems = [f"{_format_loc(err['loc'])}: {_pydantic_message(err)}" for err in exc.errors()]
-        raise ConfigError(path, problems) from None
-    from incsync.limits import length_problems
-
-    problems = _cross_check(cfg) + length_problems(cfg)
-    if not problems:
-        from incsync.locations import shared_location_problems
-
-        problems = shared_location_problems(cfg, base or Path.cwd())
-    if problems:
-        raise ConfigError(path, problems)
-    return cfg
-
-
-def load_config(path: str | os.PathLike[str] | None = None) -> IncsyncConfig:
-    """Read and validate the file named by ``path``, ``$INCSYNC_CONFIG`` or ``incsync.yaml``.
-
-    Relative lake and destination paths are resolved against the file's folder.
-    """
-    file = config_path(path)
-    if not file.exists():
-        raise ConfigError(str(file), [f"file not found; create it or point {CONFIG_ENV_VAR} at it"])
-    text = file.read_text()
-    try:
-        data = load_yaml(text)
-    except yaml.YAMLError as exc:
-        raise _yaml_error(str(file), exc) from None
-    try:
-        return _load_parsed(file, data)
-    except ConfigError as exc:
-        if exc.path != str(file) or any(exc.lines):
-            raise
-        from incsync.config_lines import problem_lines
-
-        raise ConfigError(exc.path, exc.problems, problem_lines(text, exc.problems)) from None
-
-
-def _yaml_error(path: str, exc: yaml.YAMLError) -> ConfigError:
-    """A YAML syntax error at its line in the file (PyYAML's own text cites "<unicode string>")."""
-    mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
-    what = " ".join(filter(None, [getattr(exc, "context", None), getattr(exc, "problem", None)])) or str(exc)
-    problem = (f"not valid YAML: {what}; check the indentation and quoting at column {mark.column + 1}" if mark
-               else f"not valid YAML: {what}")
-    return ConfigError(path, [problem], [mark.line + 1 if mark else None])
-
-
-def _load_parsed(file: Path, data: Any) -> IncsyncConfig:
-    rows = read_recipient_rows(data, path=str(file)) if isinstance(data, dict) else []
-    if rows:
-        first_row = len(data.get("recipients") or [])
-        data = {**data, "recipients": [*(data.get("recipients") or []), *rows]}
-        try:
-            cfg = parse_config(data, path=str(file), base=file.resolve().parent)
-        except ConfigError as exc:
-            table = str(data["recipients_from"]["table"])
-            ids = [str(r.get("id")) for r in rows]
-            raise ConfigError(exc.path, rename_row_problems(exc.problems, first_row=first_row, table=table, ids=ids)) from None
-    else:
-        cfg = parse_config(data, path=str(file), base=file.resolve().parent)
-    return _resolve_paths(cfg, file.resolve().parent)
-
-
-def _resolve_paths(cfg: IncsyncConfig, base: Path) -> IncsyncConfig:
-    def resolve(p: str | None) -> str | None:
-        if p is None or "://" in p or os.path.isabs(p):
-            return p
-        return os.path.normpath(os.path.join(base, p))  # no per-path stat: cheap for 10,000 destinations
-
-    sources = [s.model_copy(update={"path": resolve(s.path)}) if isinstance(s, LakeSourceConfig) else s for s in cfg.sources]
-    destinations = [
-        d.model_copy(update={"path": resolve(d.path)}) if hasattr(d, "path") else d for d in cfg.destinations
-    ]
-    return cfg.model_copy(
-        update={"sources": sources, "destinations": destinations, "staging_dir": resolve(cfg.staging_dir)}
-    )

@@ -18,7 +18,6 @@ import time
 CRASH_ENV = "INCSYNC_TEST_CRASH_AT"
 PAUSE_ENV = "INCSYNC_TEST_PAUSE_AT"
 PAUSE_FILE_ENV = "INCSYNC_TEST_PAUSE_FILE"
-POINTS = ("after_staging", "mid_copy", "mid_publish", "after_manifest", "after_publish")
 
 
 def crash_point(name: str) -> None:

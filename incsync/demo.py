@@ -13,7 +13,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import yaml
 
-from incsync.changes import UTC
+from incsync.bounds import UTC
 
 TENANTS = {"org_1": 0.32, "org_2": 0.24, "org_3": 0.18, "org_4": 0.12, "org_5": 0.09, "org_6": 0.05}
 RECIPIENTS = [
@@ -170,21 +170,19 @@ def _write_source(workdir: Path, table: pa.Table) -> None:
 
 def verify(config_file: Path, source: pa.Table) -> list[str]:
     """Each recipient's destination holds exactly its tenant's source rows."""
-    from incsync.config import load_config
+    import pyarrow.compute as pc
+
+    from incsync.config_load import load_config
     from incsync.destinations import build_destination
+    from incsync.destinations.readers import current_rows
 
     config = load_config(config_file)
     model = config.model("orders")
     problems = []
     for recipient in config.recipients:
         destination = build_destination(config.destination(recipient.destination))
-        got = destination.read_rows(model=model, recipient=recipient)
-        if destination.kind == "object_storage":  # appends: a reader keeps each key's newest version
-            from incsync.destinations.object_storage import latest_versions
-
-            got = latest_versions(got, model.primary_key, model.last_modified_column)
-        got = got.select(["id", "status", "updated_at"])
-        want = source.filter(pa.compute.equal(source["organization_id"], recipient.id_in_provider_system))
+        got = current_rows(destination, model=model, recipient=recipient).select(["id", "status", "updated_at"])
+        want = source.filter(pc.equal(source["organization_id"], recipient.id_in_provider_system))
         want = want.select(["id", "status", "updated_at"])
         if sorted(got.to_pylist(), key=lambda r: r["id"]) != sorted(want.to_pylist(), key=lambda r: r["id"]):
             problems.append(f"{recipient.id}: destination has {got.num_rows} rows, source has {want.num_rows}")
@@ -193,9 +191,7 @@ def verify(config_file: Path, source: pa.Table) -> list[str]:
 
 def run_demo(workdir: Path, *, rows: int = 120_000) -> int:
     """Build everything under ``workdir`` from scratch (idempotent), transfer, verify, print per-transfer lines."""
-    import pyarrow.compute  # noqa: F401 - used through pa.compute in verify
-
-    from incsync.config import load_config
+    from incsync.config_load import load_config
     from incsync.project import build_definitions
     from incsync.runner import dagster_instance, recipient_windows, run_transfers, scheduled_windows
 

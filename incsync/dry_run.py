@@ -49,7 +49,7 @@ def plan_transfer(
     config: IncsyncConfig, model: ModelConfig, recipients: list[RecipientConfig], windows: dict[str, list[str]],
     *, scheduled: bool, full_refresh: bool,
 ) -> list[PlannedTransfer]:
-    from incsync.assets import model_fingerprint
+    from incsync.fingerprint import model_fingerprint
     from incsync.destinations import build_destination
     from incsync.partitions import grid_start, partition_key, split_key
     from incsync.sources import build_source

@@ -20,6 +20,7 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 
 from incsync.errors import IncsyncError, LeaseError, SourceError
+from incsync.lease import LEASE_ATTEMPTS
 from incsync.plan import Span, coalesce
 from incsync.retries import with_retries
 from incsync.staging import StagedBatch, claim, filtered_batch, remove, stage_by_tenant
@@ -36,9 +37,6 @@ from incsync.transfer import (
 
 log = logging.getLogger(__name__)
 
-# A transfer that lost its lease to a concurrent one (two backfill runs of one destination) starts
-# over from the new state; a stale writer never publishes, it redoes its work against fresh state.
-LEASE_ATTEMPTS = 4
 MAX_PARALLEL_PUBLISHES = 4
 MAX_PARALLEL_STATE_READS = 8
 

@@ -16,7 +16,7 @@ log = logging.getLogger(__name__)
 
 
 def cmd_transfer_ownership(args: argparse.Namespace) -> int:
-    from incsync.config import load_config
+    from incsync.config_load import load_config
     from incsync.destinations import build_destination
     from incsync.paths import config_path
 

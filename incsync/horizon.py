@@ -32,6 +32,8 @@ class SourceHorizon:
     extraction_start: datetime
     mode: str = LOOKBACK_ONLY
     oldest_open: datetime | None = None  # start of the oldest transaction of another session still open
+    # start of the oldest one no older than max_lag_seconds: it holds the HW when an older one no longer does
+    oldest_within_lag: datetime | None = None
     replica_lag_seconds: float | None = None  # a replica's replay lag (None: not a replica, or unknown)
     max_lag_seconds: int = DEFAULT_MAX_HORIZON_LAG_SECONDS
     note: str | None = None  # why the horizon is lookback-only, e.g. the missing grant
@@ -49,7 +51,8 @@ def horizon_cap(horizon: SourceHorizon) -> HorizonCap:
     """``min(extraction start - replica lag, oldest open transaction start)``.
 
     A transaction (or a replica lag) older than ``max_lag_seconds`` no longer holds the HW back: its rows
-    are then left to the lookback, and the warning says how old it was.
+    are then left to the lookback, and the warning says how old it was. Transactions open beside it that
+    are younger than that still hold it (``oldest_within_lag``).
     """
     start = horizon.extraction_start
     cap, warnings = start, []
@@ -70,6 +73,9 @@ def horizon_cap(horizon: SourceHorizon) -> HorizonCap:
                 f"a transaction open since {oldest.isoformat()} ({age:.0f} s) is older than max_horizon_lag "
                 f"({max_lag} s) and no longer holds the high watermark back; rows it writes are left to the lookback"
             )
+            held = horizon.oldest_within_lag  # a younger transaction open beside it still holds the HW
+            if held is not None and held < cap:
+                cap = held
     return HorizonCap(cap=cap, warning="; ".join(warnings) or None)
 
 

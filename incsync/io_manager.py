@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 import dagster as dg
-from pydantic import Field
+from pydantic import Field, PrivateAttr
 
 from incsync import progress
 from incsync.dagster_compat import add_partition_metadata
@@ -16,6 +16,7 @@ from incsync.execute import SpanFailure, TransferFailures, execute
 from incsync.metadata import transfer_metadata
 from incsync.storage import staging_root
 from incsync.slots import holder_name, holding, instance_backend, run_slots
+from incsync.tags import ERROR_TAG
 from incsync.transfer import TransferOutcome, TransferRequest
 
 
@@ -27,6 +28,15 @@ class TransferIOManager(dg.ConfigurableIOManager):
     staging_storage_options: dict[str, str] = Field(
         default_factory=dict, description="storage_options of an object-store staging_dir (secrets as `<name>_env`)."
     )
+    _instance: dg.DagsterInstance | None = PrivateAttr(default=None)
+
+    def setup_for_execution(self, context: dg.InitResourceContext) -> None:
+        self._instance = context.instance  # the run's: transfer slots and the error tag live there
+
+    def _run_instance(self) -> dg.DagsterInstance:
+        if self._instance is None:
+            raise IncsyncError("the transfer IO manager publishes only inside a Dagster run (it has no instance)")
+        return self._instance
 
     def handle_output(self, context: dg.OutputContext, obj: list[TransferRequest]) -> None:
         single = len(context.asset_partition_keys) <= 1
@@ -48,7 +58,7 @@ class TransferIOManager(dg.ConfigurableIOManager):
                 context.add_output_metadata(metadata)
 
         root = staging_root(self.staging_dir, self.staging_storage_options)
-        with _transfer_slots(context, obj):
+        with _transfer_slots(context, obj, self._run_instance()):
             failures = execute(obj, staging_root=root, on_commit=on_commit)
         if not failures:
             if not single:
@@ -56,13 +66,9 @@ class TransferIOManager(dg.ConfigurableIOManager):
             return
         if not single:
             _record_committed(context, committed)
-        for failure in failures:
-            context.log.error(
-                "recipient %s: %s window(s) not committed: %s", failure.recipient_id, len(failure.requests), failure.error
-            )
         error = _combined(failures)
-        tag_error(context, error)
-        raise error
+        tag_error(self._run_instance(), context.run_id, error)
+        raise transfer_failure(obj[0].model.model_name, failures) from error
 
     def load_input(self, context: dg.InputContext) -> None:
         raise IncsyncError(
@@ -72,7 +78,7 @@ class TransferIOManager(dg.ConfigurableIOManager):
 
 
 @contextmanager
-def _transfer_slots(context: dg.OutputContext, requests: list[TransferRequest]) -> Iterator[None]:
+def _transfer_slots(context: dg.OutputContext, requests: list[TransferRequest], instance: dg.DagsterInstance) -> Iterator[None]:
     """Hold the run's transfer slots (``incsync.slots``) while it reads and publishes."""
     configs = {c.name: c for r in requests for c in [getattr(r.destination, "config", None)] if c is not None}
     sources = {c.name: c for r in requests for c in [getattr(r.source, "config", None)] if c is not None}
@@ -86,7 +92,7 @@ def _transfer_slots(context: dg.OutputContext, requests: list[TransferRequest]) 
         context.log.warning(message)
         print(f"incsync: {message}", file=sys.stderr, flush=True)  # the command line's user sees it too
 
-    with holding(slots, instance_backend(context.step_context.instance, holder), holder=holder, notify=notify):
+    with holding(slots, instance_backend(instance, holder), holder=holder, notify=notify):
         context.log.info("transfer slots taken: %s", ", ".join(s.key for s in slots))
         try:
             yield
@@ -106,6 +112,45 @@ def _combined(failures: list[SpanFailure]) -> BaseException:
     return error
 
 
+def transfer_failure(model: str, failures: list[SpanFailure]) -> dg.Failure:
+    """The run's failure as Dagster shows it: for each recipient that failed, the windows it did not
+    commit and why (raised as is, not wrapped in "Error occurred while handling output")."""
+    windows: dict[str, list[str]] = {}
+    lines = []
+    for f in failures:
+        keys = sorted(r.partition.window_key for r in f.requests)
+        windows.setdefault(f.recipient_id, []).extend(keys)
+        lines.append(f"model {model}, recipient {f.recipient_id}, {_windows_text(keys)}: {_reason(f.error, model, f.recipient_id)}")
+    recipients = sorted(windows)
+    if len(lines) == 1:
+        description, error = lines[0], f"{type(failures[0].error).__name__}: {failures[0].error}"
+    else:
+        description = f"model {model}: {len(recipients)} recipient(s) failed:\n  " + "\n  ".join(lines)
+        error = "\n".join(f"{f.recipient_id}: {type(f.error).__name__}: {f.error}" for f in failures)
+    return dg.Failure(description=description, metadata={
+        "model": model,
+        "recipient": ", ".join(recipients),
+        "windows": dg.MetadataValue.json({rid: sorted(windows[rid]) for rid in recipients}),
+        "error": error,
+    })
+
+
+def _reason(error: BaseException, model: str, recipient: str) -> str:
+    """The error's class and message, without the "model m, recipient r: " the line names already."""
+    text = str(error)
+    for named in (f"model {model}, recipient {recipient}: ", f"model {model}: "):
+        text = text.removeprefix(named)
+    return f"{type(error).__name__}: {text}"
+
+
+def _windows_text(keys: list[str]) -> str:
+    if not keys:
+        return "every window committed"
+    if len(keys) == 1:
+        return f"window {keys[0]} not committed"
+    return f"windows {keys[0]} .. {keys[-1]} ({len(keys)}) not committed"
+
+
 def destination_path(request: TransferRequest) -> str | None:
     """Where the recipient's copy of the model is: a Delta table, an object-storage folder (None: a database)."""
     root = getattr(getattr(request.destination, "config", None), "path", None)
@@ -116,7 +161,6 @@ def destination_path(request: TransferRequest) -> str | None:
     return f"{root.rstrip('/')}/{model}" + (f"/recipient={recipient}" if kind == "object_storage" else "")
 
 
-ERROR_TAG = "incsync/error"  # the first line of a failed run's error, so listing runs reads no events
 MAX_TAG_VALUE = 255
 
 
@@ -125,13 +169,13 @@ def first_line(error: BaseException) -> str:
     return text.splitlines()[0] if text else type(error).__name__
 
 
-def tag_error(context: dg.OutputContext, error: BaseException) -> None:
+def tag_error(instance: dg.DagsterInstance, run_id: str, error: BaseException) -> None:
     """Tag the run with its error's first line (``incsync transfers`` shows it without reading the run's events)."""
     try:
         line = first_line(error)
         if len(line) > MAX_TAG_VALUE:
             line = line[: MAX_TAG_VALUE - 1] + "…"
-        context.step_context.instance.add_run_tags(context.run_id, {ERROR_TAG: line})
+        instance.add_run_tags(run_id, {ERROR_TAG: line})
     except Exception:  # noqa: BLE001 - the tag is a convenience; the run's failure is what matters
         pass
 

@@ -14,14 +14,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import dagster as dg
-from dagster._core.storage.tags import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG
 
-from incsync.assets import FULL_REFRESH_TAG, MODE_TAG, model_asset_key
-from incsync.automation.tags import (
-    MODEL_TAG, SHARD_TAG, SOURCE_SLOTS_TAG, SOURCE_TAG, transfer_run_tags, user_run_tags,
-)
+from incsync.assets import model_asset_key
 from incsync.config import IncsyncConfig, ModelConfig, RecipientConfig
+from incsync.dagster_compat import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG
 from incsync.partitions import RECIPIENTS_PARTITIONS, partition_key
+from incsync.tags import (
+    FULL_REFRESH_TAG, MODE_TAG, MODEL_TAG, SHARD_TAG, SOURCE_SLOTS_TAG, SOURCE_TAG, transfer_run_tags, user_run_tags,
+)
 
 
 @dataclass(frozen=True)

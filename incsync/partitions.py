@@ -8,7 +8,7 @@ from datetime import datetime
 
 import dagster as dg
 
-from incsync.changes import UTC, from_epoch
+from incsync.bounds import UTC, from_epoch
 from incsync.config import ModelConfig
 
 RECIPIENTS_PARTITIONS = "recipients"

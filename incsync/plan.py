@@ -16,9 +16,7 @@ from typing import Generic, Protocol, TypeVar
 
 import numpy as np
 
-from incsync.changes import to_micros
-
-DEFAULT_MAX_ROWS_PER_BATCH = 1_000_000
+from incsync.bounds import to_micros
 
 
 class HasWindow(Protocol):

@@ -9,8 +9,9 @@ from pathlib import Path
 import dagster as dg
 
 from incsync.assets import IO_MANAGER_KEY, build_model_asset, model_job, source_specs
-from incsync.automation.registry import automation
-from incsync.config import config_path, load_config
+from incsync.automation.triggers import automation
+from incsync.paths import config_path
+from incsync.config_load import load_config
 from incsync.dagster_compat import tune_sqlite_storage
 from incsync.io_manager import TransferIOManager
 from incsync.resources import (
@@ -69,7 +70,7 @@ def build_definitions(path: str | os.PathLike[str] | None = None) -> dg.Definiti
     # the job's page all run it (runs listed as ``orders``, not ``__ASSET_JOB``).
     jobs = {m.model_name: model_job(m) for m in config.models}
     sensors, schedules = automation(file, config, jobs)
-    from incsync.automation.registry import automation_running
+    from incsync.automation.triggers import automation_running
     from incsync.integrity.check import build_check_schedule, build_integrity_check
 
     status = dg.DefaultScheduleStatus.RUNNING if automation_running() else dg.DefaultScheduleStatus.STOPPED

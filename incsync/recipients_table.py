@@ -11,38 +11,44 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from incsync.errors import ConfigError
 
+if TYPE_CHECKING:
+    from incsync.config import JdbcSourceConfig
+
 REQUIRED = ("id", "id_in_provider_system", "destination")
 OPTIONAL = ("enabled", "tags", "default_full_refresh_min_start_time_epoch")
+WHERE = "recipients_from"
 
 
-def read_recipient_rows(data: dict[str, Any], *, path: str) -> list[dict[str, Any]]:
-    """The rows of ``data["recipients_from"]`` as recipient mappings (``[]`` when it is not set)."""
-    spec = data.get("recipients_from")
+def recipients_source(data: dict[str, Any], *, path: str) -> dict[str, Any] | None:
+    """The source mapping ``data["recipients_from"]`` reads through (None when it is not set), checked to be
+    a postgres source; the caller validates it as a ``JdbcSourceConfig`` for ``read_recipient_rows``."""
+    spec = data.get(WHERE)
     if not spec:
-        return []
-    where = "recipients_from"
+        return None
     if not isinstance(spec, dict) or not spec.get("source") or not spec.get("table"):
-        raise ConfigError(path, [f"{where}: set `source` (a postgres source) and `table` (e.g. public.incsync_recipients)"])
+        raise ConfigError(path, [f"{WHERE}: set `source` (a postgres source) and `table` (e.g. public.incsync_recipients)"])
     sources = {s.get("name"): s for s in data.get("sources") or [] if isinstance(s, dict)}
     source = sources.get(spec["source"])
     if source is None or source.get("vendor") != "postgres":
         raise ConfigError(path, [
-            f'{where}.source: "{spec["source"]}" must name a source of vendor postgres (known: {", ".join(map(str, sources))})'
+            f'{WHERE}.source: "{spec["source"]}" must name a source of vendor postgres (known: {", ".join(map(str, sources))})'
         ])
-    from incsync.config import JdbcSourceConfig
-    from incsync.sources.jdbc import _postgres_target
+    return source
 
-    config = JdbcSourceConfig.model_validate(source)
-    target = _postgres_target(config.jdbc_url)
+
+def read_recipient_rows(config: JdbcSourceConfig, table: str, *, path: str) -> list[dict[str, Any]]:
+    """The rows of ``table``, read through the source ``config``, as recipient mappings."""
+    from incsync.sources.jdbc_sql import postgres_target
+
+    target = postgres_target(config.jdbc_url)
     if target is None:
-        raise ConfigError(path, [f"{where}.source: {config.name}'s jdbc_url must be jdbc:postgresql://host[:port]/database"])
-    table = str(spec["table"])
+        raise ConfigError(path, [f"{WHERE}.source: {config.name}'s jdbc_url must be jdbc:postgresql://host[:port]/database"])
     if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)?", table):
-        raise ConfigError(path, [f'{where}.table: "{table}" must be `table` or `schema.table`'])
+        raise ConfigError(path, [f'{WHERE}.table: "{table}" must be `table` or `schema.table`'])
     import psycopg
     from psycopg import sql
 
@@ -58,10 +64,10 @@ def read_recipient_rows(data: dict[str, Any], *, path: str) -> list[dict[str, An
             rows = cursor.fetchall()
     except psycopg.Error as exc:
         detail = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise ConfigError(path, [f"{where}: cannot read {table} through source {config.name}: {detail}"]) from None
+        raise ConfigError(path, [f"{WHERE}: cannot read {table} through source {config.name}: {detail}"]) from None
     missing = [c for c in REQUIRED if c not in names]
     if missing:
-        raise ConfigError(path, [f"{where}: table {table} lacks the column(s) {', '.join(missing)}; it needs {', '.join(REQUIRED)}"])
+        raise ConfigError(path, [f"{WHERE}: table {table} lacks the column(s) {', '.join(missing)}; it needs {', '.join(REQUIRED)}"])
     out = []
     for row in rows:
         values = dict(zip(names, row))

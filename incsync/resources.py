@@ -16,13 +16,15 @@ import dagster as dg
 from pydantic import Field
 from dagster_pyspark import LazyPySparkResource
 
-from incsync.config import IncsyncConfig, ModelConfig, RecipientConfig, load_config
+from incsync.config import IncsyncConfig, ModelConfig, RecipientConfig
+from incsync.config_load import load_config
 from incsync.destinations import Destination, build_destination
 from incsync.errors import ConfigError
 from incsync.sources import Source, build_source
+from incsync.sources.jdbc_sql import DRIVERS
 from incsync.spark_cluster import driver_address
 
-JDBC_DRIVER_JARS = ("/usr/share/java/postgresql.jar", "/usr/share/java/mariadb-java-client.jar")
+JDBC_DRIVER_JARS = tuple(dict.fromkeys(driver.os_jar for driver in DRIVERS.values()))
 
 SPARK_DEFAULTS: dict[str, str] = {
     "spark.master": "local[*]",

@@ -12,10 +12,9 @@ import dagster as dg
 import yaml
 
 from incsync.assets import model_asset_key
-from incsync.automation.liveness import PROCESS_TAG, process_tag
-from incsync.automation.tags import INCREMENTAL
+from incsync.automation.liveness import process_tag
 from incsync.launch import RunSpec, plan_runs, register
-from incsync.changes import UTC
+from incsync.bounds import UTC
 from incsync.config import IncsyncConfig, ModelConfig, RecipientConfig
 from incsync.metadata import DELTA_ROWS_TRANSFERRED, HIGH_WATERMARK, ROWS_TRANSFERRED, TRANSFER_TYPE
 from incsync.paths import dagster_home
@@ -23,6 +22,7 @@ from incsync.dagster_compat import event_log_storage_config
 from incsync.errors import ConfigError
 from incsync.instance_storage import storage_problems
 from incsync.partitions import split_key, window_partitions
+from incsync.tags import INCREMENTAL, PROCESS_TAG
 from incsync.transfer import recipient_start
 
 MANUAL = "manual"
@@ -123,7 +123,7 @@ def execute_runs(
     """
     results: list[RunResult] = []
     for spec in specs:
-        job = _model_job(defs, spec.model)
+        job = defs.resolve_job_def(spec.model.model_name)  # one job per model (project.build_definitions)
         key = spec.single_partition
         kwargs: dict[str, object] = {"partition_key": key} if key is not None else {}
         tags = dict(spec.tags) if key is not None else {**spec.tags, **spec.range_tags}
@@ -159,14 +159,6 @@ def execute_runs(
         error = None if result.success else failure_message(instance, result.run_id)
         results.append(RunResult(result.run_id, result.success, lines, error))
     return results
-
-
-def _model_job(defs: dg.Definitions, model: ModelConfig) -> dg.JobDefinition:
-    """The job named after the model (its schedule's), else the implicit asset job."""
-    try:
-        return defs.resolve_job_def(model.model_name)
-    except Exception:  # noqa: BLE001 - definitions built without the model's schedule
-        return defs.resolve_implicit_global_asset_job_def()
 
 
 def run_transfers(

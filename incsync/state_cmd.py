@@ -12,7 +12,7 @@ MAX_PARALLEL = 8
 
 
 def recipient_states(config, model, recipients) -> list[dict[str, object]]:  # noqa: ANN001
-    from incsync.assets import model_fingerprint
+    from incsync.fingerprint import model_fingerprint
     from incsync.destinations import build_destination
 
     current = model_fingerprint(model)
@@ -66,7 +66,7 @@ def state_lines(states: list[dict[str, object]]) -> list[str]:
 
 def cmd_state(args: argparse.Namespace) -> int:
     from incsync.cli_output import print_json
-    from incsync.config import load_config
+    from incsync.config_load import load_config
     from incsync.paths import config_path
 
     file = config_path(args.config)

@@ -14,7 +14,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from incsync.changes import (
+from incsync.bounds import (
     UTC,
     Bounds,
     compute_bounds,
@@ -23,6 +23,7 @@ from incsync.changes import (
     from_epoch,
     from_micros,
     new_high_watermark,
+    recipient_start,
     to_micros,
 )
 from incsync.config import ModelConfig, RecipientConfig, RetryPolicy
@@ -43,12 +44,6 @@ log = logging.getLogger(__name__)
 # Batches the source counts at up to this many rows come to Python through Arrow (df.toArrow()) and are
 # written to staging here: a Spark write job costs 0.2-0.4 s whatever its size. ~100 bytes a row here.
 COLLECT_MAX_ROWS = 50_000
-
-
-def recipient_start(model: ModelConfig, recipient: RecipientConfig) -> datetime:
-    """Where a recipient's data starts: its own override, else the model's."""
-    epoch = recipient.default_full_refresh_min_start_time_epoch
-    return from_epoch(model.min_start_time_epoch if epoch is None else epoch)
 
 
 TRANSFER_ID_PATTERN = r"\d{8}T\d{6}Z-[0-9a-f]{12}"

@@ -125,9 +125,10 @@ def lake_schema_problems(config: IncsyncConfig) -> tuple[list[str], list[str]]:
 
 def _postgres_columns(source: JdbcSourceConfig, model: ModelConfig, recipient: RecipientConfig) -> list[str] | None:
     """The relation's columns through psycopg (``LIMIT 0``), or None when the URL needs the JDBC driver."""
-    from incsync.sources.jdbc import JdbcSource, _postgres_target
+    from incsync.sources.jdbc import JdbcSource
+    from incsync.sources.jdbc_sql import postgres_target
 
-    target = _postgres_target(source.jdbc_url)
+    target = postgres_target(source.jdbc_url)
     if target is None:
         return None
     client = JdbcSource(source)

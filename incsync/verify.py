@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from incsync.bounds import recipient_start
 from incsync.config import IncsyncConfig, ModelConfig, RecipientConfig
 from incsync.destinations import build_destination
 from incsync.destinations.base import DestinationState
@@ -29,7 +30,6 @@ from incsync.integrity.destination_side import DestinationSide
 from incsync.integrity.source_side import SourceSide
 from incsync.sources import build_source
 from incsync.staging import StagedBatch
-from incsync.transfer import recipient_start
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -164,7 +164,7 @@ def verify_recipient(
 
 
 def _micros(ts: Any) -> int:
-    from incsync.changes import to_micros
+    from incsync.bounds import to_micros
 
     return to_micros(ts)
 

@@ -6,14 +6,7 @@ A fresh ``incsync transfer`` process spends ~1.5 s importing Dagster, pyspark an
 first row, more than a small incremental moves data. Through a worker the client is a standard-library
 process (~0.05 s) and the transfer is the same Dagster run, recorded in the same instance.
 
-Protocol (version 3): one JSON request line from the client, ``{"version", "config", "dagster_home",
-"stderr_tty", "stderr_columns", "transfer": {"model", "recipients", "window", "backfill", "full_refresh",
-"tags", "from", "to", "json"}}`` (typed fields, each checked; see ``TRANSFER_FIELDS``), then JSON lines from
-the worker, ``{"out": text}``, ``{"err": text}``, and a last ``{"exit": code}``. When the client's standard
-error is a terminal (``stderr_tty``, ``stderr_columns`` wide), the worker draws its progress line there as
-it would on its own. The worker serves one request at a time (others wait
-in the socket's backlog) and only the configuration file it was started with. The socket is created
-mode 0600: only its owner can hand it work.
+The protocol and the client are ``incsync.worker_client``.
 """
 
 from __future__ import annotations
@@ -31,109 +24,24 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from incsync.errors import IncsyncError
-from incsync.paths import config_path, dagster_home
+from incsync.paths import dagster_home
+from incsync.worker_client import (
+    PROTOCOL_VERSION,
+    REQUEST_TIMEOUT_SECONDS,
+    TRANSFER_FIELDS,
+    WORKER_ENV_VAR,
+    WorkerError,
+    check_socket_path,
+)
 
 if TYPE_CHECKING:
     import dagster as dg
 
-WORKER_ENV_VAR = "INCSYNC_WORKER"
-PROTOCOL_VERSION = 3
-# The typed fields of a transfer request: what `incsync transfer` was asked, never its argv.
-TRANSFER_FIELDS: dict[str, tuple[type, ...]] = {
-    "model": (str,),
-    "recipients": (list,),
-    "window": (str, type(None)),
-    "backfill": (bool,),
-    "full_refresh": (bool,),
-    "tags": (list,),
-    "from": (str, type(None)),
-    "to": (str, type(None)),
-    "json": (bool,),
-}
-MAX_SOCKET_PATH = 107  # sun_path holds 108 bytes, with the terminating NUL
-REQUEST_TIMEOUT_SECONDS = 10.0
+# Runs one transfer request as `incsync transfer` would and returns its exit status: the CLI's
+# ``run_transfer_request``, handed in by ``incsync worker``, so this module never imports the CLI.
+RunRequest = Callable[..., int]
 
 log = logging.getLogger(__name__)
-
-
-class WorkerError(IncsyncError):
-    """The worker could not be reached, or refused or dropped the request."""
-
-
-def default_socket(config_file: Path) -> Path:
-    return config_file.resolve().parent / ".incsync-worker.sock"
-
-
-def _check_socket_path(path: Path) -> None:
-    if len(os.fsencode(str(path))) > MAX_SOCKET_PATH:
-        raise WorkerError(f"worker socket path {path} is longer than {MAX_SOCKET_PATH} bytes; pass a shorter --socket")
-
-
-# --- client (standard library only) -------------------------------------------------------------------
-
-
-def forward(socket_path: str | os.PathLike[str], *, transfer: dict[str, Any], config: str | None) -> int:
-    """Send a transfer request (``TRANSFER_FIELDS``) to the worker at ``socket_path``; relay its output; its exit code."""
-    path = Path(socket_path)
-    config_file = config_path(config).resolve()
-    _check_socket_path(path)
-    request = {
-        "version": PROTOCOL_VERSION,
-        "transfer": transfer,
-        "config": str(config_file),
-        "dagster_home": str(dagster_home(config_file).resolve()),
-        "stderr_tty": _is_terminal(sys.stderr),  # the worker then draws its progress line for this terminal
-        "stderr_columns": _columns(sys.stderr),
-    }
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    try:
-        try:
-            sock.connect(str(path))
-        except (FileNotFoundError, ConnectionRefusedError):
-            raise WorkerError(
-                f"no incsync worker answers at {path}: start one with `incsync worker -c {config_file} --socket {path}`, "
-                f"or run in this process by dropping --worker and unsetting {WORKER_ENV_VAR}"
-            ) from None
-        sock.sendall(json.dumps(request).encode() + b"\n")
-        try:
-            for line in sock.makefile("r", encoding="utf-8"):
-                message = json.loads(line)
-                if "out" in message:
-                    sys.stdout.write(message["out"])
-                    sys.stdout.flush()
-                elif "err" in message:
-                    sys.stderr.write(message["err"])
-                    sys.stderr.flush()
-                elif "exit" in message:
-                    return int(message["exit"])
-        except KeyboardInterrupt:
-            print(
-                "\ninterrupted: the worker carries on with the transfer (a publish is atomic); "
-                "`incsync transfers` shows how it ended",
-                file=sys.stderr,
-            )
-            return 130
-    finally:
-        sock.close()
-    raise WorkerError(
-        f"the incsync worker at {path} closed the connection before the transfer ended (it stopped or crashed); "
-        "whatever it published is complete, see `incsync transfers`"
-    )
-
-
-def _is_terminal(stream: Any) -> bool:
-    try:
-        return bool(stream.isatty())
-    except (AttributeError, ValueError):
-        return False
-
-
-def _columns(stream: Any) -> int | None:
-    try:
-        return os.get_terminal_size(stream.fileno()).columns or None
-    except (AttributeError, ValueError, OSError):
-        return None
 
 
 # --- server -------------------------------------------------------------------------------------------
@@ -168,8 +76,9 @@ class _Relay(io.TextIOBase):
 class Worker:
     """Holds the definitions and the instance of one configuration file between requests."""
 
-    def __init__(self, config_file: Path):
+    def __init__(self, config_file: Path, *, run: RunRequest):
         self.config_file = config_file.resolve()
+        self.run = run
         self.home = dagster_home(self.config_file).resolve()
         self._loaded: tuple[float, dg.Definitions] | None = None
         self._instance: dg.DagsterInstance | None = None
@@ -189,7 +98,7 @@ class Worker:
 
     def warm_up(self) -> None:
         """Start (or connect to) Spark now, so the first transfer does not pay for it."""
-        from incsync.config import load_config
+        from incsync.config_load import load_config
         from incsync.resources import spark_resource
         from incsync.sources.jdbc import driver_jars, driver_packages
 
@@ -216,8 +125,6 @@ class Worker:
         return None
 
     def handle(self, conn: socket.socket) -> None:
-        from incsync.cli import run_transfer_request
-
         out, err = _Relay(conn, "out"), _Relay(conn, "err")
         conn.settimeout(REQUEST_TIMEOUT_SECONDS)  # a client that connects and says nothing does not hold the worker
         try:
@@ -237,7 +144,7 @@ class Worker:
         else:
             try:
                 with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-                    code = run_transfer_request(request["transfer"], config=str(self.config_file), resident=self.resident)
+                    code = self.run(request["transfer"], config=str(self.config_file), resident=self.resident)
             except Exception as exc:  # noqa: BLE001 - a bug in one request must not end the worker
                 log.exception("incsync worker: request %s failed", request["transfer"])  # to the worker's own stderr
                 err.write(f"error: the worker failed on this request ({type(exc).__name__}: {exc}); its log has the traceback\n")
@@ -261,12 +168,14 @@ def release_memory() -> None:
         ctypes.CDLL("libc.so.6").malloc_trim(0)
 
 
-def serve(config_file: Path, socket_path: Path, *, warm: bool = True, announce: Callable[[str], None] = print) -> None:
-    """Answer ``transfer`` requests on ``socket_path`` until SIGTERM or Ctrl-C; the socket is removed on exit."""
-    from incsync.config import load_config
+def serve(
+    config_file: Path, socket_path: Path, *, run: RunRequest, warm: bool = True, announce: Callable[[str], None] = print
+) -> None:
+    """Answer ``transfer`` requests on ``socket_path`` with ``run`` until SIGTERM or Ctrl-C; the socket is removed on exit."""
+    from incsync.config_load import load_config
 
     load_config(config_file)  # a broken file fails here, not on the first request
-    _check_socket_path(socket_path)
+    check_socket_path(socket_path)
     os.environ.pop(WORKER_ENV_VAR, None)  # the worker runs transfers itself
     if socket_path.exists():
         probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -278,7 +187,7 @@ def serve(config_file: Path, socket_path: Path, *, warm: bool = True, announce: 
             raise WorkerError(f"another incsync worker already answers at {socket_path}; stop it or pass another --socket")
         finally:
             probe.close()
-    worker = Worker(config_file)
+    worker = Worker(config_file, run=run)
     worker.resident(worker.config_file)
     if warm:
         worker.warm_up()

@@ -10,8 +10,8 @@ import os
 import sys
 from pathlib import Path
 
-from incsync.assets import model_fingerprint
-from incsync.config import load_config
+from incsync.fingerprint import model_fingerprint
+from incsync.config_load import load_config
 from incsync.destinations import build_destination
 from incsync.partitions import grid_start, partition_key, split_key
 from incsync.transfer import TransferOutcome, TransferRequest, run_transfer

@@ -15,9 +15,11 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 import pytest
 
-from incsync.changes import Bounds
-from incsync.config import IncsyncConfig, LakeSourceConfig, ModelConfig, RecipientConfig, load_config
+from incsync.bounds import Bounds
+from incsync.config import IncsyncConfig, LakeSourceConfig, ModelConfig, RecipientConfig
+from incsync.config_load import load_config
 from incsync.destinations import Destination, build_destination
+from incsync.destinations.readers import read_rows
 from incsync.sources.base import Source
 
 KINDS = ("delta", "postgres", "object_storage")
@@ -91,7 +93,7 @@ class Target:
 
     def raw_rows(self) -> list[dict[str, Any]]:
         """Every row a reader sees (object storage: once per committed transfer that carried it)."""
-        table = self.destination.read_rows(model=self.model, recipient=self.recipient)
+        table = read_rows(self.destination, model=self.model, recipient=self.recipient)
         return sorted(table.to_pylist(), key=_row_key)
 
     def rows(self) -> list[dict[str, Any]]:

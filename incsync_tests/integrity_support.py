@@ -13,7 +13,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import yaml
 
-from incsync.config import load_config
+from incsync.config_load import load_config
 from incsync.verify import VerifyResult, verify_recipient
 from incsync_tests.destination_support import PG_DSN_ENV
 from incsync_tests.jdbc_support import PgDatabase

@@ -84,12 +84,12 @@ def test_usage_errors_are_one_line_with_the_fix(hand_config: Path, capsys: pytes
 def test_an_unexpected_error_is_one_line_and_debug_shows_the_traceback(
     hand_config: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    import incsync.config
+    import incsync.config_load
 
     def broken(_path: object) -> None:
         raise RuntimeError("disk on fire\nsecond line")
 
-    monkeypatch.setattr(incsync.config, "load_config", broken)
+    monkeypatch.setattr(incsync.config_load, "load_config", broken)
     assert main(["validate", "-c", str(hand_config)]) == 1
     assert capsys.readouterr().err == "error: RuntimeError: disk on fire (rerun with --debug for the traceback)\n"
     with pytest.raises(RuntimeError, match="disk on fire"):
@@ -205,7 +205,6 @@ def test_chatter_goes_to_a_log_file_named_on_failure(hand_config: Path, tmp_path
     assert "BetaWarning" in text and "Setting default log level" in text  # what used to drown the terminal
 
 
-@pytest.mark.slow
 def test_transfers_lists_1000_runs_within_2_seconds(tmp_path: Path, monkeypatch, capsys) -> None:
     """1,000 runs with their materializations in a PostgreSQL-backed instance (what production uses)."""
     import yaml

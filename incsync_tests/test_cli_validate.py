@@ -91,7 +91,7 @@ def test_pydantic_and_yaml_messages_cite_the_file_and_line(tmp_path: Path, capsy
     code, out, err = _validate(capsys, "-c", str(bad))
     assert (code, out) == (2, "")
     assert err.splitlines() == [
-        f'error: {bad}:3: sources[0]: vendor "lakes" is unknown — use one of lake, postgres, mysql, mariadb, athena',
+        f'error: {bad}:3: sources[0]: vendor "lakes" is unknown — use one of lake, postgres, mysql, mariadb',
         f"error: {bad}:10: models[0].primary_key: required field is missing — add it (docs/config.md lists every field)",
         f'error: {bad}:18: models[0].min_start_time_epoch: expected a whole number, got "soon"',
         f'error: {bad}:14: models[0].primay_key: unknown field — did you mean "primary_key"?',

@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from incsync.config import ConfigError, DEFAULT_LOOKBACK_SECONDS, load_config, parse_config
+from incsync.config import ConfigError, DEFAULT_LOOKBACK_SECONDS
+from incsync.config_load import load_config, parse_config
 
 DESIGN_EXAMPLE = """
 sources:
@@ -71,7 +72,7 @@ def test_design_example_loads_and_resolves_relative_paths(tmp_path: Path) -> Non
 
 
 @pytest.mark.parametrize(
-    ("vendor", "seconds"), [("postgres", 30), ("mysql", 5), ("mariadb", 5), ("athena", 300), ("lake", 300)]
+    ("vendor", "seconds"), [("postgres", 30), ("mysql", 5), ("mariadb", 5), ("lake", 300)]
 )
 def test_lookback_defaults_by_vendor(vendor: str, seconds: int) -> None:
     doc = _base()
@@ -81,6 +82,15 @@ def test_lookback_defaults_by_vendor(vendor: str, seconds: int) -> None:
     config = parse_config(doc)
     assert config.lookback_seconds(config.model("orders")) == seconds
     assert DEFAULT_LOOKBACK_SECONDS.get(vendor, 300) == seconds
+
+
+def test_an_unsupported_vendor_is_named_with_the_ones_incsync_reads() -> None:
+    doc = _base()
+    doc["sources"][0]["vendor"] = "athena"
+    assert _problems(doc) == [
+        'sources[0]: vendor "athena" is not supported: incsync has no Amazon Athena reader; '
+        "use one of lake, postgres, mysql, mariadb"
+    ]
 
 
 def test_model_lookback_overrides_source() -> None:

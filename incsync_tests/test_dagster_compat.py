@@ -3,13 +3,24 @@
 from __future__ import annotations
 
 import sqlite3
+from datetime import datetime, timedelta, timezone
 
 import dagster as dg
 import pytest
 import sqlalchemy
 import yaml
 
-from incsync.dagster_compat import SQLITE_SYNC_ENV_VAR, add_partition_metadata, event_log_storage_config, tune_sqlite_storage
+from incsync.dagster_compat import (
+    ASSET_PARTITION_RANGE_END_TAG,
+    ASSET_PARTITION_RANGE_START_TAG,
+    RUN_FAILURE_REASON_TAG,
+    SQLITE_SYNC_ENV_VAR,
+    WORKER_LOST_REASONS,
+    add_partition_metadata,
+    event_log_storage_config,
+    report_run_orphaned,
+    tune_sqlite_storage,
+)
 from incsync.errors import ConfigError
 
 DAYS = dg.StaticPartitionsDefinition(["a", "b", "c"])
@@ -37,6 +48,63 @@ def test_each_partition_of_a_range_run_gets_its_own_metadata(dagster_instance) -
     records = dagster_instance.fetch_materializations(dg.AssetKey("counted"), limit=10).records
     got = {r.asset_materialization.partition: r.asset_materialization.metadata["rows"].value for r in records}
     assert got == {"a": 97, "b": 98, "c": 99}
+
+
+class _EarlyReportingIOManager(dg.ConfigurableIOManager):
+    def handle_output(self, context: dg.OutputContext, obj: dict[str, int]) -> None:
+        context.log_event(dg.AssetMaterialization(asset_key=context.asset_key, partition="a", metadata={"rows": obj["a"]}))
+
+    def load_input(self, context: dg.InputContext) -> None:
+        return None
+
+
+def test_dagster_materializes_every_partition_of_the_output_even_when_the_io_manager_reported_one(dagster_instance) -> None:
+    """Why the IO manager reports each partition's metadata through ``add_partition_metadata`` at the end
+    and not as a materialization per commit: Dagster emits its own materialization for every partition
+    of the output when ``handle_output`` returns, so a partition reported at its commit would have two."""
+    result = dg.materialize(
+        [counted], instance=dagster_instance, resources={"recording": _EarlyReportingIOManager()},
+        tags={ASSET_PARTITION_RANGE_START_TAG: "a", ASSET_PARTITION_RANGE_END_TAG: "c"},
+    )
+    assert result.success
+    records = dagster_instance.fetch_materializations(dg.AssetKey("counted"), limit=10, ascending=True).records
+    got = [(r.asset_materialization.partition, {k: v.value for k, v in r.asset_materialization.metadata.items()}) for r in records]
+    assert got[0] == ("a", {"rows": 97})  # logged while handle_output ran
+    assert sorted(got[1:], key=str) == [("a", {}), ("b", {}), ("c", {})]  # Dagster's own, when it returned
+
+
+def test_the_range_tags_make_a_run_over_the_partitions_between_them(dagster_instance) -> None:
+    """``incsync.launch`` runs a box of partitions in one run by these tags; ``automation.statuses`` reads them."""
+    assert (ASSET_PARTITION_RANGE_START_TAG, ASSET_PARTITION_RANGE_END_TAG) == (
+        "dagster/asset_partition_range_start", "dagster/asset_partition_range_end"
+    )
+    result = dg.materialize(
+        [counted], instance=dagster_instance, resources={"recording": _RecordingIOManager()},
+        tags={ASSET_PARTITION_RANGE_START_TAG: "b", ASSET_PARTITION_RANGE_END_TAG: "c"},
+    )
+    assert result.success
+    assert dagster_instance.get_materialized_partitions(dg.AssetKey("counted")) == {"b", "c"}
+    run = dagster_instance.get_run_by_id(result.run_id)
+    assert (run.tags[ASSET_PARTITION_RANGE_START_TAG], run.tags[ASSET_PARTITION_RANGE_END_TAG]) == ("b", "c")
+
+
+def test_an_orphaned_run_fails_with_a_reason_that_says_its_worker_was_lost(dagster_instance) -> None:
+    """``liveness.reap`` marks a dead transfer's run this way; ``statuses`` reads the reason back as ORPHANED."""
+    from dagster._core.storage.dagster_run import DagsterRun
+
+    assert WORKER_LOST_REASONS == {"START_TIMEOUT", "RUN_WORKER_RESTART", "UNEXPECTED_TERMINATION"}
+    assert RUN_FAILURE_REASON_TAG == "dagster/failure_reason"
+    run = dagster_instance.add_run(DagsterRun(job_name="orders", run_id="orphan-1", status=dg.DagsterRunStatus.STARTED))
+    storage = dagster_instance.event_log_storage
+    storage.set_concurrency_slots("source_lake", 1)
+    assert storage.claim_concurrency_slot("source_lake", "orphan-1", "lake__orders").is_claimed
+    report_run_orphaned(dagster_instance, run, "incsync: its process is gone")
+    after = dagster_instance.get_run_by_id("orphan-1")
+    assert after.status == dg.DagsterRunStatus.FAILURE
+    assert after.tags[RUN_FAILURE_REASON_TAG] == "UNEXPECTED_TERMINATION"
+    [failure] = dagster_instance.all_logs("orphan-1", of_type=dg.DagsterEventType.RUN_FAILURE)
+    assert failure.dagster_event.message == "incsync: its process is gone"
+    assert storage.get_concurrency_info("source_lake").active_slot_count == 0  # the dead run's pool slot is free
 
 
 def test_sqlite_connections_commit_without_fsync_and_the_mode_is_validated(tmp_path, monkeypatch) -> None:
@@ -153,6 +221,34 @@ def test_incsync_accepts_the_cron_expressions_dagster_schedules_accept(expressio
     assert is_valid_cron(expression) == is_valid_cron_string(expression)
 
 
+TICKS = [
+    datetime(2024, 2, 29, 0, 0, tzinfo=timezone.utc), datetime(2024, 3, 1, 0, 0, tzinfo=timezone.utc),
+    datetime(2024, 3, 1, 12, 34, 56, 789_000, tzinfo=timezone.utc), datetime(2023, 3, 1, 0, 0, tzinfo=timezone.utc),
+    datetime(2024, 1, 8, 12, 0, tzinfo=timezone.utc), datetime(2024, 12, 31, 23, 59, 59, tzinfo=timezone.utc),
+]
+
+
+@pytest.mark.parametrize("expression", [
+    *(e for e in CRON_CASES if e not in ("* * * * * *", "bad", "61 * * * *", "0 0 30 2 *", "0 0 31 2 *")),
+    "0 * * * *", "0 0 * * *", "0 */6 * * *", "30 2 1 * *", "0 0 1 * 1", "15,45 8-17 * * 1-5",
+])
+def test_the_previous_tick_is_the_one_dagster_schedules_ticked_at(expression: str) -> None:
+    """The schedules read the window that closed since the previous tick with ``incsync.cron.previous_tick``."""
+    from dagster._utils.schedules import get_latest_completed_cron_tick
+
+    from incsync.cron import is_valid_cron, previous_tick
+
+    assert is_valid_cron(expression)
+    for tick in TICKS:
+        expected = get_latest_completed_cron_tick(expression, tick - timedelta(seconds=1), "UTC")
+        if expression == "0 0 29 2 *" and tick == datetime(2024, 2, 29, tzinfo=timezone.utc):
+            # Dagster's leap-day shortcut (the Feb 28 tick, shifted a day) answers the tick itself here.
+            assert expected == tick
+            expected = datetime(2020, 2, 29, tzinfo=timezone.utc)
+        assert previous_tick(expression, tick) == expected, tick
+        assert previous_tick(expression, expected + timedelta(minutes=1)) == expected  # a tick itself is "before"
+
+
 def test_loading_a_config_does_not_import_dagster(tmp_path) -> None:
     import subprocess
     import sys
@@ -161,7 +257,7 @@ def test_loading_a_config_does_not_import_dagster(tmp_path) -> None:
 
     config = lake_config(tmp_path, model={"frequency": "0 0 31 2 *"})
     probe = (
-        "import sys\nfrom incsync.config import load_config\nfrom incsync.errors import ConfigError\n"
+        "import sys\nfrom incsync.config_load import load_config\nfrom incsync.errors import ConfigError\n"
         f"try:\n    load_config({str(config)!r})\nexcept ConfigError as exc:\n    print(exc)\n"
         "print('dagster' in sys.modules)\n"
     )

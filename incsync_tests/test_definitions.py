@@ -10,8 +10,8 @@ from pathlib import Path
 
 import dagster as dg
 
-from incsync.assets import model_fingerprint
-from incsync.config import load_config
+from incsync.fingerprint import model_fingerprint
+from incsync.config_load import load_config
 from incsync.partitions import RECIPIENT_DIM, WINDOW_DIM
 from incsync.project import build_definitions
 from incsync_tests.support import lake_config

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from incsync.config import load_config
+from incsync.config_load import load_config
 from incsync.project import build_definitions
 from incsync_tests.destination_support import KINDS, destination_env
 from incsync_tests.integrity_support import TYPED_ORDERS, config_for, insert, typed_rows, verify
@@ -25,16 +25,13 @@ def _run(config: Path, instance, *, tags: dict[str, str] | None = None, raise_on
     return results[-1]
 
 
-def _rows(kind: str, tmp_path: Path) -> list[dict]:
+def _rows(tmp_path: Path) -> list[dict]:
     from incsync.destinations import build_destination
+    from incsync.destinations.readers import current_rows
 
     config = load_config(tmp_path / "incsync.yaml")
     dest = build_destination(config.destination("acme_dest"))
-    table = dest.read_rows(model=config.model("orders"), recipient=config.recipient("acme"))
-    if kind == "object_storage":
-        from incsync.destinations.object_storage import latest_versions
-
-        table = latest_versions(table, ["id"], "updated_at")
+    table = current_rows(dest, model=config.model("orders"), recipient=config.recipient("acme"))
     return sorted(table.to_pylist(), key=lambda r: r["id"])
 
 
@@ -47,7 +44,7 @@ def test_hard_deletes_leave_with_the_transfer(kind: str, spark, dagster_instance
         _run(config, dagster_instance)
         db.execute("DELETE FROM orders WHERE id IN (4, 7)")
         _run(config, dagster_instance, windows=("2024-01-02",))  # the removal rides on any transfer of the recipient
-        ids = [r["id"] for r in _rows(kind, tmp_path)]
+        ids = [r["id"] for r in _rows(tmp_path)]
         assert ids == [i for i in range(1, 21) if i not in (4, 7)]
         state = verify(config, spark, tmp_path).state
         assert state is not None and state.last_transfer.extra["rows_removed"] == "2"
@@ -63,7 +60,7 @@ def test_soft_deletes_stamp_the_row(kind: str, spark, dagster_instance, tmp_path
         _run(config, dagster_instance)
         db.execute("DELETE FROM orders WHERE id = 4")
         _run(config, dagster_instance, windows=("2024-01-02",))
-        rows = {r["id"]: r for r in _rows(kind, tmp_path)}
+        rows = {r["id"]: r for r in _rows(tmp_path)}
         assert len(rows) == 20
         assert rows[4]["_incsync_deleted_at"] is not None
         assert all(r["_incsync_deleted_at"] is None for i, r in rows.items() if i != 4)
@@ -72,7 +69,7 @@ def test_soft_deletes_stamp_the_row(kind: str, spark, dagster_instance, tmp_path
 
         insert(db, [(*r[:7], ts(2, 23, 30)) for r in typed_rows() if r[0] == 4])  # the key comes back at the source
         _run(config, dagster_instance, windows=("2024-01-02",))
-        assert _rows(kind, tmp_path)[3]["_incsync_deleted_at"] is None
+        assert _rows(tmp_path)[3]["_incsync_deleted_at"] is None
 
 
 def test_a_mass_delete_stops_unless_allowed(spark, dagster_instance, tmp_path: Path) -> None:
@@ -84,6 +81,6 @@ def test_a_mass_delete_stops_unless_allowed(spark, dagster_instance, tmp_path: P
         db.execute("DELETE FROM orders WHERE id <= 5")  # 5 of 20: past the default max_delete_fraction 0.1
         failed = _run(config, dagster_instance, raise_on_error=False, windows=("2024-01-02",))
         assert not failed.success
-        assert len(_rows("delta", tmp_path)) == 20  # nothing published
+        assert len(_rows(tmp_path)) == 20  # nothing published
         _run(config, dagster_instance, tags={"incsync/allow_mass_delete": "true"}, windows=("2024-01-02",))
-        assert [r["id"] for r in _rows("delta", tmp_path)] == list(range(6, 21))
+        assert [r["id"] for r in _rows(tmp_path)] == list(range(6, 21))

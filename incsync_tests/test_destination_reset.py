@@ -100,7 +100,7 @@ def test_a_reset_destination_is_resynced_from_the_start(
 def test_through_dagster_the_reset_reason_and_owner_reach_the_metadata(
     spark, tmp_path: Path, dagster_instance, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from incsync.assets import MODE_TAG
+    from incsync.tags import MODE_TAG
     from incsync.project import build_definitions
     from incsync_tests.support import latest_metadata, materialize_partition
 

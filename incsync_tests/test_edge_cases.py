@@ -17,12 +17,13 @@ import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable
 
-from incsync.assets import MODE_TAG, model_fingerprint
-from incsync.config import load_config
+from incsync.fingerprint import model_fingerprint
+from incsync.config_load import load_config
 from incsync.destinations import build_destination
 from incsync.errors import SchemaError, ValidationError
 from incsync.partitions import grid_start, partition_key, split_key, window_key_for
 from incsync.sources import build_source
+from incsync.tags import MODE_TAG
 from incsync.transfer import TransferOutcome, TransferRequest, run_transfer
 from incsync_tests.support import JAN1_EPOCH, ORDERS_SCHEMA, lake_config, latest_metadata, materialize_partition, order, ts
 

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from incsync.changes import UTC, floor_to_second, new_high_watermark
+from incsync.bounds import UTC, floor_to_second, new_high_watermark
 from incsync.horizon import (
     LOOKBACK_ONLY,
     OFF,
@@ -40,6 +40,12 @@ CAP_CASES = [
         "older-than-max-lag-is-ignored",
         SourceHorizon(extraction_start=at(100), mode=TRANSACTIONS, oldest_open=at(39), max_lag_seconds=60),
         at(100),
+        "a transaction open since 2024-01-01T12:00:39+00:00 (61 s) is older than max_horizon_lag (60 s)",
+    ),
+    (
+        "older-than-max-lag-lets-a-younger-one-hold",
+        SourceHorizon(extraction_start=at(100), mode=TRANSACTIONS, oldest_open=at(39), oldest_within_lag=at(99), max_lag_seconds=60),
+        at(99),
         "a transaction open since 2024-01-01T12:00:39+00:00 (61 s) is older than max_horizon_lag (60 s)",
     ),
     ("lookback-only-ignores-transactions", SourceHorizon(extraction_start=at(100), mode=LOOKBACK_ONLY, oldest_open=at(55)), at(100), None),
@@ -102,16 +108,22 @@ def test_hw_rule_properties(previous, batch_max, cap) -> None:
 @given(
     start=times,
     age_us=st.integers(0, 10_000_000_000),
+    younger_us=st.none() | st.integers(0, 10_000_000_000),
     max_lag=st.integers(0, 7200),
     lag=st.none() | st.floats(0, 5000, allow_nan=False),
 )
-def test_cap_properties(start, age_us, max_lag, lag) -> None:
+def test_cap_properties(start, age_us, younger_us, max_lag, lag) -> None:
     oldest = start - timedelta(microseconds=age_us)
-    got = horizon_cap(SourceHorizon(extraction_start=start, mode=TRANSACTIONS, oldest_open=oldest, replica_lag_seconds=lag, max_lag_seconds=max_lag))
+    younger = None if younger_us is None else start - timedelta(microseconds=min(younger_us, age_us))  # a second open transaction
+    within = [t for t in (oldest, younger) if t is not None and start - t <= timedelta(seconds=max_lag)]
+    got = horizon_cap(SourceHorizon(
+        extraction_start=start, mode=TRANSACTIONS, oldest_open=oldest, oldest_within_lag=min(within, default=None),
+        replica_lag_seconds=lag, max_lag_seconds=max_lag,
+    ))
     assert got.cap <= start  # never past the extraction's start
     assert got.cap >= start - timedelta(seconds=max_lag)  # never held back further than max_horizon_lag
-    if age_us <= max_lag * 1_000_000:
-        assert got.cap <= oldest
+    for t in within:  # every transaction within the lag holds the HW, whatever older one is open beside it
+        assert got.cap <= t
     if age_us > max_lag * 1_000_000:
         assert got.warning is not None and "older than max_horizon_lag" in got.warning
 
@@ -156,6 +168,10 @@ def test_postgres_horizon_row_on_a_primary_a_replica_and_without_the_grant() -> 
     assert (got.mode, got.extraction_start, got.oldest_open, got.note) == (TRANSACTIONS, at(100), at(55), None)
     assert horizon_cap(got).cap == at(55)
 
+    # The oldest is past max_horizon_lag; a younger one, within it, holds the HW.
+    both = postgres_horizon({**primary, "oldest_us": now_us - 90_000_000, "held_us": now_us - 20_000_000}, user="reader", max_lag_seconds=60)
+    assert (both.oldest_open, both.oldest_within_lag, horizon_cap(both).cap) == (at(10), at(80), at(80))
+
     blind = postgres_horizon({**primary, "sees_all": False}, user="reader", max_lag_seconds=3600)
     assert blind.mode == LOOKBACK_ONLY and horizon_cap(blind).cap == at(100)
     assert blind.note is not None and "GRANT pg_read_all_stats TO reader" in blind.note
@@ -175,5 +191,7 @@ def test_mysql_horizon_row() -> None:
     got = mysql_horizon({"now_us": now_us, "oldest_age_us": 30_000_000}, max_lag_seconds=3600)
     assert (got.mode, got.oldest_open) == (TRANSACTIONS, at(70))
     assert got.extraction_start == at(100) - INNODB_TRX_CACHE  # innodb_trx is a cache up to 100 ms old
+    both = mysql_horizon({"now_us": now_us, "oldest_age_us": 90_000_000, "held_age_us": 20_000_000}, max_lag_seconds=60)
+    assert (both.oldest_open, both.oldest_within_lag, horizon_cap(both).cap) == (at(10), at(80), at(80))
     idle = mysql_horizon({"now_us": now_us, "oldest_age_us": None}, max_lag_seconds=3600)
     assert idle.oldest_open is None and horizon_cap(idle).cap == at(99.9)

@@ -18,10 +18,11 @@ from typing import Any
 
 import pytest
 
-from incsync.assets import model_fingerprint
-from incsync.changes import UTC
-from incsync.config import load_config
+from incsync.fingerprint import model_fingerprint
+from incsync.bounds import UTC
+from incsync.config_load import load_config
 from incsync.destinations import build_destination
+from incsync.destinations.readers import read_rows
 from incsync.partitions import grid_start, partition_key, split_key, window_key_for
 from incsync.sources import build_source
 from incsync.transfer import TransferOutcome, TransferRequest, run_transfer
@@ -73,7 +74,7 @@ class Runner:
         return run_transfer(request, staging_root=self.staging)
 
     def ids(self) -> list[int]:
-        table = self.destination.read_rows(model=self.model, recipient=self.recipient)
+        table = read_rows(self.destination, model=self.model, recipient=self.recipient)
         return sorted(table.column("id").to_pylist())
 
 
@@ -271,6 +272,31 @@ def test_a_transaction_older_than_max_horizon_lag_stops_holding_back(spark, tmp_
 
 
 @pytest.mark.parametrize("vendor", VENDORS)
+def test_a_transaction_within_max_horizon_lag_holds_back_beside_an_older_one(spark, tmp_path: Path, vendor: str) -> None:
+    """The oldest transaction outlived `max_horizon_lag_seconds` and stops holding the HW; a younger one
+    open beside it still holds it, so its row is read once it commits (the state machine found this)."""
+    with database(vendor) as db, writers(db) as writer:
+        run = Runner(today_config(tmp_path, db, max_horizon_lag_seconds=3), spark)
+        old = writer()
+        old.begin_insert(998)
+        time.sleep(4)
+        young = writer()
+        young_start = young.begin_insert(999)
+        time.sleep(GAP)
+        commit_now(db, 1000)
+        outcome = run.tick()
+        assert "older than max_horizon_lag (3 s)" in outcome.record.extra["horizon_warning"]
+        hw = outcome.record.high_watermark
+        assert hw is not None and hw <= young_start, f"HW {hw} passed the young transaction's start {young_start}"
+        assert run.ids() == [1000]
+
+        young.commit()
+        run.tick()
+        assert run.ids() == [999, 1000]
+        old.commit()
+
+
+@pytest.mark.parametrize("vendor", VENDORS)
 def test_a_future_dated_row_never_moves_the_hw_past_the_extraction(spark, tmp_path: Path, vendor: str) -> None:
     """Issue 13 item 5: a row dated 10 s ahead is transferred and counted, the HW stays at or below the
     extraction's start, and runs read the row again until its time has come."""
@@ -281,7 +307,7 @@ def test_a_future_dated_row_never_moves_the_hw_past_the_extraction(spark, tmp_pa
         future = "now() + interval '10 seconds'" if vendor == "postgres" else "NOW(6) + INTERVAL 10 SECOND"
         db.execute(f"INSERT INTO orders VALUES (2, 'org_1', {future})")
         first = run.tick().record
-        [row2] = [r for r in run.destination.read_rows(model=run.model, recipient=run.recipient).to_pylist() if r["id"] == 2]
+        [row2] = [r for r in read_rows(run.destination, model=run.model, recipient=run.recipient).to_pylist() if r["id"] == 2]
         due = row2["updated_at"]
         assert datetime.now(UTC) < due - timedelta(seconds=1), "the machine is too slow for this test's 10 s"
         assert first.extra["future_dated_rows"] == "1"

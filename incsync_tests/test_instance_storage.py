@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from incsync.automation.concurrency import dagster_yaml
-from incsync.config import load_config
+from incsync.config_load import load_config
 from incsync.dagster_compat import instance_postgres_url
 from incsync.errors import ConfigError
 from incsync.instance_storage import postgres_url_problem, storage_problems

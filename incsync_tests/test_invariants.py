@@ -33,14 +33,16 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule, run_state_machine_as_test
 
-from incsync.assets import FULL_REFRESH_TAG, MODE_TAG, model_fingerprint
-from incsync.config import load_config
+from incsync.fingerprint import model_fingerprint
+from incsync.config_load import load_config
 from incsync.destinations import build_destination
+from incsync.destinations.readers import read_rows
 from incsync.errors import ValidationError
 from incsync.horizon import LOOKBACK_ONLY, TRANSACTIONS, SourceHorizon
 from incsync.partitions import grid_start, partition_key, split_key, window_key_for
 from incsync.execute import execute
 from incsync.sources.lake import LakeSource
+from incsync.tags import FULL_REFRESH_TAG, MODE_TAG
 from incsync.transfer import TransferRequest, run_transfer
 from incsync_tests.support import JAN1_EPOCH, ORDERS_SCHEMA, latest_metadata, materialize_partition
 
@@ -229,10 +231,13 @@ class MachineLake(LakeSource):
         self.machine = machine
 
     def horizon(self, spark: Any, *, model: Any, recipient: Any) -> SourceHorizon:
+        now = self.machine.now
         starts = [t.start for t in self.machine.open_txns]
+        held = [s for s in starts if now - s <= HORIZON_LAG]
         return SourceHorizon(
-            extraction_start=dt(self.machine.now), mode=TRANSACTIONS if starts else LOOKBACK_ONLY,
-            oldest_open=dt(min(starts)) if starts else None, max_lag_seconds=HORIZON_LAG // S,
+            extraction_start=dt(now), mode=TRANSACTIONS if starts else LOOKBACK_ONLY,
+            oldest_open=dt(min(starts)) if starts else None, oldest_within_lag=dt(min(held)) if held else None,
+            max_lag_seconds=HORIZON_LAG // S,
         )
 
 
@@ -416,7 +421,7 @@ class TransferMachine(RuleBasedStateMachine):
     def visible(self, rid: str) -> tuple[dict[int, Row], Any]:
         """What a reader of the recipient's Delta table sees, and the destination's state."""
         dest = self.destinations[rid]
-        table = dest.read_rows(model=self.model, recipient=self.recipients[rid])
+        table = read_rows(dest, model=self.model, recipient=self.recipients[rid])
         rows = {}
         for r in table.to_pylist():
             assert r["id"] not in rows, f"{rid}: key {r['id']} twice in the destination"

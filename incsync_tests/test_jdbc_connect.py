@@ -20,8 +20,8 @@ CLIENT = textwrap.dedent(
     import json, sys
     from datetime import datetime, timezone
     from pyspark.sql import SparkSession
-    from incsync.changes import Bounds
-    from incsync.config import load_config
+    from incsync.bounds import Bounds
+    from incsync.config_load import load_config
     from incsync.sources import build_source, check_sources
 
     spark = SparkSession.builder.remote(sys.argv[1]).getOrCreate()

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from incsync.changes import Bounds
-from incsync.config import load_config
+from incsync.bounds import Bounds
+from incsync.config_load import load_config
 from incsync.destinations import build_destination
 from incsync.errors import SourceError
 from incsync.project import build_definitions
@@ -371,15 +371,6 @@ def test_missing_driver_names_the_package(spark, tmp_path):
         config = load_config(jdbc_config(tmp_path, db, source={"driver_jar": str(tmp_path / "missing.jar")}))
         with pytest.raises(SourceError, match=r"driver_jar .*missing\.jar does not exist; install libpostgresql-jdbc-java"):
             build_source(config.source("db")).check(spark, model=config.model("orders"), recipient=config.recipients[0])
-
-        athena = load_config(jdbc_config(
-            tmp_path, db, source={"vendor": "athena", "jdbc_url": "jdbc:awsathena://athena.eu-west-1.amazonaws.com:443"}
-        ))
-        [problem] = check_sources(athena, spark)
-        assert problem.endswith(
-            "JDBC driver com.simba.athena.jdbc.Driver is not on Spark's classpath; install the Amazon Athena JDBC "
-            "driver jar (set `driver_jar`) (scripts/system-deps.sh) or set `driver_jar`, then restart so Spark starts with it"
-        )
 
 
 def test_check_warns_when_the_source_user_can_write(spark, tmp_path, caplog):

@@ -10,7 +10,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from incsync.config import parse_config
+from incsync.config_load import parse_config
 from incsync.errors import ConfigError, ValidationError
 from incsync.sources.sql_text import pasted_query, split_qualified
 from incsync.staging import stage, validate_and_count
@@ -222,7 +222,7 @@ def test_mixed_case_and_spaced_names_in_mariadb(spark, tmp_path: Path, monkeypat
 def test_lake_parquet_types_spark_cannot_read_fail_naming_column_and_fix(arrow_type, fix, spark, tmp_path: Path) -> None:
     import pyarrow.parquet as pq
 
-    from incsync.changes import Bounds
+    from incsync.bounds import Bounds
     from incsync.errors import SchemaError
     from incsync.sources.lake import LakeSource
 

@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from incsync.cli import run_command
-from incsync.config import load_config
+from incsync.config_load import load_config
 from incsync.errors import ConfigError
 from incsync.locations import local_path, storage_url
 

@@ -45,6 +45,13 @@ def test_make_demo_installs_without_test_extras_and_make_ui_uses_the_projects_da
     assert "-p 3001" in _make_n("ui", "UI_PORT=3001")  # another port when 3000 is taken
 
 
+def test_make_test_deselects_the_slow_tests_and_make_test_long_runs_them() -> None:
+    [fast] = [line for line in _make_n("test").splitlines() if " -m pytest " in line]
+    [long] = [line for line in _make_n("test-long").splitlines() if " -m pytest " in line]
+    assert fast == '/nonexistent-venv/bin/python -m pytest -q -n 2 --dist loadfile -m "not slow" '
+    assert long == "INCSYNC_HYPOTHESIS_PROFILE=long /nonexistent-venv/bin/python -m pytest -q -s -m slow "
+
+
 def test_ui_env_holds_a_derived_dsn_and_never_one_you_exported(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setenv(DEMO_PG_DSN_ENV, "postgresql://postgres@127.0.0.1:5432/incsync_demo")
     write_ui_env(tmp_path, derived_dsn=True)

@@ -8,8 +8,9 @@ from datetime import timedelta
 import pyarrow as pa
 from deltalake import DeltaTable
 
-from incsync.changes import Bounds
-from incsync.config import DeltaDestinationConfig, ModelConfig, RecipientConfig, load_config
+from incsync.bounds import Bounds
+from incsync.config import DeltaDestinationConfig, ModelConfig, RecipientConfig
+from incsync.config_load import load_config
 from incsync.destinations import build_destination
 from incsync.destinations.base import INCREMENTAL, TransferRecord
 from incsync.destinations.delta import DeltaDestination

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from incsync.changes import to_micros
+from incsync.bounds import to_micros
 from incsync.plan import count_by_window, coalesce, plan_batches
 from incsync_tests.support import ts
 

@@ -15,8 +15,6 @@ import time
 import urllib.request
 from pathlib import Path
 
-import pytest
-
 from incsync.cli import build_parser
 from incsync.demo import DEMO_PG_DSN_ENV
 from incsync_tests.browser_support import wait_for_http
@@ -119,7 +117,6 @@ def _wait_group_gone(pgid: int, timeout: float) -> bool:
     return False
 
 
-@pytest.mark.slow
 def test_the_quickstart_runs_in_a_clean_copy(tmp_path: Path) -> None:
     """Every quickstart command, run as written in a fresh copy of the repository's files: `make demo`
     (its install step taken as done, see ``_clean_copy``), the incsync commands, then `make ui` until the

@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from incsync.automation.sensors import build_recipient_sensor
-from incsync.config import load_config
+from incsync.config_load import load_config
 from incsync.errors import ConfigError
 from incsync.partitions import RECIPIENTS_PARTITIONS
 from incsync_tests.automation.test_sensors_schedules import NOW, _defs_with, _evaluate_sensor

@@ -11,6 +11,7 @@ import pyarrow as pa
 import pytest
 
 from incsync.errors import SchemaError
+from incsync.destinations.readers import read_rows
 from incsync_tests.arrow_transfer import run
 from incsync_tests.destination_support import KINDS, Target, destination_env, destination_spec
 from incsync_tests.support import lake_config, ts, write_table
@@ -55,7 +56,7 @@ def _type(target: Target, column: str) -> str:
     if target.kind == "postgres":
         with target.destination._connect() as conn:
             return target.destination._columns(conn, "orders")[column]
-    return str(target.destination.read_rows(model=target.model, recipient=target.recipient).schema.field(column).type)
+    return str(read_rows(target.destination, model=target.model, recipient=target.recipient).schema.field(column).type)
 
 
 WIDE_TYPE = {"postgres": "bigint", "delta": "int64", "object_storage": "int64"}

@@ -17,15 +17,13 @@ import psycopg
 import pytest
 import yaml
 
-from incsync.config import load_config
+from incsync.config_load import load_config
 from incsync.errors import ConfigError
 from incsync.resources import spark_config
 from incsync.spark_server import stop_server
 from incsync_tests.conftest import free_port
 from incsync_tests.destination_support import postgres_database
 from incsync_tests.support import JAN1_EPOCH, delta_rows, lake_config, order, ts, write_table
-
-pytestmark = pytest.mark.slow
 
 
 def _spark_class() -> str:
@@ -112,7 +110,8 @@ def _source_table(dsn: str) -> None:
 
 def test_jdbc_to_delta_and_lake_to_postgres_on_a_standalone_cluster(standalone: Cluster, s3, tmp_path: Path) -> None:
     """Staging on the S3 server, so driver and executors share no folder (issue 14)."""
-    from incsync.storage import open_store, resolve_options
+    from incsync.filesystems import resolve_options
+    from incsync.storage import open_store
 
     write_table(tmp_path / "src", "orders", [order(10, "org_1", ts(1, 4)), order(11, "org_2", ts(1, 5)),
                                              order(12, "org_2", ts(1, 6), status="paid")])

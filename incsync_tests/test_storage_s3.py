@@ -17,10 +17,11 @@ import pytest
 import yaml
 
 import incsync
-from incsync.config import parse_config
+from incsync.config_load import parse_config
 from incsync.errors import ConfigError, LeaseError
 from incsync.staging import _stage_arrow
-from incsync.storage import open_store, resolve_options
+from incsync.filesystems import resolve_options
+from incsync.storage import open_store
 from incsync_tests.arrow_transfer import run
 from incsync_tests.destination_support import Target
 from incsync_tests.s3_support import SECRET, SECRET_VAR
@@ -224,7 +225,7 @@ def test_lake_source_and_staging_on_s3(s3, tmp_path: Path, spark, dagster_instan
     assert _keys(s3, f"s3://{bucket}/staging") == []  # each transfer removed its staging folder
 
     # An empty read (the connectivity check, drift detection) goes the same way.
-    from incsync.config import load_config
+    from incsync.config_load import load_config
     from incsync.sources import build_source
 
     cfg = load_config(config)
@@ -255,8 +256,8 @@ def test_staging_on_s3_splits_a_fan_out_by_tenant(s3, spark) -> None:
 
 
 def test_validate_connect_lists_each_storage_url(s3, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from incsync.checks import check_connectivity
-    from incsync.config import load_config
+    from incsync.connectivity import check_connectivity
+    from incsync.config_load import load_config
 
     bucket = s3.bucket()
 
@@ -317,8 +318,8 @@ def test_object_storage_on_s3_from_staging_on_s3(s3, tmp_path: Path) -> None:
 def test_what_a_lake_on_s3_needs_spark_for_is_refused_by_name(
     s3, tmp_path: Path, source: dict[str, Any], model: dict[str, Any], message: str
 ) -> None:
-    from incsync.changes import EPOCH, Bounds
-    from incsync.config import load_config
+    from incsync.bounds import EPOCH, Bounds
+    from incsync.config_load import load_config
     from incsync.errors import SourceError
     from incsync.sources import build_source
 
@@ -335,8 +336,8 @@ def test_what_a_lake_on_s3_needs_spark_for_is_refused_by_name(
 
 def test_file_urls_for_lake_staging_and_destinations(tmp_path: Path, spark, dagster_instance) -> None:
     from incsync.project import build_definitions
-    from incsync.checks import check_connectivity
-    from incsync.config import load_config
+    from incsync.connectivity import check_connectivity
+    from incsync.config_load import load_config
     from incsync_tests.support import delta_rows, materialize_partition
 
     def file_urls(doc: dict[str, Any]) -> None:

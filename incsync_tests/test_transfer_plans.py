@@ -165,6 +165,70 @@ def test_recipients_of_one_run_are_read_together_and_one_bad_recipient_fails_alo
     assert [(r["id"], r["updated_at"]) for r in delta_rows(tmp_path / "out" / "globex" / "orders")] == [(3, ts(2, 2))]
 
 
+def test_a_failed_transfer_fails_its_run_with_a_failure_naming_model_recipient_and_windows(
+    spark, tmp_path: Path, dagster_instance
+) -> None:
+    from incsync.tags import ERROR_TAG
+    from incsync.runner import failure_message
+
+    write_table(tmp_path / "src", "orders", [order(1, "org_1", ts(1, 1)), order(1, "org_1", ts(2, 1)), order(2, "org_1", ts(2, 2))])
+    config = lake_config(tmp_path)
+
+    result = run_range(config, dagster_instance, ("2024-01-01", "acme"), ("2024-01-02", "acme"))
+
+    assert not result.success
+    reason = (
+        "model orders, recipient acme: 1 primary key value(s) ['id'] occur more than once in the batch: (1); "
+        "nothing was published. Fix the source or choose a primary_key that is unique."
+    )
+    failure = next(e for e in result.all_events if e.is_step_failure).step_failure_data
+    assert failure.error.cls_name == "Failure"  # raised as is, not "Error occurred while handling output"
+    assert failure.error.cause.cls_name == "ValidationError"
+    assert failure.user_failure_data.description == (
+        "model orders, recipient acme, windows 2024-01-01 .. 2024-01-02 (2) not committed: ValidationError: "
+        + reason.removeprefix("model orders, recipient acme: ")
+    )
+    assert {k: v.value for k, v in failure.user_failure_data.metadata.items()} == {
+        "model": "orders", "recipient": "acme", "windows": {"acme": ["2024-01-01", "2024-01-02"]},
+        "error": f"ValidationError: {reason}",
+    }
+    # The command line and `incsync transfers` still name the incsync error itself.
+    assert failure_message(dagster_instance, result.run_id) == f"ValidationError: {reason}"
+    assert dagster_instance.get_run_by_id(result.run_id).tags[ERROR_TAG] == f"ValidationError: {reason}"
+    assert dagster_instance.get_materialized_partitions(MODEL) == set()
+
+
+def test_a_run_where_several_recipients_fail_names_each_with_its_windows(spark, tmp_path: Path, dagster_instance) -> None:
+    write_table(tmp_path / "src", "orders", [
+        order(1, "org_1", ts(1, 1)),
+        order(3, "org_2", ts(1, 2)), order(3, "org_2", ts(2, 2)),
+        order(4, "org_3", ts(2, 3)), order(4, "org_3", ts(2, 4)),
+    ])
+    config = lake_config(tmp_path, recipients=THREE)
+    dagster_instance.add_dynamic_partitions(RECIPIENTS_PARTITIONS, ["acme", "globex", "initech"])
+
+    result = run_range(config, dagster_instance, ("2024-01-01", "acme"), ("2024-01-02", "initech"))
+
+    assert not result.success
+    failure = next(e for e in result.all_events if e.is_step_failure).step_failure_data.user_failure_data
+    duplicate = "1 primary key value(s) ['id'] occur more than once in the batch: ({}); nothing was published. " \
+                "Fix the source or choose a primary_key that is unique."
+    assert failure.description == (
+        "model orders: 2 recipient(s) failed:\n"
+        f"  model orders, recipient globex, windows 2024-01-01 .. 2024-01-02 (2) not committed: ValidationError: {duplicate.format(3)}\n"
+        f"  model orders, recipient initech, windows 2024-01-01 .. 2024-01-02 (2) not committed: ValidationError: {duplicate.format(4)}"
+    )
+    metadata = {k: v.value for k, v in failure.metadata.items()}
+    assert (metadata["recipient"], metadata["windows"]) == (
+        "globex, initech", {"globex": ["2024-01-01", "2024-01-02"], "initech": ["2024-01-01", "2024-01-02"]}
+    )
+    assert metadata["error"] == (
+        f"globex: ValidationError: model orders, recipient globex: {duplicate.format(3)}\n"
+        f"initech: ValidationError: model orders, recipient initech: {duplicate.format(4)}"
+    )
+    assert dagster_instance.get_materialized_partitions(MODEL) == {"acme|2024-01-01", "acme|2024-01-02"}
+
+
 def test_a_run_with_no_changed_rows_rewrites_no_delta_file(spark, tmp_path: Path, dagster_instance) -> None:
     write_table(tmp_path / "src", "orders", [order(i, "org_1", ts(2, i)) for i in range(1, 6)])
     config = lake_config(tmp_path)

@@ -10,6 +10,7 @@ import dagster as dg
 
 from incsync.cli import main
 from incsync.project import build_definitions
+from incsync.transfer import TRANSFER_ID_PATTERN
 from incsync_tests.browser_support import dump_dom, page_text, webserver
 from incsync_tests.support import lake_config, order, ts, write_table
 
@@ -32,6 +33,17 @@ def test_assets_and_jobs_say_what_they_are(tmp_path: Path) -> None:
     assert "orders" in {job.name for job in defs.resolve_all_job_defs()}
     [schedule] = list(defs.schedules)
     assert schedule.job_name == "orders"  # scheduled runs are named after the model too
+
+
+def test_a_composite_primary_key_reads_as_its_column_names(tmp_path: Path) -> None:
+    defs = build_definitions(lake_config(tmp_path, model={"primary_key": ["id", "organization_id"]}))
+    [model] = defs.resolve_assets_def(dg.AssetKey(["lake", "orders"])).specs
+    assert model.description == (
+        "Each recipient's copy of table `orders` from source `lake`, split by tenant column `organization_id`. "
+        "Primary key: id, organization_id; changes tracked by `updated_at` (lookback 300 s); daily windows; "
+        "schedule `*/15 * * * *` (UTC)."
+    )
+    assert model.metadata["primary_key"] == "id, organization_id"
 
 
 def test_a_transfer_records_typed_metadata_in_a_run_named_after_the_model(tmp_path: Path, monkeypatch, spark) -> None:
@@ -70,13 +82,55 @@ def test_the_asset_page_in_a_browser_shows_the_lineage_names_and_a_partitions_me
 
     with webserver(tmp_path, env) as url:
         lineage = dump_dom(f"{url}/assets/lake/orders?view=lineage", tmp_path / "chromium")
-        partition = page_text(dump_dom(f"{url}/assets/lake/orders?view=partitions&partition=acme%7C2024-01-01",
-                                       tmp_path / "chromium"))
+        partition = dump_dom(f"{url}/assets/lake/orders?view=partitions&partition=acme%7C2024-01-01", tmp_path / "chromium")
 
     nodes = re.findall(r'class="AssetNode_assetName[^"]*"[^>]*>([^<]*)<', lineage)
     assert sorted(nodes) == ["lake.orders", "orders"], page_text(lineage)[:3000]
-    assert "acme|2024-01-01 Materialized" in partition, partition[:3000]
-    assert " Job orders " in partition, partition[:3000]  # the run's job: the model's, not __ASSET_JOB
-    assert "Metadata rows_transferred 2 delta_rows_transferred 2 " in partition, partition[:3000]
-    assert " high_watermark_exact 2024-01-01T05:00:00.000001+00:00 dagster/row_count 2 " in partition, partition[:3000]
-    assert f" destination_path {tmp_path / 'out' / 'acme' / 'orders'} " in partition, partition[:3000]
+    shown = page_text(partition)[:3000]
+    # The partition's heading and its status tag; the run's job: the model's, not __ASSET_JOB.
+    assert re.findall(r'title="(acme\|2024-01-01)">.*?<span data-tooltip="([^"]+)"', partition, flags=re.S) == [
+        ("acme|2024-01-01", "Materialized")
+    ], shown
+    assert re.findall(r'>Job</span>.*?<a href="[^"]*">([^<]*)</a>', partition, flags=re.S) == ["orders"], shown
+    recorded = dg.DagsterInstance.get().get_latest_materialization_event(dg.AssetKey(["lake", "orders"]))
+    recorded_metadata = recorded.asset_materialization.metadata
+    metadata = _metadata_table(partition)
+    assert re.fullmatch(r"[A-Z][a-z]{2} \d{1,2}, \d{1,2}:\d{2}:\d{2} [AP]M UTC", metadata.pop("source_horizon")), shown
+    path = str(tmp_path / "out" / "acme" / "orders")
+    expected = {
+        "rows_transferred": "2",
+        "delta_rows_transferred": "2",
+        "high_watermark": "Jan 1, 2024, 5:00:00 AM UTC",
+        "high_watermark_epoch_seconds": "1704085200",
+        "high_watermark_exact": "2024-01-01T05:00:00.000001+00:00",
+        "dagster/row_count": "2",
+        "window_start": "Jan 1, 2024, 12:00:00 AM UTC",
+        "window_end": "Jan 2, 2024, 12:00:00 AM UTC",
+        "lower_bound": "Jan 1, 2024, 12:00:00 AM UTC",
+        "upper_bound": "Jan 2, 2024, 12:00:00 AM UTC",
+        "lookback_seconds": "300",
+        "transfer_id": recorded_metadata["transfer_id"].value,
+        "transfer_type": "INCREMENTAL",
+        "destination": "acme_delta",
+        "recipient": "acme",
+        "staged_bytes": str(recorded_metadata["staged_bytes"].value),
+        "duration_seconds": str(recorded_metadata["duration_seconds"].value),
+        "destination_path": path,
+        "dagster/column_schema": "[Show Table Schema]",
+        "horizon": "lookback-only",
+        "horizon_held_back_seconds": "0",
+        "future_dated_rows": "0",
+        "delta_table_version": "1",
+        "delta_table_path": path,
+        "destination_owner": "acme",
+    }
+    assert metadata == expected, shown
+    assert list(metadata) == list(expected)  # in the order the transfer recorded them
+    assert re.fullmatch(TRANSFER_ID_PATTERN, metadata["transfer_id"])
+
+
+def _metadata_table(dom: str) -> dict[str, str]:
+    """The partition page's metadata table as a reader sees it: each entry's name -> its shown text, in order."""
+    [table] = re.findall(r'<table class="AssetEventMetadataEntriesTable_[^"]*">(.*?)</table>', dom, flags=re.S)
+    rows = [re.findall(r"<td[^>]*>(.*?)</td>", row, flags=re.S) for row in re.findall(r"<tr>(.*?)</tr>", table, flags=re.S)]
+    return {page_text(cells[0]): page_text(cells[1]) for cells in rows}

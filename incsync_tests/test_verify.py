@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from incsync.config import load_config
+from incsync.config_load import load_config
 from incsync.project import build_definitions
 from incsync_tests.destination_support import KINDS, PG_DSN_ENV, destination_env
 from incsync_tests.integrity_support import (

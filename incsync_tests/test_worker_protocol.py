@@ -7,16 +7,17 @@ from pathlib import Path
 
 import pytest
 
-from incsync.cli import build_parser, transfer_request
+from incsync.cli import build_parser, run_transfer_request, transfer_request
 from incsync.paths import dagster_home
-from incsync.worker import PROTOCOL_VERSION, Worker
+from incsync.worker import Worker
+from incsync.worker_client import PROTOCOL_VERSION
 
 
 @pytest.fixture
 def worker(tmp_path: Path) -> Worker:
     config = tmp_path / "incsync.yaml"
     config.write_text("{}\n")
-    return Worker(config)
+    return Worker(config, run=run_transfer_request)
 
 
 def _request(worker: Worker, **transfer: object) -> dict[str, object]:

@@ -91,7 +91,7 @@ def test_any_document_pyyaml_writes_reads_back_the_same(doc, flow: bool) -> None
 
 
 def test_a_large_config_takes_the_fast_path_and_loads_the_same(tmp_path: Path) -> None:
-    from incsync.config import load_config
+    from incsync.config_load import load_config
 
     n = 2_000
     doc = {

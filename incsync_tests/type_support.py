@@ -8,8 +8,8 @@ from typing import Any
 
 import yaml
 
-from incsync.assets import model_fingerprint
-from incsync.config import load_config
+from incsync.fingerprint import model_fingerprint
+from incsync.config_load import load_config
 from incsync.destinations import build_destination
 from incsync.partitions import grid_start, partition_key, split_key
 from incsync.sources import build_source
@@ -68,12 +68,17 @@ def rows_by(config_path: Path, *key: str) -> list[dict[str, Any]]:
     return sorted(rows, key=lambda r: tuple(r[k] for k in key))
 
 
-def pg_destination_rows(table: str = "orders", schema: str = "acme") -> tuple[list[dict[str, Any]], dict[str, str]]:
-    """The PostgreSQL destination's rows (as psycopg reads them) and its column types (``format_type``)."""
+def pg_destination_rows(table: str = "orders", schema: str = "acme", *, json_as_text: bool = False) -> tuple[list[dict[str, Any]], dict[str, str]]:
+    """The PostgreSQL destination's rows (as psycopg reads them; ``json_as_text``: json/jsonb as their text,
+    so the JSON string "x" is not confused with the text x) and its column types (``format_type``)."""
     import psycopg
     from psycopg import sql
+    from psycopg.types.string import TextLoader
 
     with psycopg.connect(os.environ[PG_DSN_ENV]) as conn:
+        if json_as_text:
+            for name in ("json", "jsonb"):
+                conn.adapters.register_loader(name, TextLoader)
         conn.execute("SET TIME ZONE 'UTC'")
         cur = conn.execute(sql.SQL("SELECT * FROM {} ORDER BY 1").format(sql.Identifier(schema, table)))
         names = [d.name for d in cur.description or []]

@@ -9,7 +9,7 @@ from typing import Any
 
 import yaml
 
-from incsync.automation.tags import DESTINATION_SLOTS_TAG, MODEL_DESTINATION_TAG, SHARD_TAG, SOURCE_SLOTS_TAG
+from incsync.tags import DESTINATION_SLOTS_TAG, MODEL_DESTINATION_TAG, SHARD_TAG, SOURCE_SLOTS_TAG
 from incsync.config import IncsyncConfig
 from incsync.dagster_compat import event_log_storage_config
 from incsync.errors import ConfigError

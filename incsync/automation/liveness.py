@@ -23,12 +23,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import dagster as dg
-from dagster._core.events import JobFailureData, RunFailureReason
+
+from incsync.dagster_compat import report_run_orphaned
+from incsync.tags import HEARTBEAT_TAG, PROCESS_TAG
 
 log = logging.getLogger(__name__)
 
-PROCESS_TAG = "incsync/process"
-HEARTBEAT_TAG = "incsync/heartbeat"
 HEARTBEAT_SECONDS = 30
 STALE_AFTER = 100  # seconds without a heartbeat before a run of another host counts as dead
 IN_PROGRESS = [dg.DagsterRunStatus.STARTING, dg.DagsterRunStatus.STARTED, dg.DagsterRunStatus.CANCELING]
@@ -111,11 +111,7 @@ def reap(instance: dg.DagsterInstance, *, staging_root: Path | None = None, now:
             continue  # it ended while we looked
         message = (f"incsync: transfer run {run.run_id} was still {run.status.value} but {state.why}; "
                    "marked ORPHANED. What it committed stays committed, nothing else was published: run it again.")
-        instance.report_run_failed(
-            current, message, JobFailureData(error=None, failure_reason=RunFailureReason.UNEXPECTED_TERMINATION)
-        )
-        if instance.event_log_storage.supports_global_concurrency_limits:
-            instance.event_log_storage.free_concurrency_slots_for_run(run.run_id)
+        report_run_orphaned(instance, current, message)
         log.warning("%s", message)
         marked.append(run.run_id)
     if staging_root is not None:

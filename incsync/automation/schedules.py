@@ -4,15 +4,15 @@ the previous tick."""
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import datetime
 
 import dagster as dg
-from dagster._utils.schedules import get_latest_completed_cron_tick
 
+from incsync import cron
 from incsync.assets import model_job
-from incsync.automation.tags import INCREMENTAL
+from incsync.tags import INCREMENTAL
 from incsync.automation.windows import tick_span
-from incsync.changes import UTC
+from incsync.bounds import UTC
 from incsync.config import ModelConfig
 from incsync.launch import plan_runs
 from incsync.partitions import RECIPIENTS_PARTITIONS, window_key_for
@@ -24,8 +24,8 @@ def schedule_name(model: ModelConfig) -> str:
 
 
 def previous_tick(model: ModelConfig, tick: datetime) -> datetime:
-    """The cron tick before ``tick``."""
-    return get_latest_completed_cron_tick(model.frequency, tick - timedelta(seconds=1), "UTC").astimezone(UTC)
+    """The cron tick before ``tick`` (UTC, the zone the schedules run in)."""
+    return cron.previous_tick(model.frequency, tick.astimezone(UTC)).astimezone(UTC)
 
 
 def build_model_schedule(

@@ -8,9 +8,9 @@ from datetime import datetime
 
 import dagster as dg
 
-from incsync.automation.tags import BACKFILL
+from incsync.tags import BACKFILL
 from incsync.automation.windows import initial_backfill_span
-from incsync.changes import UTC
+from incsync.bounds import UTC
 from incsync.config import IncsyncConfig, ModelConfig, RecipientConfig
 from incsync.assets import model_job
 from incsync.launch import plan_runs

@@ -10,29 +10,24 @@ from datetime import datetime, timedelta
 from enum import Enum
 
 import dagster as dg
-from dagster._core.events import RunFailureReason
-from dagster._core.storage.tags import (
+
+from incsync.bounds import UTC
+from incsync.config import IncsyncConfig, ModelConfig
+from incsync.dagster_compat import (
     ASSET_PARTITION_RANGE_END_TAG,
     ASSET_PARTITION_RANGE_START_TAG,
     RUN_FAILURE_REASON_TAG,
+    WORKER_LOST_REASONS,
 )
-
-from incsync.automation.tags import MODE_TAG, RECIPIENT_TAG, USER_TAG_PREFIX, validate_tag
-from incsync.changes import UTC
-from incsync.config import IncsyncConfig, ModelConfig
 from incsync.errors import InputError
 from incsync.destinations.ownership import METADATA_KEY as DESTINATION_OWNER
 from incsync.metadata import DELTA_ROWS_TRANSFERRED, ROWS_TRANSFERRED
 from incsync.partitions import RECIPIENT_DIM, RECIPIENTS_PARTITIONS, model_partitions
+from incsync.tags import ERROR_TAG, MODE_TAG, RECIPIENT_TAG, USER_TAG_PREFIX, validate_tag
 
 EXPIRES_AFTER = timedelta(hours=6)
 # What the run monitor says when a run's worker died (dagster/_daemon/monitoring/run_monitoring.py).
 WORKER_LOST_MESSAGE = "Detected run worker status"
-WORKER_LOST_REASONS = {
-    RunFailureReason.START_TIMEOUT.value,
-    RunFailureReason.RUN_WORKER_RESTART.value,
-    RunFailureReason.UNEXPECTED_TERMINATION.value,
-}
 
 
 class TransferStatus(str, Enum):
@@ -130,11 +125,6 @@ def _recipients_of(run: dg.DagsterRun, model: ModelConfig | None, registered: Se
     return list(registered[min(i, j) : max(i, j) + 1])
 
 
-def _counts(instance: dg.DagsterInstance, run_id: str) -> tuple[int, int, int, tuple[str, ...]]:
-    records = instance.get_records_for_run(run_id, of_type=dg.DagsterEventType.ASSET_MATERIALIZATION).records
-    return _sum_counts([r.event_log_entry.asset_materialization for r in records])
-
-
 def _sum_counts(materializations: Iterable[dg.AssetMaterialization | None]) -> tuple[int, int, int, tuple[str, ...]]:
     n = rows = delta = 0
     owners: set[str] = set()
@@ -174,7 +164,6 @@ def _materializations_by_run(
 
 
 def _error_line(instance: dg.DagsterInstance, run: dg.DagsterRun) -> str | None:
-    from incsync.io_manager import ERROR_TAG
 
     if ERROR_TAG in run.tags:
         return run.tags[ERROR_TAG]

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from datetime import datetime
 
+from incsync.bounds import recipient_start
 from incsync.config import ModelConfig, RecipientConfig
 from incsync.partitions import grid_start
-from incsync.transfer import recipient_start
 
 
 def initial_backfill_span(model: ModelConfig, recipient: RecipientConfig, now: datetime) -> tuple[datetime, datetime] | None:

@@ -9,7 +9,7 @@ from datetime import datetime
 
 import pyarrow as pa
 
-from incsync.changes import from_micros, to_micros
+from incsync.bounds import from_micros, to_micros
 from incsync.config import ModelConfig, RecipientConfig
 from incsync.staging import StagedBatch
 
@@ -112,10 +112,6 @@ class Destination(ABC):
         """Stamp ``recipient`` as the owner of the model's table or prefix (an explicit move, logged in the
         destination); return the previous owner, if any."""
         raise NotImplementedError(f"{self.kind} destinations cannot transfer ownership")
-
-    @abstractmethod
-    def read_rows(self, *, model: ModelConfig, recipient: RecipientConfig) -> pa.Table:
-        """Everything a reader of the destination sees for (model, recipient)."""
 
 
 def reset_reason(where: str, record: TransferRecord | None, *, has_data: bool, missing: str | None = None) -> str | None:

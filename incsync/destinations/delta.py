@@ -43,9 +43,12 @@ from incsync.destinations.ownership import (
     refuse_unstamped,
 )
 from incsync.errors import LeaseError, PublishError, SchemaError
+from incsync.lease import check_lease
 from incsync.schema_change import SchemaDiff, arrow_diff, change_metadata, incompatible_error
 from incsync.staging import StagedBatch
-from incsync.storage import is_url, local_path, open_store, resolve_options
+from incsync.filesystems import resolve_options
+from incsync.storage import open_store
+from incsync.storage_names import is_url, local_path
 from incsync.typemap import changed_kinds, delta_form, to_delta
 
 # Commits of other recipients to the same table make a publish re-check its lease and try again.
@@ -332,15 +335,7 @@ class DeltaDestination(Destination):
         current = self._state(dt, model=model, recipient=recipient)
         was = expected.last_transfer.transfer_id if expected.last_transfer else None
         now = current.last_transfer.transfer_id if current.last_transfer else None
-        if was != now:
-            raise LeaseError(
-                f"model {model.model_name}, recipient {recipient.id}: transfer {now} committed to "
-                f"{self.table_path(model)} after this transfer read {was}; nothing was published. Re-run the window."
-            )
-
-    def read_rows(self, *, model: ModelConfig, recipient: RecipientConfig) -> pa.Table:
-        dt = self._table(model)
-        return dt.to_pyarrow_table() if dt is not None else pa.table({})
+        check_lease(model=model.model_name, recipient=recipient.id, where=self.table_path(model), read=was, now=now)
 
 
 def _records(history: list[dict]) -> Iterator[TransferRecord]:

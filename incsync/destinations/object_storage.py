@@ -51,10 +51,12 @@ from incsync.destinations.base import (
 )
 from incsync.destinations.ownership import METADATA_KEY as OWNER_KEY
 from incsync.destinations.ownership import OWNER_FILE, Owner, check_owner, now_iso, owner_of
-from incsync.errors import LeaseError, PublishError
+from incsync.errors import PublishError
+from incsync.lease import lost_lease
 from incsync.schema_change import SchemaDiff, arrow_diff, change_metadata, conform, incompatible_error
 from incsync.staging import StagedBatch
-from incsync.storage import Store, open_store, resolve_options
+from incsync.filesystems import resolve_options
+from incsync.storage import Store, open_store
 
 MANIFEST_VERSION = 1
 MANIFESTS = "_manifests"
@@ -233,10 +235,7 @@ class ObjectStorageDestination(Destination):
             if current.version != expected.version:
                 now = current.last_transfer.transfer_id if current.last_transfer else None
                 was = expected.last_transfer.transfer_id if expected.last_transfer else None
-                raise LeaseError(
-                    f"model {model.model_name}, recipient {recipient.id}: transfer {now} committed to {self.root} "
-                    f"after this transfer read {was}; nothing was published. Re-run the window."
-                )
+                raise lost_lease(model=model.model_name, recipient=recipient.id, where=self.root, read=was, now=now)
             previous = self._reader_schema(model, recipient)
             refresh = record.transfer_type == FULL_REFRESH
             change = SchemaDiff() if previous is None else arrow_diff(previous, batch.schema)
@@ -406,9 +405,6 @@ class ObjectStorageDestination(Destination):
                 "deleted_at": removals.at.isoformat() if removals is not None and removals.at else None,
                 "replaced_rows": batch.rows if record.transfer_type == REPAIR else 0,
                 "removed_rows": removals.rows if removals is not None else 0}
-
-    def read_rows(self, *, model: ModelConfig, recipient: RecipientConfig) -> pa.Table:
-        return read_manifested(self.store, model.model_name, recipient.id, private=self.config.disable_manifest)
 
 
 def committed_manifests(

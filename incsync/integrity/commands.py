@@ -10,7 +10,7 @@ from incsync.errors import ConfigError
 
 
 def _targets(args: argparse.Namespace):  # noqa: ANN202 - (file, config, model, recipients)
-    from incsync.config import load_config
+    from incsync.config_load import load_config
     from incsync.paths import config_path
     from incsync.verify import recipients_of
 
@@ -29,7 +29,7 @@ def _spark(config):  # noqa: ANN001, ANN202 - a lazy SparkSession factory: verif
 
     def get():  # noqa: ANN202
         if not session:
-            from incsync.checks import _jdbc_spark
+            from incsync.connectivity import _jdbc_spark
 
             session.append(_jdbc_spark(config))
         return session[0]

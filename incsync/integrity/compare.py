@@ -17,7 +17,7 @@ from decimal import Decimal
 from typing import Any
 from uuid import UUID
 
-from incsync.changes import to_micros
+from incsync.bounds import to_micros
 
 Key = tuple[Any, ...]
 

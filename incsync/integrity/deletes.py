@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
-from incsync.changes import EPOCH, UTC
+from incsync.bounds import EPOCH, UTC
 from incsync.config import ModelConfig, RecipientConfig
 from incsync.destinations.base import Destination, Removals
 from incsync.errors import PublishError
@@ -22,11 +22,11 @@ from incsync.integrity.compare import key_of
 from incsync.integrity.destination_side import DestinationSide
 from incsync.integrity.source_side import FAR_FUTURE, SourceSide
 from incsync.sources.base import Source
+from incsync.tags import ALLOW_MASS_DELETE_TAG
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-ALLOW_MASS_DELETE_TAG = "incsync/allow_mass_delete"
 
 
 class MassDeleteError(PublishError):

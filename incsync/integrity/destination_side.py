@@ -15,6 +15,7 @@ import pyarrow.compute as pc
 
 from incsync.config import ModelConfig, RecipientConfig
 from incsync.destinations.base import Destination
+from incsync.destinations.readers import current_rows
 from incsync.integrity.canonical import MASK64, Kind, arrow_hashes, arrow_key_buckets, arrow_text, kind_from_arrow, kind_from_pg
 from incsync.integrity.canonical import sql_hash, sql_key_bucket, sql_text
 from incsync.integrity.source_side import Fingerprints
@@ -43,11 +44,7 @@ class DestinationSide:
     def arrow(self) -> pa.Table:
         """Delta and object storage: every row a reader sees (latest version per key), soft-deleted ones left out."""
         if self._table is None:
-            table = self.destination.read_rows(model=self.model, recipient=self.recipient)
-            if self.destination.kind == "object_storage" and table.num_rows:
-                from incsync.destinations.object_storage import latest_versions
-
-                table = latest_versions(table, list(self.model.primary_key), self.model.last_modified_column)
+            table = current_rows(self.destination, model=self.model, recipient=self.recipient)
             if DELETED_AT in table.schema.names:
                 table = table.filter(pc.is_null(table[DELETED_AT]))
             self._table = table

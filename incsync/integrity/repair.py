@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
-from incsync.changes import UTC, to_micros
+from incsync.bounds import UTC, recipient_start, to_micros
 from incsync.config import IncsyncConfig, ModelConfig, RecipientConfig
 from incsync.destinations import build_destination
 from incsync.destinations.base import REPAIR, Removals, TransferRecord
@@ -28,7 +28,7 @@ from incsync.errors import IncsyncError
 from incsync.integrity.deletes import MassDeleteError, check_fraction
 from incsync.integrity.compare import normalize
 from incsync.staging import stage
-from incsync.transfer import new_transfer_id, recipient_start
+from incsync.transfer import new_transfer_id
 from incsync.verify import VerifyResult, verify_recipient
 
 if TYPE_CHECKING:

@@ -10,7 +10,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from incsync.changes import EPOCH, UTC, Bounds
+from incsync.bounds import EPOCH, UTC, Bounds
 from incsync.config import ModelConfig, RecipientConfig
 from incsync.integrity.canonical import (
     MASK64,
@@ -61,9 +61,9 @@ class SourceSide:
         self.vendor = source.vendor
         self._pg = None
         if self.vendor == "postgres":
-            from incsync.sources.jdbc import _postgres_target
+            from incsync.sources.jdbc_sql import postgres_target
 
-            self._pg = _postgres_target(source.config.jdbc_url)  # type: ignore[attr-defined]
+            self._pg = postgres_target(source.config.jdbc_url)  # type: ignore[attr-defined]
         self.reads = 0  # queries that scanned the recipient's rows (the cost figure counts them)
 
     @property

@@ -7,7 +7,7 @@ from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
-from incsync.changes import UTC, Bounds
+from incsync.bounds import UTC, Bounds
 from incsync.config import ModelConfig, RecipientConfig
 from incsync.errors import SchemaError
 from incsync.horizon import LOOKBACK_ONLY, SourceHorizon
@@ -70,7 +70,7 @@ class Source(ABC):
 
 
 def _nothing() -> Bounds:
-    from incsync.changes import EPOCH
+    from incsync.bounds import EPOCH
 
     return Bounds(lower=EPOCH, upper=EPOCH, lookback_seconds=0, reason="check")
 

@@ -8,20 +8,19 @@ are formatted by us from UTC datetimes. Spark's own filters are not pushed down
 from __future__ import annotations
 
 import logging
-import re
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from incsync.changes import UTC, Bounds
-from incsync.config import JdbcSourceConfig, ModelConfig, RecipientConfig
+from incsync.bounds import UTC, Bounds
+from incsync.config import IDENTIFIER_RE, JdbcSourceConfig, ModelConfig, RecipientConfig
 from incsync.errors import ConfigError, SchemaError, SourceError
 from incsync.horizon import SourceHorizon
 from incsync.sources.base import Source, column, envelope, normalize_last_modified, select_columns
 from incsync.sources.jdbc_errors import root_cause, sanitize, url_without_query
-from incsync.sources.jdbc_sql import DRIVERS, dialect_for, postgres_literal
+from incsync.sources.jdbc_sql import DRIVERS, dialect_for, postgres_literal, postgres_target
 from incsync.sources.jdbc_types import catalog_sql, plan_columns, select_list, with_plan_metadata
 from incsync.sources.sql_text import pasted_query, split_qualified
 
@@ -33,7 +32,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-_IDENTIFIER_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _NUMERIC_KEYS = ("IntegerType", "LongType", "ShortType", "ByteType", "DecimalType")
 
 
@@ -65,7 +63,7 @@ class JdbcSource(Source):
         if model.tenancy != "schema":
             return None
         schema = recipient.id_in_provider_system
-        if not _IDENTIFIER_RE.match(schema):
+        if not IDENTIFIER_RE.match(schema):
             raise ConfigError(
                 "recipients",
                 [
@@ -145,9 +143,6 @@ class JdbcSource(Source):
             return df
         except Exception as exc:  # noqa: BLE001 - every driver failure becomes one clear SourceError
             raise self._error(exc, what=what) from None
-
-    def _probe(self, spark: SparkSession, model: ModelConfig, recipient: RecipientConfig) -> dict[str, DataType]:
-        return {f.name: f.dataType for f in self._probe_schema(spark, model, recipient).fields}
 
     def _probe_schema(self, spark: SparkSession, model: ModelConfig, recipient: RecipientConfig) -> StructType:
         """Connect and learn the relation's columns (Spark runs it with ``WHERE 1=0``)."""
@@ -319,7 +314,7 @@ class JdbcSource(Source):
         )
 
     def _count(self, model: ModelConfig, recipient: RecipientConfig, cap: int, sql_for: Callable[[bool], str]) -> int | None:
-        target = _postgres_target(self.config.jdbc_url) if self.vendor == "postgres" else None
+        target = postgres_target(self.config.jdbc_url) if self.vendor == "postgres" else None
         if target is None:
             return None
         try:
@@ -352,7 +347,7 @@ class JdbcSource(Source):
     def _catalog(self, spark: SparkSession, model: ModelConfig, recipient: RecipientConfig, parts: list[str]) -> dict[str, str]:
         """Column -> type as the catalog spells it; through psycopg where the URL allows (ms), else one Spark query."""
         sql = catalog_sql(self.vendor, self.dialect.relation(parts), parts)
-        target = _postgres_target(self.config.jdbc_url) if self.vendor == "postgres" else None
+        target = postgres_target(self.config.jdbc_url) if self.vendor == "postgres" else None
         if target is not None:
             try:
                 with self._pg_connect(target, self.schema_of(model, recipient)) as conn:
@@ -429,13 +424,3 @@ def _quiet_py4j() -> Iterator[None]:
 
 _PG_TIMESTAMP, _PG_TIMESTAMPTZ = 1114, 1184  # type OIDs
 _CATALOGS: dict[tuple[object, ...], dict[str, str]] = {}  # see JdbcSource.plans
-_PG_URL_RE = re.compile(r"^jdbc:postgresql://([A-Za-z0-9_.-]+)(?::(\d+))?/([A-Za-z0-9_-]+)$")
-
-
-def _postgres_target(jdbc_url: str) -> dict[str, object] | None:
-    """host, port and database of a plain ``jdbc:postgresql://host[:port]/db``; None for anything more."""
-    match = _PG_URL_RE.match(jdbc_url)
-    if match is None:
-        return None
-    host, port, dbname = match.groups()
-    return {"host": host, "port": int(port or 5432), "dbname": dbname}

@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from incsync.changes import UTC, from_micros
+from incsync.bounds import from_micros
 from incsync.config import ModelConfig, RecipientConfig
 from incsync.horizon import LOOKBACK_ONLY, OFF, REPLICA, TRANSACTIONS, SourceHorizon
+from incsync.sources.jdbc_sql import postgres_target
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -30,17 +31,21 @@ log = logging.getLogger(__name__)
 # (Spark JDBC and the count probe connect as ApplicationName/application_name "incsync").
 POSTGRES_HORIZON_SQL = """SELECT
   (extract(epoch FROM now()) * 1000000)::bigint AS now_us,
-  (extract(epoch FROM (
-    SELECT min(a.xact_start) FROM pg_stat_activity a
-    WHERE a.pid <> pg_backend_pid() AND a.xact_start IS NOT NULL AND a.datname = current_database()
-      AND a.backend_type NOT IN ('autovacuum worker', 'walsender')
-      AND a.application_name IS DISTINCT FROM 'incsync'
-  )) * 1000000)::bigint AS oldest_us,
+  (extract(epoch FROM o.oldest) * 1000000)::bigint AS oldest_us,
+  (extract(epoch FROM o.held) * 1000000)::bigint AS held_us,
   pg_has_role(current_user, 'pg_read_all_stats', 'USAGE') AS sees_all,
   pg_is_in_recovery() AS replica,
   CASE WHEN NOT pg_is_in_recovery() THEN NULL
        WHEN pg_last_wal_receive_lsn() IS NOT DISTINCT FROM pg_last_wal_replay_lsn() THEN 0
-       ELSE (extract(epoch FROM now() - pg_last_xact_replay_timestamp()) * 1000000)::bigint END AS replica_lag_us"""
+       ELSE (extract(epoch FROM now() - pg_last_xact_replay_timestamp()) * 1000000)::bigint END AS replica_lag_us
+FROM (
+  SELECT min(a.xact_start) AS oldest,
+         min(a.xact_start) FILTER (WHERE a.xact_start >= now() - make_interval(secs => {max_lag})) AS held
+  FROM pg_stat_activity a
+  WHERE a.pid <> pg_backend_pid() AND a.xact_start IS NOT NULL AND a.datname = current_database()
+    AND a.backend_type NOT IN ('autovacuum worker', 'walsender')
+    AND a.application_name IS DISTINCT FROM 'incsync'
+) o"""
 
 POSTGRES_CLOCK_SQL = "SELECT (extract(epoch FROM now()) * 1000000)::bigint AS now_us"
 
@@ -49,7 +54,9 @@ POSTGRES_CLOCK_SQL = "SELECT (extract(epoch FROM now()) * 1000000)::bigint AS no
 MYSQL_HORIZON_SQL = """SELECT
   CAST(UNIX_TIMESTAMP(NOW(6)) * 1000000 AS SIGNED) AS now_us,
   (SELECT TIMESTAMPDIFF(MICROSECOND, MIN(t.trx_started), NOW(6)) FROM information_schema.innodb_trx t
-   WHERE t.trx_mysql_thread_id <> CONNECTION_ID()) AS oldest_age_us"""
+   WHERE t.trx_mysql_thread_id <> CONNECTION_ID()) AS oldest_age_us,
+  (SELECT TIMESTAMPDIFF(MICROSECOND, MIN(t.trx_started), NOW(6)) FROM information_schema.innodb_trx t
+   WHERE t.trx_mysql_thread_id <> CONNECTION_ID() AND t.trx_started >= NOW(6) - INTERVAL {max_lag_rounded} SECOND) AS held_age_us"""
 MYSQL_CLOCK_SQL = "SELECT CAST(UNIX_TIMESTAMP(NOW(6)) * 1000000 AS SIGNED) AS now_us"
 # InnoDB refreshes the INNODB_TRX table from a cache at most every 100 ms: a transaction begun in the
 # last 100 ms may be missing, so the extraction's start is taken that much earlier.
@@ -83,20 +90,22 @@ def postgres_horizon(row: dict[str, Any], *, user: str | None, max_lag_seconds: 
         )
     if not row["sees_all"]:
         return SourceHorizon(extraction_start=start, mode=LOOKBACK_ONLY, max_lag_seconds=max_lag_seconds, note=postgres_grant_note(user))
-    oldest = row["oldest_us"]
+    oldest, held = row["oldest_us"], row.get("held_us")
     return SourceHorizon(
         extraction_start=start, mode=TRANSACTIONS, oldest_open=None if oldest is None else from_micros(int(oldest)),
-        max_lag_seconds=max_lag_seconds,
+        oldest_within_lag=None if held is None else from_micros(int(held)), max_lag_seconds=max_lag_seconds,
     )
 
 
 def mysql_horizon(row: dict[str, Any], *, max_lag_seconds: int) -> SourceHorizon:
     """Read the MySQL/MariaDB horizon query's row."""
     now = from_micros(int(row["now_us"]))
-    age = row["oldest_age_us"]
+    age, held_age = row["oldest_age_us"], row.get("held_age_us")
     oldest = None if age is None else now - timedelta(microseconds=int(age))
+    held = None if held_age is None else now - timedelta(microseconds=int(held_age))
     return SourceHorizon(
-        extraction_start=now - INNODB_TRX_CACHE, mode=TRANSACTIONS, oldest_open=oldest, max_lag_seconds=max_lag_seconds
+        extraction_start=now - INNODB_TRX_CACHE, mode=TRANSACTIONS, oldest_open=oldest, oldest_within_lag=held,
+        max_lag_seconds=max_lag_seconds,
     )
 
 
@@ -108,15 +117,17 @@ def source_horizon(
     max_lag = cfg.max_horizon_lag_seconds if model.max_horizon_lag_seconds is None else model.max_horizon_lag_seconds
     # Switched off, only the clock is asked for (it still bounds future-dated rows): no grant, no catalog view.
     if source.vendor == "postgres":
-        sql = POSTGRES_HORIZON_SQL if cfg.safe_horizon else POSTGRES_CLOCK_SQL
+        sql = POSTGRES_HORIZON_SQL.format(max_lag=int(max_lag)) if cfg.safe_horizon else POSTGRES_CLOCK_SQL
         row = _postgres_row(source, sql) or _spark_row(source, spark(), sql, model, recipient)
         horizon = postgres_horizon(
             {"oldest_us": None, "sees_all": True, "replica": False, "replica_lag_us": None, **row},
             user=cfg.user, max_lag_seconds=max_lag,
         )
-    elif source.vendor in ("mysql", "mariadb"):
+    else:  # mysql, mariadb
         try:
-            row = _spark_row(source, spark(), MYSQL_HORIZON_SQL if cfg.safe_horizon else MYSQL_CLOCK_SQL, model, recipient)
+            # trx_started has whole seconds, rounded down: one second more keeps a transaction of exactly the lag
+            sql = MYSQL_HORIZON_SQL.format(max_lag_rounded=int(max_lag) + 1) if cfg.safe_horizon else MYSQL_CLOCK_SQL
+            row = _spark_row(source, spark(), sql, model, recipient)
             horizon = mysql_horizon({"oldest_age_us": None, **row}, max_lag_seconds=max_lag)
         except _MissingGrant:
             row = _spark_row(source, spark(), MYSQL_CLOCK_SQL, model, recipient)
@@ -124,8 +135,6 @@ def source_horizon(
                 extraction_start=from_micros(int(row["now_us"])), mode=LOOKBACK_ONLY, max_lag_seconds=max_lag,
                 note=mysql_grant_note(cfg.user),
             )
-    else:  # athena: no session view; the local clock bounds future-dated rows
-        return SourceHorizon(extraction_start=datetime.now(UTC), mode=LOOKBACK_ONLY, max_lag_seconds=max_lag)
     if not cfg.safe_horizon:
         return SourceHorizon(extraction_start=horizon.extraction_start, mode=OFF, max_lag_seconds=max_lag)
     if horizon.note:
@@ -140,9 +149,7 @@ class _MissingGrant(Exception):
 def _postgres_row(source: JdbcSource, sql: str) -> dict[str, Any] | None:
     """Run ``sql`` through psycopg for a plain ``jdbc:postgresql://host:port/db`` URL (no Spark job); None
     for other URLs or when psycopg cannot connect (Spark JDBC then runs it with its own clear errors)."""
-    from incsync.sources.jdbc import _postgres_target
-
-    target = _postgres_target(source.config.jdbc_url)
+    target = postgres_target(source.config.jdbc_url)
     if target is None:
         return None
     import psycopg

@@ -19,7 +19,7 @@ class Driver:
     """Where a vendor's JDBC driver comes from."""
 
     class_name: str
-    os_jar: str | None
+    os_jar: str  # where the OS package installs the jar
     package: str
 
 
@@ -27,8 +27,19 @@ DRIVERS: dict[str, Driver] = {
     "postgres": Driver("org.postgresql.Driver", "/usr/share/java/postgresql.jar", "libpostgresql-jdbc-java"),
     "mysql": Driver("org.mariadb.jdbc.Driver", "/usr/share/java/mariadb-java-client.jar", "libmariadb-java"),
     "mariadb": Driver("org.mariadb.jdbc.Driver", "/usr/share/java/mariadb-java-client.jar", "libmariadb-java"),
-    "athena": Driver("com.simba.athena.jdbc.Driver", None, "the Amazon Athena JDBC driver jar (set `driver_jar`)"),
 }
+
+
+_PG_URL_RE = re.compile(r"^jdbc:postgresql://([A-Za-z0-9_.-]+)(?::(\d+))?/([A-Za-z0-9_-]+)$")
+
+
+def postgres_target(jdbc_url: str) -> dict[str, object] | None:
+    """host, port and database of a plain ``jdbc:postgresql://host[:port]/db``; None for anything more."""
+    match = _PG_URL_RE.match(jdbc_url)
+    if match is None:
+        return None
+    host, port, dbname = match.groups()
+    return {"host": host, "port": int(port or 5432), "dbname": dbname}
 
 
 def postgres_literal(value: str) -> str:

@@ -14,12 +14,12 @@ from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from incsync.changes import Bounds
+from incsync.bounds import Bounds
 from incsync.config import LakeSourceConfig, ModelConfig, RecipientConfig
 from incsync.errors import SchemaError, SourceError
 from incsync.sources.base import Source, column, envelope, normalize_last_modified, select_columns
 from incsync.sources.sql_text import pasted_query, split_qualified
-from incsync.storage import is_url, local_path, scheme_of
+from incsync.storage_names import is_url, local_path, scheme_of
 
 if TYPE_CHECKING:
     import pyarrow.dataset as ds
@@ -43,7 +43,7 @@ class LakeSource(Source):
 
     def _remote_folder(self, parts: list[str]) -> tuple[object, str]:
         """The filesystem and path of a table folder on an object store; refuses what needs Spark's connector."""
-        from incsync.storage import filesystem, resolve_options
+        from incsync.filesystems import filesystem, resolve_options
 
         cfg = self.config
         if cfg.format != "parquet":

@@ -9,7 +9,7 @@ import dagster as dg
 from dagster._core.storage.tags import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG
 
 from incsync.automation.statuses import TransferStatus, list_transfers
-from incsync.config import load_config
+from incsync.config_load import load_config
 from incsync.project import build_definitions
 from incsync.partitions import RECIPIENTS_PARTITIONS, partition_key
 from incsync_tests.support import delta_rows, lake_config, order, ts, write_table

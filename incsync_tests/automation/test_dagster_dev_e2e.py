@@ -6,8 +6,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
-import socket
 import subprocess
 import sys
 import time
@@ -21,8 +19,9 @@ import pytest
 import yaml
 
 from incsync.automation.concurrency import dagster_yaml
-from incsync.config import load_config
-from incsync_tests.conftest import in_ci
+from incsync.config_load import load_config
+from incsync_tests.browser_support import stop_group
+from incsync_tests.conftest import free_port, in_ci
 from incsync_tests.support import delta_rows, lake_config, order, ts, write_table
 
 REPO = Path(__file__).resolve().parents[2]
@@ -36,26 +35,6 @@ CHROMIUM_FLAGS = [
     "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
     "--disable-background-networking", "--disable-component-update", "--disable-sync",
 ]
-
-pytestmark = pytest.mark.slow
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _stop(proc: subprocess.Popen) -> None:
-    """dagster dev leads its own session; end the whole group, SIGKILL when SIGTERM is ignored."""
-    if proc.poll() is not None:
-        return
-    os.killpg(proc.pid, signal.SIGTERM)
-    try:
-        proc.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=10)
 
 
 class Dagster:
@@ -86,7 +65,7 @@ def dagster_dev(tmp_path: Path) -> Iterator[Dagster]:
     home = tmp_path / "dagster_home"
     home.mkdir()
     (home / "dagster.yaml").write_text(dagster_yaml(load_config(config_file), REPO / "dagster.yaml", dagster_home=home))
-    port = _free_port()
+    port = free_port()
     env = {
         **os.environ,
         "DAGSTER_HOME": str(home),
@@ -114,7 +93,7 @@ def dagster_dev(tmp_path: Path) -> Iterator[Dagster]:
                 time.sleep(0.5)
         yield server
     finally:
-        _stop(proc)
+        stop_group(proc)
 
 
 def _wait_for_backfill(server: Dagster, backfill_id: str, timeout: float) -> list[dict]:

@@ -17,9 +17,9 @@ import pytest
 import yaml
 
 from incsync.automation.concurrency import dagster_yaml
-from incsync.changes import UTC
-from incsync.config import load_config
-from incsync_tests.automation.test_dagster_dev_e2e import _stop
+from incsync.bounds import UTC
+from incsync.config_load import load_config
+from incsync_tests.browser_support import stop_group
 from incsync_tests.destination_support import postgres_database
 from incsync_tests.support import delta_rows, lake_config, order, write_table
 
@@ -30,8 +30,6 @@ RECIPIENTS = [
     {"id": "acme", "id_in_provider_system": "org_1", "destination": "acme_delta"},
     {"id": "globex", "id_in_provider_system": "org_2", "destination": "globex_delta"},
 ]
-
-pytestmark = pytest.mark.slow
 
 
 def _wait(what: str, done: Callable[[], bool], *, timeout: float, proc: subprocess.Popen, log: Path) -> None:
@@ -114,7 +112,7 @@ def test_sensor_schedule_and_backfill_through_the_daemon_on_postgres(
                 runs = instance.get_runs()
                 records = instance.fetch_materializations(MODEL, limit=100).records
         finally:
-            _stop(proc)
+            stop_group(proc)
 
     by_tag = {tag: sorted({r.tags[tag] for r in runs if tag in r.tags}) for tag in ("dagster/sensor_name", "dagster/schedule_name", "dagster/backfill")}
     assert by_tag == {"dagster/sensor_name": ["incsync_recipients"], "dagster/schedule_name": ["incsync_orders_schedule"],

@@ -6,8 +6,8 @@ import threading
 from pathlib import Path
 
 
-from incsync.assets import model_fingerprint
-from incsync.config import load_config
+from incsync.fingerprint import model_fingerprint
+from incsync.config_load import load_config
 from incsync.destinations.delta import DeltaDestination
 from incsync.errors import LeaseError
 from incsync.partitions import grid_start, partition_key, split_key

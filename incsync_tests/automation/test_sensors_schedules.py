@@ -9,12 +9,12 @@ from pathlib import Path
 import dagster as dg
 import yaml
 
-from incsync.automation.registry import automation
+from incsync.automation.triggers import automation
 from incsync.automation.schedules import build_model_schedule, schedule_name
-from incsync.automation.tags import transfer_run_tags
+from incsync.tags import transfer_run_tags
 from incsync.automation.sensors import build_recipient_sensor
-from incsync.changes import UTC
-from incsync.config import load_config
+from incsync.bounds import UTC
+from incsync.config_load import load_config
 from incsync.partitions import RECIPIENTS_PARTITIONS
 from incsync_tests.support import lake_config
 

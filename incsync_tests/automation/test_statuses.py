@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import time
 import uuid
 from datetime import timedelta
 from pathlib import Path
@@ -16,8 +15,8 @@ from dagster._core.storage.dagster_run import DagsterRun
 from dagster._daemon.monitoring.run_monitoring import monitor_starting_run
 
 from incsync.automation.statuses import StatusError, TransferStatus, counts_by_model, list_transfers
-from incsync.automation.tags import TagError, parse_tags
-from incsync.config import load_config
+from incsync.tags import TagError, parse_tags
+from incsync.config_load import load_config
 from incsync.partitions import RECIPIENTS_PARTITIONS
 from incsync_tests.support import lake_config
 
@@ -32,7 +31,8 @@ RECIPIENTS = [
 def monitored(tmp_path: Path):
     home = tmp_path / "monitored_home"
     home.mkdir()
-    overrides = {"run_monitoring": {"enabled": True, "start_timeout_seconds": 1}}
+    # A zero start timeout: the monitor's first look finds a run that never started past it, without waiting.
+    overrides = {"run_monitoring": {"enabled": True, "start_timeout_seconds": 0}}
     with dg.instance_for_test(temp_dir=str(home), overrides=overrides) as inst:
         inst.add_dynamic_partitions(RECIPIENTS_PARTITIONS, ["acme", "globex"])
         yield inst
@@ -99,7 +99,6 @@ def test_each_run_state_maps_to_its_transfer_status(tmp_path: Path, monitored):
     assert _status(instance, config, lost) == TransferStatus.ORPHANED
 
     never_started = _queued(instance, "globex", status=dg.DagsterRunStatus.NOT_STARTED)
-    time.sleep(1.1)
     monitor_starting_run(instance, instance.get_run_record_by_id(never_started.run_id), logging.getLogger("test"))
     assert instance.get_run_by_id(never_started.run_id).status == dg.DagsterRunStatus.FAILURE
     assert _status(instance, config, never_started) == TransferStatus.ORPHANED

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from incsync.assets import model_fingerprint
-from incsync.config import load_config
+from incsync.fingerprint import model_fingerprint
+from incsync.config_load import load_config
 from incsync.destinations import build_destination
 from incsync.partitions import grid_start, partition_key, split_key
 from incsync.sources import build_source

@@ -9,7 +9,8 @@ import psycopg.errors
 import pytest
 import yaml
 
-from incsync.config import RetryPolicy, load_config
+from incsync.config import RetryPolicy
+from incsync.config_load import load_config
 from incsync.errors import ConfigError, PublishError, SourceError, ValidationError
 from incsync.retries import transient_cause, with_retries
 from incsync_tests.support import lake_config

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from incsync.config import load_config
+from incsync.config_load import load_config
 from incsync.destinations import build_destination
 from incsync_tests.faults.support import Killer, pg_sessions, pg_terminate, transfer
 from incsync_tests.jdbc_support import jdbc_config, maria_database, mariadb_cli, pg_database

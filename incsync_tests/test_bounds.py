@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from incsync.changes import (
+from incsync.bounds import (
     UTC,
     compute_bounds,
     delta_threshold,

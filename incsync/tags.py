@@ -1,15 +1,18 @@
-"""Run tags incsync sets on every run it launches, and the validation of user tags."""
+"""Run tags: every tag key incsync sets or reads on a run, defined once, and the validation of user tags."""
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable
 
-from incsync.assets import FULL_REFRESH_TAG, MODE_TAG
-from incsync.config import ID_PATTERN, IncsyncConfig, ModelConfig, RecipientConfig
+from incsync.config import ID_PATTERN, ID_RE, IncsyncConfig, ModelConfig, RecipientConfig
 from incsync.errors import InputError
 
-PREFIX = "incsync/"
+MODE_TAG = "incsync/mode"  # incremental | backfill (the asset reads it)
+FULL_REFRESH_TAG = "incsync/full_refresh"
+ALLOW_MASS_DELETE_TAG = "incsync/allow_mass_delete"  # --allow-mass-delete: one run may delete past max_delete_fraction
+ERROR_TAG = "incsync/error"  # the first line of a failed run's error, so listing runs reads no events
+PROCESS_TAG = "incsync/process"  # host:pid of the process running the run (liveness)
+HEARTBEAT_TAG = "incsync/heartbeat"
 MODEL_TAG = "incsync/model"
 RECIPIENT_TAG = "incsync/recipient"
 SOURCE_TAG = "incsync/source"
@@ -27,9 +30,6 @@ USER_TAG_PREFIX = "incsync/tag/"
 INCREMENTAL = "incremental"
 BACKFILL = "backfill"
 
-__all__ = ["FULL_REFRESH_TAG", "MODE_TAG"]  # re-exported: the asset reads them
-
-_ID_RE = re.compile(ID_PATTERN)
 
 
 class TagError(InputError):
@@ -42,7 +42,7 @@ def validate_tag(key: str, value: str) -> tuple[str, str]:
     if problem := tag_length_problem(key, value):
         raise TagError(problem)
     for what, text in (("key", key), ("value", value)):
-        if not _ID_RE.match(text):
+        if not ID_RE.match(text):
             raise TagError(
                 f'tag {key}={value}: {what} "{text}" is invalid; tag keys and values must match {ID_PATTERN} '
                 "(letters, digits, _ and - only)"

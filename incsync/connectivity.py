@@ -19,7 +19,7 @@ def check_connectivity(config: IncsyncConfig) -> list[str]:
     """One line per source or destination that cannot be reached or lacks a column a model names,
     with the fix. Lake and PostgreSQL sources are checked in parallel without Spark
     (``validate_checks``); other databases through Spark JDBC, the path their transfers take."""
-    from incsync.storage import is_url, local_path
+    from incsync.storage_names import is_url, local_path
     from incsync.validate_checks import connect_schema_problems
 
     problems: list[str] = []
@@ -56,7 +56,8 @@ def check_connectivity(config: IncsyncConfig) -> list[str]:
 
 def _storage_problems(where: str, url: str, options: dict[str, str], *, key: str = ".path") -> list[str]:
     """The location listed once through the storage layer: reachable, and the credentials accepted."""
-    from incsync.storage import open_store, resolve_options
+    from incsync.filesystems import resolve_options
+    from incsync.storage import open_store
 
     import pyarrow.fs as pafs
 

@@ -1,11 +1,13 @@
-"""Pure transfer arithmetic: bounds, watermarks, counts and fingerprints. No Spark, no I/O."""
+"""Pure transfer arithmetic: bounds, watermarks and counts. No Spark, no I/O."""
 
 from __future__ import annotations
 
-import hashlib
-import json
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from incsync.config import ModelConfig, RecipientConfig
 
 UTC = timezone.utc
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -13,6 +15,12 @@ EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 def from_epoch(seconds: int | float) -> datetime:
     return EPOCH + timedelta(seconds=seconds)
+
+
+def recipient_start(model: ModelConfig, recipient: RecipientConfig) -> datetime:
+    """Where a recipient's data starts: its own override, else the model's."""
+    epoch = recipient.default_full_refresh_min_start_time_epoch
+    return from_epoch(model.min_start_time_epoch if epoch is None else epoch)
 
 
 def to_micros(ts: datetime) -> int:
@@ -107,7 +115,3 @@ def delta_threshold(previous: datetime | None) -> datetime | None:
     return None if previous is None else from_epoch(epoch_seconds_floor(previous))
 
 
-def fingerprint(parts: dict[str, object]) -> str:
-    """A short, stable digest of a model's shape (its Dagster ``code_version``)."""
-    canonical = json.dumps(parts, sort_keys=True, separators=(",", ":"), default=str)
-    return hashlib.sha256(canonical.encode()).hexdigest()[:16]

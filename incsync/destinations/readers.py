@@ -1,0 +1,66 @@
+"""Reading a recipient's copy back as a reader of each destination kind sees it: for ``incsync demo``,
+verify and the tests. Publishing never reads rows back, so this is no part of the destination protocol.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+import pyarrow as pa
+
+from incsync.config import ModelConfig, RecipientConfig
+from incsync.destinations.base import Destination
+
+if TYPE_CHECKING:
+    from incsync.destinations.delta import DeltaDestination
+    from incsync.destinations.object_storage import ObjectStorageDestination
+    from incsync.destinations.postgres import PostgresDestination
+
+
+def read_delta(destination: DeltaDestination, *, model: ModelConfig, recipient: RecipientConfig) -> pa.Table:
+    """The Delta table's rows (``recipient`` owns the whole table); empty before the first transfer."""
+    dt = destination._table(model)
+    return dt.to_pyarrow_table() if dt is not None else pa.table({})
+
+
+def read_postgres(destination: PostgresDestination, *, model: ModelConfig, recipient: RecipientConfig) -> pa.Table:
+    """The PostgreSQL table's rows (``recipient`` owns the schema's table); empty before the first transfer."""
+    from psycopg import sql
+
+    with destination._connect() as conn:
+        if destination._columns(conn, model.model_name) is None:
+            return pa.table({})
+        cur = conn.execute(sql.SQL("SELECT * FROM {}").format(destination._ident(model.model_name)))
+        names = [d.name for d in cur.description or []]
+        rows = cur.fetchall()
+    return pa.Table.from_pylist([dict(zip(names, r, strict=True)) for r in rows]) if rows else pa.table({n: [] for n in names})
+
+
+def read_object_storage(destination: ObjectStorageDestination, *, model: ModelConfig, recipient: RecipientConfig) -> pa.Table:
+    """Every row of the recipient's committed manifests: an append log, so a key may occur once per transfer."""
+    from incsync.destinations.object_storage import read_manifested
+
+    return read_manifested(destination.store, model.model_name, recipient.id, private=destination.config.disable_manifest)
+
+
+READERS: dict[str, Callable[..., pa.Table]] = {
+    "delta": read_delta,
+    "postgres": read_postgres,
+    "object_storage": read_object_storage,
+}
+
+
+def read_rows(destination: Destination, *, model: ModelConfig, recipient: RecipientConfig) -> pa.Table:
+    """Everything a reader of ``destination`` sees for (model, recipient)."""
+    return READERS[destination.kind](destination, model=model, recipient=recipient)
+
+
+def current_rows(destination: Destination, *, model: ModelConfig, recipient: RecipientConfig) -> pa.Table:
+    """What the recipient's copy holds now: object storage's append log reduced to each key's newest row."""
+    table = read_rows(destination, model=model, recipient=recipient)
+    if destination.kind != "object_storage" or table.num_rows == 0:
+        return table
+    from incsync.destinations.object_storage import latest_versions
+
+    return latest_versions(table, list(model.primary_key), model.last_modified_column)
