@@ -14,6 +14,7 @@ from pathlib import Path
 import dagster as dg
 
 from incsync.config import IncsyncConfig, ModelConfig
+from incsync.dagster_compat import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG
 
 CHECK_NAME = "integrity"
 
@@ -32,7 +33,7 @@ def _run_recipients(context: dg.AssetCheckExecutionContext, config: IncsyncConfi
     if "dagster/partition" in tags:
         ids = [split_key(model, tags["dagster/partition"]).recipient_id]
     else:
-        start, end = tags.get("dagster/asset_partition_range_start"), tags.get("dagster/asset_partition_range_end")
+        start, end = tags.get(ASSET_PARTITION_RANGE_START_TAG), tags.get(ASSET_PARTITION_RANGE_END_TAG)
         if start and end:
             first, last = split_key(model, start).recipient_id, split_key(model, end).recipient_id
             enabled = [r.id for r in config.recipients if r.enabled]
