@@ -4,14 +4,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from incsync.config import (
+from incsync.config import IncsyncConfig
+from incsync.config_destinations import (
     DeltaDestinationConfig,
-    IncsyncConfig,
-    JdbcSourceConfig,
-    LakeSourceConfig,
     ObjectStorageDestinationConfig,
     PostgresDestinationConfig,
 )
+from incsync.config_sources import JdbcSourceConfig, LakeSourceConfig
 from incsync.errors import ConfigError, IncsyncError
 
 

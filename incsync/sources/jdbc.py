@@ -15,7 +15,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from incsync.bounds import UTC, Bounds
-from incsync.config import IDENTIFIER_RE, JdbcSourceConfig, ModelConfig, RecipientConfig
+from incsync.config import ModelConfig, RecipientConfig
+from incsync.config_base import IDENTIFIER_RE
+from incsync.config_sources import JdbcSourceConfig
 from incsync.errors import ConfigError, SchemaError, SourceError
 from incsync.horizon import SourceHorizon
 from incsync.sources.base import Source, column, envelope, normalize_last_modified, select_columns
