@@ -226,7 +226,7 @@ def run_transfer_request(transfer: dict[str, object], *, config: str, resident: 
 
 
 def cmd_janitor(args: argparse.Namespace) -> int:
-    from incsync.config import ObjectStorageDestinationConfig
+    from incsync.config_destinations import ObjectStorageDestinationConfig
     from incsync.destinations.object_storage import janitor
 
     file = config_path(args.config)

@@ -1,234 +1,24 @@
-"""The configuration file's model: pydantic models for sources, destinations, models and recipients.
+"""The configuration file's model: the whole file, its models and recipients, and the retry policy.
 
-Secrets are never in the file, only the names of the environment variables that hold them. Reading a
-file (environment, paths, the recipients table) is ``incsync.config_load``; the checks across fields
-are ``incsync.config_checks``.
+Secrets are never in the file, only the names of the environment variables that hold them. Sources are
+``incsync.config_sources``, destinations ``incsync.config_destinations``, what every section shares
+``incsync.config_base``. Reading a file (environment, paths, the recipients table) is
+``incsync.config_load``; the checks across fields are ``incsync.config_checks``.
 """
 
 from __future__ import annotations
 
-import os
-import re
 from functools import cached_property
-from typing import Annotated, Literal
+from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
-from incsync.errors import ConfigError
-
-
-ID_PATTERN = r"^[A-Za-z0-9_-]+$"
-ID_RE = re.compile(ID_PATTERN)
-IDENTIFIER_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-MAX_COLUMN_NAME = 128
+from incsync.config_base import ID_PATTERN, ID_RE, StrictModel
+from incsync.config_destinations import DestinationConfig
+from incsync.config_sources import DEFAULT_LOOKBACK_SECONDS, FALLBACK_LOOKBACK_SECONDS, SourceConfig
 
 
-def column_name_problem(name: str) -> str | None:
-    """Why ``name`` cannot be a column name; None when it can. Names are used exactly as spelled (and
-    quoted), so mixed case, spaces and reserved words are fine; control characters and empty names are not."""
-    if not name.strip():
-        return "is empty; name a column"
-    if any(ord(ch) < 32 or ord(ch) == 127 for ch in name):
-        return "holds a control character (NUL, newline, tab...); write the name as the database spells it"
-    if len(name) > MAX_COLUMN_NAME:
-        return f"is longer than {MAX_COLUMN_NAME} characters"
-    return None
-
-
-def table_name_problem(name: str, *, schema_tenanted: bool) -> str | None:
-    """Why ``name`` cannot be a ``source_table``: `table` or `schema.table`, each part bare (`public.Order`,
-    the case as typed) or quoted as database tools print it (`public."Order"`, `` `db`.`t` ``)."""
-    from incsync.sources.sql_text import split_qualified  # the package imports this module
-
-    parts = split_qualified(name)
-    if parts is None or len(parts) > 2 or any(column_name_problem(p) for p in parts):
-        return (
-            "must be `table` or `schema.table`; quote a part that is not a plain word with \"\" or ``, "
-            'e.g. public."Order Lines"'
-        )
-    if schema_tenanted and len(parts) > 1:
-        return "is schema-tenanted, so name the table alone; each recipient's schema is its id_in_provider_system"
-    return None
-
-# Prequel's documented lookback defaults, by source vendor (seconds).
-DEFAULT_LOOKBACK_SECONDS: dict[str, int] = {
-    "postgres": 30,
-    "mysql": 5,
-    "mariadb": 5,
-}
-FALLBACK_LOOKBACK_SECONDS = 300
-
-
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class LakeSourceConfig(_Strict):
-    """Folders of Parquet/CSV/JSON files (one per table) or Spark catalog tables."""
-
-    name: str = Field(description="Source name, referenced by models.")
-    vendor: Literal["lake"] = Field(description="`lake`.")
-    path: str | None = Field(default=None, description="Root folder; table `t` lives in `<path>/t`.")
-    format: Literal["parquet", "csv", "json", "table"] = Field(
-        default="parquet",
-        description="How the files are written: parquet, csv (with a header line), json, or `table` for Spark catalog tables.",
-    )
-    options: dict[str, str] = Field(default_factory=dict, description="Extra Spark reader options.")
-    storage_options: dict[str, str] = Field(
-        default_factory=dict,
-        description="Object-store settings in delta-rs's names (aws_region, aws_endpoint_url, ...); a secret is "
-        "`<name>_env: VARIABLE`, never its value (docs/storage.md).",
-    )
-    lookback_seconds: int | None = Field(
-        default=None, ge=0,
-        description="Re-read this far behind the high watermark for late rows (default 300 for lakes).",
-    )
-    max_concurrent_transfers: int = Field(
-        default=10, ge=1,
-        description="At most this many runs read this source at once (dagster.yaml run limits).",
-    )
-    max_concurrent_queries_per_transfer: int = Field(
-        default=1, ge=1,
-        description="Split one read into this many parallel key-range reads.",
-    )
-
-    @model_validator(mode="after")
-    def _path_for_files(self) -> LakeSourceConfig:
-        if self.format != "table" and not self.path:
-            raise ValueError(f'format "{self.format}" reads files: set `path` to the folder that holds one folder per table')
-        return self
-
-
-class JdbcSourceConfig(_Strict):
-    """A database read over Spark JDBC; the password comes from an environment variable."""
-
-    name: str = Field(description="Source name, referenced by models.")
-    vendor: Literal["postgres", "mysql", "mariadb"] = Field(description="postgres, mysql or mariadb.")
-    jdbc_url: str = Field(description="JDBC URL without credentials.")
-    user: str | None = Field(
-        default=None,
-        description="Database user; read-only credentials are enough (and recommended).",
-    )
-    password_env: str | None = Field(default=None, description="Name of the variable holding the password.")
-    driver_jar: str | None = Field(default=None, description="Path of the JDBC driver jar; default from the OS packages.")
-    driver_package: str | None = Field(
-        default=None, description="Maven coordinates of the JDBC driver (spark.jars.packages), where Maven is reachable."
-    )
-    lookback_seconds: int | None = Field(
-        default=None, ge=0,
-        description="Re-read this far behind the high watermark for late rows (default: PostgreSQL 30, MySQL/MariaDB 5).",
-    )
-    max_concurrent_transfers: int = Field(
-        default=10, ge=1,
-        description="At most this many runs read this source at once (dagster.yaml run limits).",
-    )
-    max_concurrent_queries_per_transfer: int = Field(
-        default=1, ge=1,
-        description="Split one read into this many parallel key-range queries.",
-    )
-    fetch_size: int = Field(default=10_000, ge=1, description="Rows per JDBC round trip.")
-    safe_horizon: bool = Field(
-        default=True,
-        description="Hold the high watermark at the start of the oldest transaction still open at extraction "
-        "(README: the safe horizon); false: the lookback alone.",
-    )
-    max_horizon_lag_seconds: int = Field(
-        default=3600, ge=0,
-        description="A transaction (or replica lag) older than this no longer holds the high watermark back; "
-        "the transfer's metadata warns with its age.",
-    )
-
-    @field_validator("jdbc_url")
-    @classmethod
-    def _no_secret_in_url(cls, url: str) -> str:
-        if not url.startswith("jdbc:"):
-            raise ValueError(f'"{url.split("?")[0]}" is not a JDBC URL: it must start with "jdbc:"')
-        if re.search(r"(?i)password=", url) or re.search(r"//[^/@]*:[^/@]*@", url):
-            raise ValueError("the JDBC URL must not carry a password: put its variable's name in `password_env`")
-        return url
-
-    def password(self) -> SecretStr | None:
-        if not self.password_env:
-            return None
-        value = os.environ.get(self.password_env)
-        if value is None:
-            raise ConfigError(
-                "environment",
-                [f"sources[{self.name}].password_env: variable {self.password_env} is not set; export it before running"],
-            )
-        return SecretStr(value)
-
-
-SourceConfig = Annotated[LakeSourceConfig | JdbcSourceConfig, Field(discriminator="vendor")]
-
-
-class DeltaDestinationConfig(_Strict):
-    """One Delta Lake table per model under ``path`` (``<path>/<model>``)."""
-
-    name: str = Field(description="Destination name, referenced by recipients.")
-    kind: Literal["delta"] = Field(description="`delta`.")
-    path: str = Field(
-        description="Folder (or storage URL) of the recipient's tables; relative paths are relative to the file.",
-    )
-    storage_options: dict[str, str] = Field(
-        default_factory=dict,
-        description="Object-store settings in delta-rs's names (aws_region, aws_endpoint_url, ...); a secret is "
-        "`<name>_env: VARIABLE`, never its value (docs/storage.md).",
-    )
-    max_concurrent_transfers: int = Field(default=1, ge=1, description="At most this many runs publish here at once.")
-    target_file_size: int = Field(
-        default=4 << 20, ge=1 << 16,
-        description="Bytes per data file (delta.targetFileSize), set when the table is created: many files let "
-        "a MERGE rewrite only those holding changed keys.",
-    )
-
-
-class PostgresDestinationConfig(_Strict):
-    """A PostgreSQL schema; the DSN comes from an environment variable."""
-
-    name: str = Field(description="Destination name, referenced by recipients.")
-    kind: Literal["postgres"] = Field(description="`postgres`.")
-    dsn_env: str = Field(
-        description="Name of the environment variable holding the connection string (postgresql://...).",
-    )
-    schema_name: str = Field(alias="schema", description="Target schema, created when missing.")
-    max_concurrent_transfers: int = Field(default=1, ge=1, description="At most this many runs publish here at once.")
-
-    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
-
-
-class ObjectStorageDestinationConfig(_Strict):
-    """Parquet files plus manifests under a prefix."""
-
-    name: str = Field(description="Destination name, referenced by recipients.")
-    kind: Literal["object_storage"] = Field(description="`object_storage`.")
-    path: str = Field(
-        description="Prefix (folder or storage URL) of the Parquet files and manifests; may be shared by recipients.",
-    )
-    disable_manifest: bool = Field(
-        default=False,
-        description="Write no manifests (readers then cannot tell committed files from others).",
-    )
-    storage_options: dict[str, str] = Field(
-        default_factory=dict,
-        description="Object-store settings in delta-rs's names (aws_region, aws_endpoint_url, ...); a secret is "
-        "`<name>_env: VARIABLE`, never its value (docs/storage.md).",
-    )
-    signing_key_env: str | None = Field(
-        default=None,
-        description="Name of the variable holding the path of an Ed25519 PEM private key: manifests then carry "
-        "`signature` and `signature_public_key` (read_manifested(public_key=...) verifies them).",
-    )
-    max_concurrent_transfers: int = Field(default=1, ge=1, description="At most this many runs publish here at once.")
-
-
-DestinationConfig = Annotated[
-    DeltaDestinationConfig | PostgresDestinationConfig | ObjectStorageDestinationConfig,
-    Field(discriminator="kind"),
-]
-
-
-class ModelConfig(_Strict):
+class ModelConfig(StrictModel):
     """One logical table shared with every recipient."""
 
     model_name: str = Field(
@@ -327,7 +117,7 @@ class ModelConfig(_Strict):
         return list(self.columns) if self.columns else None
 
 
-class RecipientConfig(_Strict):
+class RecipientConfig(StrictModel):
     """One customer: a dynamic partition key and where its copy lives."""
 
     id: str = Field(
@@ -360,7 +150,7 @@ class RecipientConfig(_Strict):
         return tags
 
 
-class RecipientsFromConfig(_Strict):
+class RecipientsFromConfig(StrictModel):
     """A table of recipients (columns: the recipient fields), read through a postgres source."""
 
     source: str = Field(description="A source of vendor postgres whose credentials read the table.")
@@ -368,7 +158,7 @@ class RecipientsFromConfig(_Strict):
     refresh_seconds: int = Field(default=30, ge=0, description="Read the table again after this long (0: every time).")
 
 
-class RetryPolicy(_Strict):
+class RetryPolicy(StrictModel):
     """How often a source read or a destination publish is tried when it fails with a transient error."""
 
     attempts: int = Field(
@@ -392,7 +182,7 @@ def _listed(names: list[str], most: int = 20) -> str:
     return ", ".join(names[:most]) + (", ..." if len(names) > most else "")
 
 
-class IncsyncConfig(_Strict):
+class IncsyncConfig(StrictModel):
     """The whole file."""
 
     sources: list[SourceConfig] = Field(

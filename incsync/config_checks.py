@@ -3,15 +3,8 @@ exist, windows, schedules, column types), one message per problem."""
 
 from __future__ import annotations
 
-from incsync.config import (
-    ID_PATTERN,
-    ID_RE,
-    IDENTIFIER_RE,
-    IncsyncConfig,
-    ModelConfig,
-    column_name_problem,
-    table_name_problem,
-)
+from incsync.config import IncsyncConfig, ModelConfig
+from incsync.config_base import ID_PATTERN, ID_RE, IDENTIFIER_RE, column_name_problem, table_name_problem
 from incsync.cron import is_valid_cron
 
 

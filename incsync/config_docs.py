@@ -12,16 +12,18 @@ from typing import Any
 from pydantic import BaseModel
 from pydantic_core import PydanticUndefined
 
-from incsync import config as c
+from incsync.config import IncsyncConfig, ModelConfig, RecipientConfig, RecipientsFromConfig
+from incsync.config_destinations import DeltaDestinationConfig, ObjectStorageDestinationConfig, PostgresDestinationConfig
+from incsync.config_sources import JdbcSourceConfig, LakeSourceConfig
 
 SECTIONS: list[tuple[str, str, list[type[BaseModel]]]] = [
-    ("The file", "Top-level keys of `incsync.yaml` (or the file `$INCSYNC_CONFIG` names).", [c.IncsyncConfig]),
-    ("sources", "One entry per place data is read from; `vendor` chooses the kind.", [c.LakeSourceConfig, c.JdbcSourceConfig]),
+    ("The file", "Top-level keys of `incsync.yaml` (or the file `$INCSYNC_CONFIG` names).", [IncsyncConfig]),
+    ("sources", "One entry per place data is read from; `vendor` chooses the kind.", [LakeSourceConfig, JdbcSourceConfig]),
     ("destinations", "One entry per place a recipient's copy is written to; `kind` chooses the kind.",
-     [c.DeltaDestinationConfig, c.PostgresDestinationConfig, c.ObjectStorageDestinationConfig]),
-    ("models", "One entry per shared table.", [c.ModelConfig]),
-    ("recipients", "One entry per customer.", [c.RecipientConfig]),
-    ("recipients_from", "Recipients kept in a PostgreSQL table, beside those of the file.", [c.RecipientsFromConfig]),
+     [DeltaDestinationConfig, PostgresDestinationConfig, ObjectStorageDestinationConfig]),
+    ("models", "One entry per shared table.", [ModelConfig]),
+    ("recipients", "One entry per customer.", [RecipientConfig]),
+    ("recipients_from", "Recipients kept in a PostgreSQL table, beside those of the file.", [RecipientsFromConfig]),
 ]
 
 
@@ -75,7 +77,8 @@ def render() -> str:
     lines = [
         "# incsync configuration reference",
         "",
-        "<!-- Generated from incsync/config.py by scripts/gen_config_docs.py: edit the field descriptions there. -->",
+        "<!-- Generated from incsync/config.py, config_sources.py and config_destinations.py by "
+        "scripts/gen_config_docs.py: edit the field descriptions there. -->",
         "",
         "Secrets are never written in the file: it names the environment variables that hold them "
         "(`password_env`, `dsn_env`). Relative paths are relative to the file. `incsync validate` checks a file; "

@@ -11,18 +11,14 @@ from typing import Any
 import yaml
 from pydantic import ValidationError as PydanticValidationError
 
-from incsync.config import (
+from incsync.config import IncsyncConfig, ModelConfig, RecipientConfig, RecipientsFromConfig
+from incsync.config_checks import cross_check_problems
+from incsync.config_destinations import (
     DeltaDestinationConfig,
-    IncsyncConfig,
-    JdbcSourceConfig,
-    LakeSourceConfig,
-    ModelConfig,
     ObjectStorageDestinationConfig,
     PostgresDestinationConfig,
-    RecipientConfig,
-    RecipientsFromConfig,
 )
-from incsync.config_checks import cross_check_problems
+from incsync.config_sources import JdbcSourceConfig, LakeSourceConfig
 from incsync.errors import ConfigError
 from incsync.paths import CONFIG_ENV_VAR, config_path
 from incsync.recipients_table import read_recipient_rows, recipients_source, rename_row_problems

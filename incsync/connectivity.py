@@ -4,14 +4,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from incsync.config import (
+from incsync.config import IncsyncConfig
+from incsync.config_destinations import (
     DeltaDestinationConfig,
-    IncsyncConfig,
-    JdbcSourceConfig,
-    LakeSourceConfig,
     ObjectStorageDestinationConfig,
     PostgresDestinationConfig,
 )
+from incsync.config_sources import JdbcSourceConfig, LakeSourceConfig
 from incsync.errors import ConfigError, IncsyncError
 
 
@@ -80,7 +79,7 @@ def _jdbc_spark(config: IncsyncConfig):  # noqa: ANN202 - SparkSession, imported
     from pyspark.sql import SparkSession
 
     from incsync.resources import spark_config
-    from incsync.sources.jdbc import driver_jars, driver_packages
+    from incsync.sources.jdbc_connect import driver_jars, driver_packages
 
     builder = SparkSession.builder
     conf = spark_config(config.spark, extra_jars=driver_jars(config.sources), packages=driver_packages(config.sources))

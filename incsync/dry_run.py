@@ -12,7 +12,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
-from incsync.config import IncsyncConfig, LakeSourceConfig, ModelConfig, RecipientConfig
+from incsync.config import IncsyncConfig, ModelConfig, RecipientConfig
+from incsync.config_sources import LakeSourceConfig
 
 ESTIMATE_CAP = 1_000_000_000
 MAX_PARALLEL = 8

@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING
 from urllib.parse import unquote, urlsplit
 
 if TYPE_CHECKING:
-    from incsync.config import DestinationConfig, IncsyncConfig
+    from incsync.config import IncsyncConfig
+    from incsync.config_destinations import DestinationConfig
 
 _SCHEME_ALIASES = {"s3a": "s3", "s3n": "s3", "abfs": "abfss", "wasb": "wasbs", "gcs": "gs"}
 _LOOPBACK = {"", "localhost", "127.0.0.1", "::1", "[::1]"}

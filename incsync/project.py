@@ -23,7 +23,7 @@ from incsync.resources import (
     source_resource_key,
     spark_resource,
 )
-from incsync.sources.jdbc import driver_jars, driver_packages
+from incsync.sources.jdbc_connect import driver_jars, driver_packages
 
 
 EXAMPLE_CONFIG = Path(__file__).resolve().parents[1] / "examples" / "lake-to-delta" / "incsync.yaml"

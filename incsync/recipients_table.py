@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from incsync.errors import ConfigError
 
 if TYPE_CHECKING:
-    from incsync.config import JdbcSourceConfig
+    from incsync.config_sources import JdbcSourceConfig
 
 REQUIRED = ("id", "id_in_provider_system", "destination")
 OPTIONAL = ("enabled", "tags", "default_full_refresh_min_start_time_epoch")

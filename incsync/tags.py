@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from incsync.config import ID_PATTERN, ID_RE, IncsyncConfig, ModelConfig, RecipientConfig
+from incsync.config import IncsyncConfig, ModelConfig, RecipientConfig
+from incsync.config_base import ID_PATTERN, ID_RE
 from incsync.errors import InputError
 
 MODE_TAG = "incsync/mode"  # incremental | backfill (the asset reads it)

@@ -16,14 +16,9 @@ import os
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from incsync.config import (
-    IncsyncConfig,
-    JdbcSourceConfig,
-    LakeSourceConfig,
-    ModelConfig,
-    PostgresDestinationConfig,
-    RecipientConfig,
-)
+from incsync.config import IncsyncConfig, ModelConfig, RecipientConfig
+from incsync.config_destinations import PostgresDestinationConfig
+from incsync.config_sources import JdbcSourceConfig, LakeSourceConfig
 
 MAX_PARALLEL = 16
 

@@ -100,7 +100,7 @@ class Worker:
         """Start (or connect to) Spark now, so the first transfer does not pay for it."""
         from incsync.config_load import load_config
         from incsync.resources import spark_resource
-        from incsync.sources.jdbc import driver_jars, driver_packages
+        from incsync.sources.jdbc_connect import driver_jars, driver_packages
 
         config = load_config(self.config_file)
         resource = spark_resource(config.spark, extra_jars=driver_jars(config.sources), packages=driver_packages(config.sources))

@@ -7,8 +7,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from incsync.config import ConfigError, DEFAULT_LOOKBACK_SECONDS
 from incsync.config_load import load_config, parse_config
+from incsync.config_sources import DEFAULT_LOOKBACK_SECONDS
+from incsync.errors import ConfigError
 
 DESIGN_EXAMPLE = """
 sources:

@@ -9,7 +9,8 @@ import pyarrow as pa
 from deltalake import DeltaTable
 
 from incsync.bounds import Bounds
-from incsync.config import DeltaDestinationConfig, ModelConfig, RecipientConfig
+from incsync.config import ModelConfig, RecipientConfig
+from incsync.config_destinations import DeltaDestinationConfig
 from incsync.config_load import load_config
 from incsync.destinations import build_destination
 from incsync.destinations.base import INCREMENTAL, TransferRecord

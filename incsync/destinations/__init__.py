@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from incsync.config import (
+from incsync.config_destinations import (
     DeltaDestinationConfig,
     DestinationConfig,
     ObjectStorageDestinationConfig,

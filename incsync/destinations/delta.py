@@ -17,7 +17,8 @@ import pyarrow as pa
 from deltalake import CommitProperties, DeltaTable, write_deltalake
 from deltalake.exceptions import CommitFailedError, TableNotFoundError
 
-from incsync.config import DeltaDestinationConfig, ModelConfig, RecipientConfig
+from incsync.config import ModelConfig, RecipientConfig
+from incsync.config_destinations import DeltaDestinationConfig
 from incsync.crashpoints import crash_point
 from incsync.destinations.base import (
     DELETED_AT,

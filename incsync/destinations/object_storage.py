@@ -37,7 +37,8 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from incsync.config import ModelConfig, ObjectStorageDestinationConfig, RecipientConfig
+from incsync.config import ModelConfig, RecipientConfig
+from incsync.config_destinations import ObjectStorageDestinationConfig
 from incsync.crashpoints import crash_point
 from incsync.destinations.base import (
     DELETED_AT,

@@ -26,7 +26,8 @@ import pyarrow.csv as pacsv
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict
 
-from incsync.config import ModelConfig, PostgresDestinationConfig, RecipientConfig
+from incsync.config import ModelConfig, RecipientConfig
+from incsync.config_destinations import PostgresDestinationConfig
 from incsync.crashpoints import crash_point
 from incsync.destinations.base import (
     DELETED_AT,

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from incsync.config import IncsyncConfig, LakeSourceConfig, RecipientConfig, SourceConfig
+from incsync.config import IncsyncConfig, RecipientConfig
+from incsync.config_sources import LakeSourceConfig, SourceConfig
 from incsync.errors import IncsyncError
 from incsync.sources.base import Source
 

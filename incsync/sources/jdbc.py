@@ -8,19 +8,16 @@ are formatted by us from UTC datetimes. Spark's own filters are not pushed down
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
-from datetime import timedelta
-from pathlib import Path
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
-from incsync.bounds import UTC, Bounds
-from incsync.config import IDENTIFIER_RE, JdbcSourceConfig, ModelConfig, RecipientConfig
-from incsync.errors import ConfigError, SchemaError, SourceError
+from incsync.bounds import Bounds
+from incsync.config import ModelConfig, RecipientConfig
+from incsync.errors import ConfigError, SchemaError
 from incsync.horizon import SourceHorizon
 from incsync.sources.base import Source, column, envelope, normalize_last_modified, select_columns
-from incsync.sources.jdbc_errors import root_cause, sanitize, url_without_query
-from incsync.sources.jdbc_sql import DRIVERS, dialect_for, postgres_literal, postgres_target
+from incsync.sources.jdbc_connect import JdbcConnection
+from incsync.sources.jdbc_sql import bounds_predicate, fan_out_predicate, postgres_literal, postgres_target
 from incsync.sources.jdbc_types import catalog_sql, plan_columns, select_list, with_plan_metadata
 from incsync.sources.sql_text import pasted_query, split_qualified
 
@@ -38,40 +35,10 @@ _NUMERIC_KEYS = ("IntegerType", "LongType", "ShortType", "ByteType", "DecimalTyp
 PARTITIONED_READ_MIN_ROWS = 50_000  # at most the transfer's count cap (transfer.COLLECT_MAX_ROWS) + 1
 
 
-def driver_jars(sources: Sequence[object]) -> list[str]:
-    """Jars named by JDBC sources' ``driver_jar``: they must be on Spark's classpath when the JVM starts."""
-    return [s.driver_jar for s in sources if isinstance(s, JdbcSourceConfig) and s.driver_jar]
-
-
-def driver_packages(sources: Sequence[object]) -> list[str]:
-    """Maven coordinates of JDBC drivers (``spark.jars.packages``), for networks that reach Maven."""
-    return [s.driver_package for s in sources if isinstance(s, JdbcSourceConfig) and s.driver_package]
-
-
-class JdbcSource(Source):
+class JdbcSource(JdbcConnection, Source):
     """One database; every read is one query (or ``numPartitions`` range queries on the key)."""
 
     supports_fan_out = True
-
-    def __init__(self, config: JdbcSourceConfig):
-        self.config = config
-        self.vendor = config.vendor
-        self.dialect = dialect_for(config.vendor)
-        self.driver = DRIVERS[config.vendor]
-
-    def schema_of(self, model: ModelConfig, recipient: RecipientConfig) -> str | None:
-        if model.tenancy != "schema":
-            return None
-        schema = recipient.id_in_provider_system
-        if not IDENTIFIER_RE.match(schema):
-            raise ConfigError(
-                "recipients",
-                [
-                    f'{recipient.id}.id_in_provider_system: "{schema}" names the schema of schema-tenanted model '
-                    f"{model.model_name}, so it must be a plain identifier (letters, digits, _)"
-                ],
-            )
-        return schema
 
     def relation_sql(
         self, model: ModelConfig, recipient: RecipientConfig, *, bounds_where: str | None,
@@ -104,45 +71,6 @@ class JdbcSource(Source):
             raise ConfigError("models", [f'{model.model_name}.source_table: "{model.source_table}" is not a table name'])
         schema = self.schema_of(model, recipient)
         return [schema, *parts] if schema else parts
-
-    def _options(self, model: ModelConfig, recipient: RecipientConfig) -> dict[str, str]:
-        cfg = self.config
-        if cfg.driver_jar and not Path(cfg.driver_jar).exists():
-            raise SourceError(
-                f"source {cfg.name}: driver_jar {cfg.driver_jar} does not exist; install {self.driver.package} "
-                "or point `driver_jar` at the vendor's JDBC driver jar"
-            )
-        schema = self.schema_of(model, recipient)
-        options = {
-            "url": self.dialect.url(cfg.jdbc_url, schema),
-            "driver": self.driver.class_name,
-            "fetchsize": str(cfg.fetch_size),
-            "preferTimestampNTZ": "true",
-            "pushDownPredicate": "false",
-            **self.dialect.properties(schema),
-        }
-        if cfg.user:
-            options["user"] = cfg.user
-        return options
-
-    def _secrets(self) -> list[str]:
-        password = self.config.password()
-        return [password.get_secret_value()] if password and password.get_secret_value() else []
-
-    def _load(self, spark: SparkSession, sql: str, options: dict[str, str], *, what: str, extra: dict[str, str] | None = None) -> DataFrame:
-        reader = spark.read.format("jdbc").options(**options, **(extra or {}))
-        password = self.config.password()
-        try:
-            if password is not None:
-                # A reader option (a connection property), never the URL or the Spark conf; py4j's
-                # DEBUG log prints every command's arguments, so it is kept quiet meanwhile.
-                with _quiet_py4j():
-                    reader = reader.option("password", password.get_secret_value())
-            df = reader.option("dbtable", f"({sql}) incsync_src").load()
-            df.schema  # noqa: B018 - Spark Connect resolves lazily: connect (and fail) here, not later
-            return df
-        except Exception as exc:  # noqa: BLE001 - every driver failure becomes one clear SourceError
-            raise self._error(exc, what=what) from None
 
     def _probe_schema(self, spark: SparkSession, model: ModelConfig, recipient: RecipientConfig) -> StructType:
         """Connect and learn the relation's columns (Spark runs it with ``WHERE 1=0``)."""
@@ -224,8 +152,8 @@ class JdbcSource(Source):
         fields = {f.name: f.dataType for f in schema.fields}
         plans = self.plans(spark, model=model, recipient=recipient, schema=schema)
         zoned = isinstance(fields[model.last_modified_column], TimestampType)
-        bounds_where = self._bounds_where(model, bounds, zoned=zoned) + (f" AND ({where})" if where else "")
-        sql = self.relation_sql(model, recipient, bounds_where=bounds_where, plans=plans, names=list(fields))
+        in_bounds = bounds_predicate(self.dialect, model, bounds, zoned=zoned) + (f" AND ({where})" if where else "")
+        sql = self.relation_sql(model, recipient, bounds_where=in_bounds, plans=plans, names=list(fields))
         options = self._options(model, recipient)
         what = f"model {model.model_name}, recipient {recipient.id}"
         # A range split costs a MIN/MAX query and pays off only for large reads.
@@ -252,7 +180,7 @@ class JdbcSource(Source):
         zoned = isinstance(fields[model.last_modified_column], TimestampType)
         sql = self.relation_sql(
             model, anyone, bounds_where=None, plans=plans, names=list(fields),
-            tenant_where=self._fan_out_where(model, targets, zoned=zoned),
+            tenant_where=fan_out_predicate(self.dialect, model, targets, zoned=zoned),
         )
         options = self._options(model, anyone)
         what = f"model {model.model_name}, {len(targets)} recipients"
@@ -267,37 +195,11 @@ class JdbcSource(Source):
         df = normalize_last_modified(df, model=model, recipient=anyone, bounds=envelope(targets))
         return select_columns(df, model)
 
-    def _fan_out_where(self, model: ModelConfig, targets: Sequence[tuple[RecipientConfig, Bounds]], *, zoned: bool) -> str:
-        d = self.dialect
-        assert model.organization_column is not None
-        tenant = d.ident(model.organization_column)
-        by_bounds: dict[tuple[object, object], list[str]] = {}
-        for recipient, bounds in targets:
-            by_bounds.setdefault((bounds.lower, bounds.upper), []).append(recipient.id_in_provider_system)
-        terms = []
-        for (lower, upper), values in by_bounds.items():
-            literals = ", ".join(d.literal(v) for v in sorted(set(values)))
-            bounds = Bounds(lower=lower, upper=upper, lookback_seconds=0, reason="fan_out")  # type: ignore[arg-type]
-            terms.append(f"({tenant} IN ({literals}) AND {self._bounds_where(model, bounds, zoned=zoned)})")
-        return "(" + " OR ".join(terms) + ")"
-
     def count_rows_many(self, *, model: ModelConfig, targets: Sequence[tuple[RecipientConfig, Bounds]], cap: int) -> int | None:
         anyone = targets[0][0]
         return self._count(
             model, anyone, cap,
-            lambda zoned: self.relation_sql(model, anyone, bounds_where=None, tenant_where=self._fan_out_where(model, targets, zoned=zoned)),
-        )
-
-    def _bounds_where(self, model: ModelConfig, bounds: Bounds, *, zoned: bool) -> str:
-        lower, upper = bounds.lower.astimezone(UTC), bounds.upper.astimezone(UTC)
-        if not zoned:
-            # Zone-less column: a day wider in the database, exact after conversion (normalize_last_modified).
-            lower, upper = (lower - timedelta(days=1)).replace(tzinfo=None), (upper + timedelta(days=1)).replace(tzinfo=None)
-        lm = self.dialect.ident(model.last_modified_column)
-        # NULL last-modified rows come along so validation names them (see normalize_last_modified).
-        return (
-            f"({lm} >= {self.dialect.timestamp(lower, zoned=zoned)} AND {lm} < {self.dialect.timestamp(upper, zoned=zoned)}"
-            f" OR {lm} IS NULL)"
+            lambda zoned: self.relation_sql(model, anyone, bounds_where=None, tenant_where=fan_out_predicate(self.dialect, model, targets, zoned=zoned)),
         )
 
     def count_rows(self, *, model: ModelConfig, recipient: RecipientConfig, bounds: Bounds, cap: int) -> int | None:
@@ -310,7 +212,7 @@ class JdbcSource(Source):
         """
         return self._count(
             model, recipient, cap,
-            lambda zoned: self.relation_sql(model, recipient, bounds_where=self._bounds_where(model, bounds, zoned=zoned)),
+            lambda zoned: self.relation_sql(model, recipient, bounds_where=bounds_predicate(self.dialect, model, bounds, zoned=zoned)),
         )
 
     def _count(self, model: ModelConfig, recipient: RecipientConfig, cap: int, sql_for: Callable[[bool], str]) -> int | None:
@@ -329,20 +231,6 @@ class JdbcSource(Source):
         except Exception:  # noqa: BLE001 - the read reports the problem, naming the source
             log.debug("source %s: the row probe failed; reading through Spark", self.config.name)
             return None
-
-    @contextmanager
-    def _pg_connect(self, target: dict[str, object], schema: str | None) -> Iterator[object]:
-        """A read-only psycopg session in UTC (``search_path`` = the recipient's schema under schema tenancy)."""
-        import psycopg
-
-        password = self.config.password()
-        with psycopg.connect(
-            **target, user=self.config.user, password=password.get_secret_value() if password else None,
-            connect_timeout=10, autocommit=True, application_name="incsync",
-            options="-c default_transaction_read_only=on" + (f" -c search_path={self.dialect.ident(schema)}" if schema else ""),
-        ) as conn:
-            conn.execute("SET TIME ZONE 'UTC'")
-            yield conn
 
     def _catalog(self, spark: SparkSession, model: ModelConfig, recipient: RecipientConfig, parts: list[str]) -> dict[str, str]:
         """Column -> type as the catalog spells it; through psycopg where the URL allows (ms), else one Spark query."""
@@ -386,40 +274,6 @@ class JdbcSource(Source):
             "upperBound": str(int(stats["hi"]) + 1),
             "numPartitions": str(n),
         }
-
-    def _error(self, exc: BaseException, *, what: str) -> SourceError:
-        """One line naming the source, the model/recipient, the cause and the fix; secrets removed."""
-        cfg = self.config
-        detail = sanitize(root_cause(exc), self._secrets())
-        lowered = detail.lower()
-        if "classnotfoundexception" in lowered or "no suitable driver" in lowered:
-            fix = (
-                f"JDBC driver {self.driver.class_name} is not on Spark's classpath; install {self.driver.package} "
-                "(scripts/system-deps.sh) or set `driver_jar`, then restart so Spark starts with it"
-            )
-            return SourceError(f"source {cfg.name}: {what}: {fix}")
-        if any(s in lowered for s in ("password authentication failed", "access denied", "role \"", "authentication")):
-            fix = f"check `user` ({cfg.user}) and the password in the variable named by `password_env` ({cfg.password_env})"
-        elif any(s in lowered for s in ("unknownhost", "connection refused", "connection attempt failed", "could not connect", "socket fail", "timed out", "connect timed")):
-            fix = f"check the host and port in `jdbc_url` ({sanitize(url_without_query(cfg.jdbc_url), [])}) and that the server is up"
-        elif any(s in lowered for s in ("does not exist", "doesn't exist", "unknown database", "unknown column", "unknown table")):
-            fix = "check the model's source_table/source_query, columns and (schema tenancy) the recipient's schema"
-        elif "permission denied" in lowered or "command denied" in lowered:
-            fix = f"grant SELECT on the model's table to `user` ({cfg.user})"
-        else:
-            fix = "see the cause above"
-        return SourceError(f"source {cfg.name}: {what}: {detail}; {fix}")
-
-
-@contextmanager
-def _quiet_py4j() -> Iterator[None]:
-    logger = logging.getLogger("py4j")
-    level = logger.level
-    logger.setLevel(max(logging.INFO, logger.getEffectiveLevel()))
-    try:
-        yield
-    finally:
-        logger.setLevel(level)
 
 
 _PG_TIMESTAMP, _PG_TIMESTAMPTZ = 1114, 1184  # type OIDs

@@ -23,7 +23,7 @@ from incsync.sources.jdbc_sql import postgres_target
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-    from incsync.sources.jdbc import JdbcSource
+    from incsync.sources.jdbc_connect import JdbcConnection
 
 log = logging.getLogger(__name__)
 
@@ -110,7 +110,7 @@ def mysql_horizon(row: dict[str, Any], *, max_lag_seconds: int) -> SourceHorizon
 
 
 def source_horizon(
-    source: JdbcSource, spark: Callable[[], SparkSession], *, model: ModelConfig, recipient: RecipientConfig
+    source: JdbcConnection, spark: Callable[[], SparkSession], *, model: ModelConfig, recipient: RecipientConfig
 ) -> SourceHorizon:
     """The horizon of ``source`` for one extraction (see the module's docstring)."""
     cfg = source.config
@@ -146,7 +146,7 @@ class _MissingGrant(Exception):
     """The user may not read the open transactions (MySQL's PROCESS privilege)."""
 
 
-def _postgres_row(source: JdbcSource, sql: str) -> dict[str, Any] | None:
+def _postgres_row(source: JdbcConnection, sql: str) -> dict[str, Any] | None:
     """Run ``sql`` through psycopg for a plain ``jdbc:postgresql://host:port/db`` URL (no Spark job); None
     for other URLs or when psycopg cannot connect (Spark JDBC then runs it with its own clear errors)."""
     target = postgres_target(source.config.jdbc_url)
@@ -168,7 +168,7 @@ def _postgres_row(source: JdbcSource, sql: str) -> dict[str, Any] | None:
         return None
 
 
-def _spark_row(source: JdbcSource, spark: SparkSession, sql: str, model: ModelConfig, recipient: RecipientConfig) -> dict[str, Any]:
+def _spark_row(source: JdbcConnection, spark: SparkSession, sql: str, model: ModelConfig, recipient: RecipientConfig) -> dict[str, Any]:
     what = f"model {model.model_name}, recipient {recipient.id}"
     try:
         df = source._load(spark, sql, source._options(model, recipient), what=what)

@@ -1,4 +1,5 @@
-"""SQL text and connection settings that differ by database vendor, and where each vendor's driver comes from.
+"""SQL text and connection settings that differ by database vendor, where each vendor's driver comes from,
+and the bounds and tenant predicates a read pushes down.
 
 Spark JDBC has no bind parameters, so a tenant value is written as a literal that no session setting
 can reinterpret: PostgreSQL ``E'...'`` with quotes and backslashes doubled; MySQL a hex literal
@@ -8,10 +9,16 @@ converted to text.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING
 
+from incsync.bounds import UTC, Bounds
 from incsync.errors import ConfigError
+
+if TYPE_CHECKING:
+    from incsync.config import ModelConfig, RecipientConfig
 
 
 @dataclass(frozen=True)
@@ -133,3 +140,34 @@ class _MySqlDialect(_Dialect):
 
 def dialect_for(vendor: str) -> _Dialect:
     return _MySqlDialect() if vendor in ("mysql", "mariadb") else _Dialect()
+
+
+def bounds_predicate(dialect: _Dialect, model: ModelConfig, bounds: Bounds, *, zoned: bool) -> str:
+    """``last_modified`` within ``bounds``, as the database compares it (``zoned``: a column with a zone)."""
+    lower, upper = bounds.lower.astimezone(UTC), bounds.upper.astimezone(UTC)
+    if not zoned:
+        # Zone-less column: a day wider in the database, exact after conversion (normalize_last_modified).
+        lower, upper = (lower - timedelta(days=1)).replace(tzinfo=None), (upper + timedelta(days=1)).replace(tzinfo=None)
+    lm = dialect.ident(model.last_modified_column)
+    # NULL last-modified rows come along so validation names them (see normalize_last_modified).
+    return (
+        f"({lm} >= {dialect.timestamp(lower, zoned=zoned)} AND {lm} < {dialect.timestamp(upper, zoned=zoned)}"
+        f" OR {lm} IS NULL)"
+    )
+
+
+def fan_out_predicate(
+    dialect: _Dialect, model: ModelConfig, targets: Sequence[tuple[RecipientConfig, Bounds]], *, zoned: bool
+) -> str:
+    """Several recipients' rows in one predicate: ``(tenant IN (...) AND bounds) OR ...``, grouped by bounds."""
+    assert model.organization_column is not None
+    tenant = dialect.ident(model.organization_column)
+    by_bounds: dict[tuple[object, object], list[str]] = {}
+    for recipient, bounds in targets:
+        by_bounds.setdefault((bounds.lower, bounds.upper), []).append(recipient.id_in_provider_system)
+    terms = []
+    for (lower, upper), values in by_bounds.items():
+        literals = ", ".join(dialect.literal(v) for v in sorted(set(values)))
+        bounds = Bounds(lower=lower, upper=upper, lookback_seconds=0, reason="fan_out")  # type: ignore[arg-type]
+        terms.append(f"({tenant} IN ({literals}) AND {bounds_predicate(dialect, model, bounds, zoned=zoned)})")
+    return "(" + " OR ".join(terms) + ")"

@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from incsync.bounds import Bounds
-from incsync.config import LakeSourceConfig, ModelConfig, RecipientConfig
+from incsync.config import ModelConfig, RecipientConfig
+from incsync.config_sources import LakeSourceConfig
 from incsync.errors import SchemaError, SourceError
 from incsync.sources.base import Source, column, envelope, normalize_last_modified, select_columns
 from incsync.sources.sql_text import pasted_query, split_qualified
