@@ -84,7 +84,7 @@ class Worker:
         self._instance: dg.DagsterInstance | None = None
 
     def resident(self, file: Path) -> tuple[dg.Definitions, dg.DagsterInstance]:
-        """Definitions (rebuilt when the file changes) and the one instance, for ``cli.cmd_transfer``."""
+        """Definitions (rebuilt when the file changes) and the one instance, for ``cli_transfer.cmd_transfer``."""
         from incsync.project import build_definitions
         from incsync.runner import dagster_instance
 

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from incsync.cli import build_parser, run_transfer_request, transfer_request
+from incsync.cli import build_parser, run_transfer_request
+from incsync.cli_transfer import transfer_request
 from incsync.paths import dagster_home
 from incsync.worker import Worker
 from incsync.worker_client import PROTOCOL_VERSION
