@@ -227,7 +227,7 @@ def run_transfer_request(transfer: dict[str, object], *, config: str, resident: 
 
 def cmd_janitor(args: argparse.Namespace) -> int:
     from incsync.config import ObjectStorageDestinationConfig
-    from incsync.destinations.object_storage import janitor
+    from incsync.destinations.janitor import janitor
 
     file = config_path(args.config)
     config = load_config(file)
