@@ -10,7 +10,7 @@ MAX_LINES = 300
 # Longer than MAX_LINES when the limit came in: to be split, never to grow a new member.
 LONGER = {
     "cli.py", "config.py", "staging.py", "transfer.py", "typemap.py",
-    "destinations/delta.py", "sources/jdbc.py",
+    "sources/jdbc.py",
 }
 
 
