@@ -9,8 +9,12 @@ __all__ = ["janitor", "latest_versions", "read_manifested"]
 
 def __getattr__(name: str) -> Any:
     # Lazy, so `import incsync.definitions` stays cheap.
-    if name in __all__:
-        from incsync.destinations import object_storage
+    if name == "janitor":
+        from incsync.destinations.janitor import janitor
 
-        return getattr(object_storage, name)
+        return janitor
+    if name in __all__:
+        from incsync.destinations import manifest_reader
+
+        return getattr(manifest_reader, name)
     raise AttributeError(name)

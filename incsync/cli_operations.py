@@ -14,7 +14,7 @@ from incsync.paths import config_path
 def cmd_janitor(args: argparse.Namespace) -> int:
     from incsync.config_destinations import ObjectStorageDestinationConfig
     from incsync.config_load import load_config
-    from incsync.destinations.object_storage import janitor
+    from incsync.destinations.janitor import janitor
 
     file = config_path(args.config)
     config = load_config(file)

@@ -21,8 +21,9 @@ def destination_drift(destination: Destination, *, model: ModelConfig, recipient
     """What the next publish of a batch with schema ``staged`` would find; None before the first transfer."""
     from incsync.destinations.delta import DeltaDestination
     from incsync.destinations.object_storage import ObjectStorageDestination
-    from incsync.destinations.postgres import PostgresDestination, pg_type
+    from incsync.destinations.postgres import PostgresDestination
     from incsync.destinations.postgres_schema import published_columns
+    from incsync.destinations.postgres_types import pg_type
 
     if isinstance(destination, PostgresDestination):
         with destination._connect() as conn:

@@ -10,7 +10,7 @@ import dagster as dg
 import pytest
 from deltalake import DeltaTable
 
-from incsync.destinations.delta import RECORD_KEY
+from incsync.destinations.delta_state import RECORD_KEY
 from incsync.destinations.base import TransferRecord
 from incsync.project import build_definitions
 from incsync_tests.support import (

@@ -10,7 +10,6 @@ MAX_LINES = 300
 # Longer than MAX_LINES when the limit came in: to be split, never to grow a new member.
 LONGER = {
     "staging.py", "transfer.py", "typemap.py",
-    "destinations/delta.py", "destinations/object_storage.py", "destinations/postgres.py",
 }
 
 

@@ -216,11 +216,11 @@ PG_CSV_EDGES = [
 @SETTINGS
 @given(generated=st.lists(st.fixed_dictionaries(PG_CSV_VALUES), min_size=10, max_size=20))
 def test_postgres_values_without_bytea_round_trip_through_the_csv_stage(generated, spark, tmp_path_factory, monkeypatch) -> None:
-    from incsync.destinations import postgres as pg_destination
+    from incsync.destinations import postgres_load
 
     csv_batches: list[int] = []
-    storage = pg_destination._csv_storage
-    monkeypatch.setattr(pg_destination, "_csv_storage", lambda b: (csv_batches.append(b.num_rows), storage(b))[1])
+    storage = postgres_load._csv_storage
+    monkeypatch.setattr(postgres_load, "_csv_storage", lambda b: (csv_batches.append(b.num_rows), storage(b))[1])
     rows = _with_ids([*PG_CSV_EDGES, *generated])
     _pg_round_trip(rows, PG_CSV_COLUMNS, name="pg_csv_roundtrip", spark=spark, tmp_path_factory=tmp_path_factory, monkeypatch=monkeypatch)
     assert sum(csv_batches) == len(rows)  # the PostgreSQL destination took the CSV path, every row

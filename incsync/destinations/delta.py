@@ -1,4 +1,4 @@
-"""Delta Lake destination through delta-rs: one MERGE commit carrying the transfer record.
+"""Delta Lake destination through delta-rs: one MERGE commit (``delta_merge``) carrying the transfer record.
 
 A batch whose types widen the table's (int → bigint, ...) is published as one overwrite commit that
 rewrites the table with the wider types (``delta_rewrite``); a type change that is no widening fails
@@ -19,9 +19,7 @@ from deltalake.exceptions import CommitFailedError, TableNotFoundError
 
 from incsync.config import ModelConfig, RecipientConfig
 from incsync.config_destinations import DeltaDestinationConfig
-from incsync.crashpoints import crash_point
 from incsync.destinations.base import (
-    DELETED_AT,
     FULL_REFRESH,
     REPAIR,
     Destination,
@@ -30,7 +28,9 @@ from incsync.destinations.base import (
     TransferRecord,
     reset_reason,
 )
-from incsync.destinations.delta_rewrite import merged_rows, widened_schema
+from incsync.destinations.delta_batch import batch_reader
+from incsync.destinations.delta_merge import merge, merge_fixes
+from incsync.destinations.delta_rewrite import rewrite
 from incsync.destinations.delta_state import RECORD_KEY, find_record, transactions
 from incsync.destinations.delta_state import app_id as delta_app_id
 from incsync.destinations.ownership import METADATA_KEY as OWNER_KEY
@@ -43,14 +43,14 @@ from incsync.destinations.ownership import (
     owner_of,
     refuse_unstamped,
 )
-from incsync.errors import LeaseError, PublishError, SchemaError
+from incsync.errors import LeaseError, PublishError
 from incsync.lease import check_lease
-from incsync.schema_change import SchemaDiff, arrow_diff, change_metadata, incompatible_error
+from incsync.schema_change import arrow_diff, change_metadata, incompatible_error
 from incsync.staging import StagedBatch
 from incsync.filesystems import resolve_options
 from incsync.storage import open_store
 from incsync.storage_names import is_url, local_path
-from incsync.typemap import changed_kinds, delta_form, to_delta
+from incsync.typemap import delta_form
 
 # Commits of other recipients to the same table make a publish re-check its lease and try again.
 PUBLISH_ATTEMPTS = 8
@@ -58,10 +58,6 @@ PUBLISH_ATTEMPTS = 8
 
 def app_id(model: ModelConfig, recipient: RecipientConfig) -> str:
     return delta_app_id(model.model_name, recipient.id)
-
-
-def _quote(column: str) -> str:
-    return '"' + column.replace('"', '""') + '"'
 
 
 class DeltaDestination(Destination):
@@ -151,20 +147,21 @@ class DeltaDestination(Destination):
             )
             try:
                 if dt.version() == 0 and not refresh and not dt.file_uris():
-                    write_deltalake(dt, _reader(batch), mode="append", commit_properties=props)  # the stamped, empty table
+                    write_deltalake(dt, batch_reader(batch), mode="append", commit_properties=props)  # the stamped, empty table
                 elif refresh:
                     same = _same_columns(dt.schema().to_arrow(), delta_form(batch.schema))
                     write_deltalake(
-                        dt, _reader(batch), mode="overwrite", target_file_size=self.config.target_file_size,
+                        dt, batch_reader(batch), mode="overwrite", target_file_size=self.config.target_file_size,
                         schema_mode=None if same else "overwrite", commit_properties=props,
                     )
                 elif change.widened:
-                    self._rewrite(dt, model=model, batch=batch, change=change, props=props)
+                    rewrite(dt, model=model, batch=batch, change=change, props=props,
+                            target_file_size=self.config.target_file_size)
                 elif removals is not None or record.transfer_type == REPAIR:
-                    self._merge_fixes(dt, model=model, batch=batch, props=props, removals=removals,
-                                      force=record.transfer_type == REPAIR)
+                    merge_fixes(dt, model=model, batch=batch, props=props, removals=removals,
+                                force=record.transfer_type == REPAIR)
                 else:
-                    self._merge(dt, model=model, batch=batch, props=props)
+                    merge(dt, model=model, batch=batch, props=props)
             except CommitFailedError:
                 continue  # another writer committed after the lease check: check again at the new version
             except Exception as exc:  # delta-rs raises several unrelated types; name the table and keep the cause
@@ -179,16 +176,6 @@ class DeltaDestination(Destination):
             f"{where}: {path} changed under {PUBLISH_ATTEMPTS} publish "
             "attempts in a row; nothing was published. Lower the destination's concurrency or re-run the window."
         )
-
-    def _rewrite(
-        self, dt: DeltaTable, *, model: ModelConfig, batch: StagedBatch, change: SchemaDiff, props: CommitProperties
-    ) -> None:
-        """One overwrite commit: the table rewritten with the wider types and the batch merged in."""
-        schema = widened_schema(pa.schema(dt.schema().to_arrow()), delta_form(batch.schema), change)
-        rows = merged_rows(dt, _delta_table(batch), schema=schema, primary_key=list(model.primary_key),
-                           last_modified=model.last_modified_column)
-        write_deltalake(dt, _crash_after(rows), mode="overwrite", schema_mode="overwrite",
-                        target_file_size=self.config.target_file_size, commit_properties=props)
 
     def _layout(self) -> dict[str, str | None]:
         """Table properties of a new table: files small enough that a MERGE rewrites only a few of them."""
@@ -265,67 +252,6 @@ class DeltaDestination(Destination):
         self._stamp(dt, new, previous=previous, reason=reason)
         return previous
 
-    def _merge(self, dt: DeltaTable, *, model: ModelConfig, batch: StagedBatch, props: CommitProperties) -> None:
-        changed = changed_kinds(pa.schema(dt.schema().to_arrow()), delta_form(batch.schema))
-        if changed:
-            raise SchemaError(
-                f"model {model.model_name}: {'; '.join(changed)} (docs/types.md says how each source type arrives); "
-                "run a full refresh (--full-refresh) to rewrite the table with the new types"
-            )
-        before = dt.version()
-        on = " AND ".join(f"t.{_quote(c)} = s.{_quote(c)}" + _key_range(batch, c) for c in model.primary_key)
-        (
-            dt.merge(_reader(batch), predicate=on, source_alias="s", target_alias="t", merge_schema=True, commit_properties=props)
-            .when_matched_update_all(predicate=_newer_or_different(batch, model, existing=dt.schema().to_arrow().names))
-            .when_not_matched_insert_all()
-            .execute()
-        )
-        if dt.version() == before:
-            # Nothing changed: still record the transfer, in a commit of its own with no data.
-            dt.create_write_transaction([], mode="append", schema=dt.schema(), commit_properties=props)
-
-    def _merge_fixes(
-        self, dt: DeltaTable, *, model: ModelConfig, batch: StagedBatch, props: CommitProperties,
-        removals: Removals | None, force: bool,
-    ) -> None:
-        """One MERGE commit: the batch's rows upserted (``force``: whatever their dates) and the removals'
-        keys deleted, or stamped ``_incsync_deleted_at`` (the column is added by this same commit).
-
-        Hard: an ``_incsync_op`` column tells upserts from removals and never reaches the table. Soft: the
-        stamp itself does (set on removal rows only), so the source carries no other extra column."""
-        rows = _delta_table(batch)
-        names = list(rows.schema.names)
-        soft = removals is not None and removals.mode == "soft"
-        marker = DELETED_AT if soft else "_incsync_op"
-        marker_type = pa.timestamp("us", tz="UTC") if soft else pa.string()
-        source = rows.append_column(pa.field(marker, marker_type), pa.nulls(rows.num_rows, marker_type))
-        if removals is not None and removals.rows:
-            keys = removals.keys.select(list(model.primary_key))
-            gone = {n: pa.nulls(keys.num_rows, rows.schema.field(n).type) for n in names}
-            for c in model.primary_key:
-                gone[c] = keys[c].cast(rows.schema.field(c).type)
-            value = removals.at if soft else "remove"
-            gone[marker] = pa.array([value] * keys.num_rows, marker_type)
-            source = pa.concat_tables([source, pa.table(gone, schema=source.schema)])
-        columns = {_quote(n): f"s.{_quote(n)}" for n in names}
-        if soft and DELETED_AT in dt.schema().to_arrow().names:
-            columns[_quote(DELETED_AT)] = "NULL"  # a key back at the source is no longer deleted
-        removal, upsert_only = f"s.{_quote(marker)} IS NOT NULL", f"s.{_quote(marker)} IS NULL"
-        on = " AND ".join(f"t.{_quote(c)} = s.{_quote(c)}" for c in model.primary_key)
-        merge = dt.merge(source, predicate=on, source_alias="s", target_alias="t", commit_properties=props,
-                         merge_schema=soft)  # soft: the stamp column joins the table in this commit
-        if soft:
-            merge = merge.when_matched_update({_quote(DELETED_AT): f"s.{_quote(DELETED_AT)}"},
-                                              predicate=f"{removal} AND t.{_quote(DELETED_AT)} IS NULL"
-                                              if DELETED_AT in dt.schema().to_arrow().names else removal)
-        else:
-            merge = merge.when_matched_delete(predicate=removal)
-        upsert = upsert_only + ("" if force else f" AND ({_newer_or_different(batch, model, existing=names)})")
-        before = dt.version()
-        merge.when_matched_update(columns, predicate=upsert).when_not_matched_insert(columns, predicate=upsert_only).execute()
-        if dt.version() == before:
-            dt.create_write_transaction([], mode="append", schema=dt.schema(), commit_properties=props)
-
     def _check_lease(
         self, dt: DeltaTable | None, *, model: ModelConfig, recipient: RecipientConfig, expected: DestinationState
     ) -> None:
@@ -344,55 +270,6 @@ def _records(history: list[dict]) -> Iterator[TransferRecord]:
         raw = commit.get(RECORD_KEY)
         if raw is not None:
             yield TransferRecord.from_json(raw if isinstance(raw, str) else json.dumps(raw))
-
-
-def _reader(batch: StagedBatch) -> pa.RecordBatchReader:
-    """The staged rows, with the ``mid_publish`` crash point once delta-rs has consumed them all."""
-    reader = batch.reader()
-    schema = delta_form(reader.schema)  # Delta's own types for time of day and wide decimals (docs/types.md)
-    return _crash_after(pa.RecordBatchReader.from_batches(schema, (to_delta(b, schema) for b in reader)))
-
-
-def _delta_table(batch: StagedBatch) -> pa.Table:
-    """The staged rows in Delta's types, in memory (a widening rewrite merges them with the table)."""
-    table = batch.table()
-    schema = delta_form(table.schema)
-    return pa.Table.from_batches([to_delta(b, schema) for b in table.to_batches()], schema)
-
-
-def _crash_after(reader: pa.RecordBatchReader) -> pa.RecordBatchReader:
-    def batches() -> Iterator[pa.RecordBatch]:
-        yield from reader
-        crash_point("mid_publish")
-
-    return pa.RecordBatchReader.from_batches(reader.schema, batches())
-
-
-def _key_range(batch: StagedBatch, column: str) -> str:
-    """`` AND t.k >= min AND t.k <= max`` of the batch's integer key: delta-rs prunes the files no
-    changed key can be in before it joins (it still copies every row of each file it rewrites)."""
-    if batch.rows == 0 or not pa.types.is_integer(batch.schema.field(column).type):
-        return ""
-    import pyarrow.compute as pc
-
-    bounds = pc.min_max(batch.table(columns=[column])[column])
-    low, high = bounds["min"].as_py(), bounds["max"].as_py()
-    if low is None:
-        return ""
-    return f" AND t.{_quote(column)} >= {int(low)} AND t.{_quote(column)} <= {int(high)}"
-
-
-def _newer_or_different(batch: StagedBatch, model: ModelConfig, *, existing: list[str]) -> str:
-    """A row is replaced by a newer one, or by one as new whose values differ: replaying a batch (or
-    a no-change lookback re-read) updates no row, so the MERGE rewrites no file and makes no commit.
-    A column the table does not have yet (added at the source) differs where the batch holds a value."""
-    lm = _quote(model.last_modified_column)
-    others = [c for c in batch.schema.names if c not in model.primary_key and c != model.last_modified_column]
-    if not others:
-        return f"s.{lm} > t.{lm}"
-    differ = " OR ".join(f"(s.{_quote(c)} IS DISTINCT FROM t.{_quote(c)})" if c in existing else f"(s.{_quote(c)} IS NOT NULL)"
-                         for c in others)
-    return f"s.{lm} > t.{lm} OR (s.{lm} = t.{lm} AND ({differ}))"
 
 
 def _same_columns(current: pa.Schema, incoming: pa.Schema) -> bool:

@@ -13,12 +13,28 @@ from collections.abc import Iterator
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from deltalake import DeltaTable
+from deltalake import CommitProperties, DeltaTable, write_deltalake
 
+from incsync.config import ModelConfig
+from incsync.destinations.delta_batch import batch_table, crash_after
 from incsync.schema_change import SchemaDiff, conform
+from incsync.staging import StagedBatch
+from incsync.typemap import delta_form
 
 _ROW = "__incsync_row"
 _BATCH_LM = "__incsync_batch_lm"
+
+
+def rewrite(
+    dt: DeltaTable, *, model: ModelConfig, batch: StagedBatch, change: SchemaDiff, props: CommitProperties,
+    target_file_size: int,
+) -> None:
+    """One overwrite commit: the table rewritten with the wider types and the batch merged in."""
+    schema = widened_schema(pa.schema(dt.schema().to_arrow()), delta_form(batch.schema), change)
+    rows = merged_rows(dt, batch_table(batch), schema=schema, primary_key=list(model.primary_key),
+                       last_modified=model.last_modified_column)
+    write_deltalake(dt, crash_after(rows), mode="overwrite", schema_mode="overwrite",
+                    target_file_size=target_file_size, commit_properties=props)
 
 
 def widened_schema(current: pa.Schema, batch: pa.Schema, change: SchemaDiff) -> pa.Schema:

@@ -3,26 +3,20 @@
 The publish transaction takes an advisory lock on (schema, model), checks that no other transfer
 committed since this one read its state, adapts the table in place (create, ADD COLUMN, ALTER COLUMN
 TYPE for a widening: see ``postgres_schema``), upserts with the last-modified tie-break and inserts the
-transfer record into ``<schema>._incsync_transfers``. A full refresh loads its rows into the temp table
-beside the live one, then in that one transaction deletes the rows the source no longer has and
-upserts the rest: the table's contents are replaced, never its identity (no DROP, no rename, no
-TRUNCATE), so readers are never blocked and a snapshot reader sees the old rows or the new.
+transfer record into ``<schema>._incsync_transfers`` (``postgres_log``). A full refresh loads its rows
+into the temp table (``postgres_load``) beside the live one, then in that one transaction deletes the
+rows the source no longer has and upserts the rest: the table's contents are replaced, never its
+identity (no DROP, no rename, no TRUNCATE), so readers are never blocked and a snapshot reader sees
+the old rows or the new.
 """
 
 from __future__ import annotations
 
 import contextlib
-
-import io
-import json
 import os
 from dataclasses import replace
-from collections.abc import Iterator
-from datetime import datetime
 
 import psycopg
-import pyarrow as pa
-import pyarrow.csv as pacsv
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict
 
@@ -41,84 +35,14 @@ from incsync.destinations.base import (
 )
 from incsync.destinations.ownership import METADATA_KEY as OWNER_KEY
 from incsync.destinations.ownership import Owner, owner_of, pg_claim, pg_owner, pg_stamp
-from incsync.destinations.postgres_schema import Evolution, evolve, register
+from incsync.destinations.postgres_load import STAGE, load_stage
+from incsync.destinations.postgres_log import create_log, insert_record, last_record, logged_recipients
+from incsync.destinations.postgres_schema import Evolution, evolve, register, table_columns
+from incsync.destinations.postgres_types import pg_type
 from incsync.errors import ConfigError, LeaseError, OwnershipError, PublishError, SchemaError
 from incsync.lease import check_lease
 from incsync.schema_change import SchemaDiff
 from incsync.staging import StagedBatch
-from incsync.typemap import postgres_source_type
-
-TRANSFERS_TABLE = "_incsync_transfers"
-STAGE_TABLE = "_incsync_stage"
-
-_TRANSFERS_DDL = """
-CREATE TABLE IF NOT EXISTS {table} (
-    seq bigserial UNIQUE,
-    transfer_id text PRIMARY KEY,
-    model_name text NOT NULL,
-    recipient_id text NOT NULL,
-    window_start timestamptz NOT NULL,
-    window_end timestamptz NOT NULL,
-    lower_bound timestamptz NOT NULL,
-    upper_bound timestamptz NOT NULL,
-    rows_transferred bigint NOT NULL,
-    delta_rows_transferred bigint NOT NULL,
-    high_watermark timestamptz,
-    high_watermark_micros bigint,
-    transfer_type text NOT NULL,
-    fingerprint text NOT NULL,
-    lookback_seconds integer NOT NULL,
-    committed_at text NOT NULL,
-    extra jsonb NOT NULL DEFAULT '{{}}'
-)"""
-
-_RECORD_COLUMNS = (
-    "transfer_id", "model_name", "recipient_id", "window_start", "window_end", "lower_bound", "upper_bound",
-    "rows_transferred", "delta_rows_transferred", "high_watermark", "high_watermark_micros", "transfer_type",
-    "fingerprint", "lookback_seconds", "committed_at", "extra",
-)
-
-
-def pg_type(field: pa.Field) -> str:
-    """The PostgreSQL type of a staged column, spelled as ``format_type`` prints it: a PostgreSQL source's
-    own type where the values load into it exactly (jsonb, inet, time, arrays, numeric(p,s)...), else by Arrow."""
-    return postgres_source_type(field) or _arrow_pg_type(field)
-
-
-def _arrow_pg_type(field: pa.Field) -> str:
-    t = field.type
-    if isinstance(t, pa.ExtensionType):
-        if t.extension_name == "arrow.json":
-            return "jsonb"
-        t = t.storage_type
-    checks = [
-        (pa.types.is_boolean, "boolean"),
-        (lambda x: pa.types.is_int8(x) or pa.types.is_int16(x) or pa.types.is_uint8(x), "smallint"),
-        (lambda x: pa.types.is_int32(x) or pa.types.is_uint16(x), "integer"),
-        (lambda x: pa.types.is_int64(x) or pa.types.is_uint32(x), "bigint"),
-        (pa.types.is_uint64, "numeric(20,0)"),
-        (lambda x: pa.types.is_float16(x) or pa.types.is_float32(x), "real"),
-        (pa.types.is_float64, "double precision"),
-        (lambda x: pa.types.is_string(x) or pa.types.is_large_string(x) or pa.types.is_string_view(x), "text"),
-        (lambda x: pa.types.is_binary(x) or pa.types.is_large_binary(x) or pa.types.is_fixed_size_binary(x), "bytea"),
-        (pa.types.is_date, "date"),
-        (pa.types.is_time, "time without time zone"),
-        (lambda x: pa.types.is_list(x) or pa.types.is_large_list(x) or pa.types.is_struct(x) or pa.types.is_map(x), "jsonb"),
-    ]
-    if pa.types.is_decimal(t):
-        return f"numeric({t.precision},{t.scale})"
-    if pa.types.is_timestamp(t):
-        return "timestamp with time zone" if t.tz else "timestamp without time zone"
-    for check, name in checks:
-        if check(t):
-            return name
-    raise SchemaError(f'column "{field.name}" has type {t}, which the PostgreSQL destination cannot store; '
-                      "cast it in the model's source_query")
-
-
-def _jsonish(field: pa.Field) -> bool:
-    """Nested Arrow values stored as jsonb (a PostgreSQL array column takes them as lists instead)."""
-    return pa.types.is_nested(field.type) and pg_type(field) == "jsonb" and not isinstance(field.type, pa.ExtensionType)
 
 
 def _advisory_key(schema: str, model: str) -> str:
@@ -175,7 +99,7 @@ class PostgresDestination(Destination):
     def read_state(self, *, model: ModelConfig, recipient: RecipientConfig) -> DestinationState:
         """The last transfer, checked against the table (dropped or emptied while the log stays, or the reverse)."""
         with self._connect() as conn:
-            record = self._last_record(conn, model=model, recipient=recipient)
+            record = last_record(conn, self.schema, model=model.model_name, recipient=recipient.id)
             exists = self._columns(conn, model.model_name) is not None
             has_data = exists and bool(conn.execute(
                 sql.SQL("SELECT EXISTS (SELECT 1 FROM {})").format(self._ident(model.model_name))).fetchone()[0])
@@ -186,32 +110,8 @@ class PostgresDestination(Destination):
         reason = reset_reason(f"table {self.table_name(model)}", record, has_data=has_data, missing=missing)
         return DestinationState(last_transfer=record, version=record.transfer_id if record else None, reset_reason=reason)
 
-    def _last_record(self, conn: psycopg.Connection, *, model: ModelConfig, recipient: RecipientConfig) -> TransferRecord | None:
-        if self._columns(conn, TRANSFERS_TABLE) is None:
-            return None
-        query = sql.SQL("SELECT {cols} FROM {table} WHERE model_name = %s AND recipient_id = %s ORDER BY seq DESC LIMIT 1").format(
-            cols=sql.SQL(", ").join(map(sql.Identifier, _RECORD_COLUMNS)), table=self._ident(TRANSFERS_TABLE)
-        )
-        row = conn.execute(query, [model.model_name, recipient.id]).fetchone()
-        if row is None:
-            return None
-        values = dict(zip(_RECORD_COLUMNS, row, strict=True))
-        for key in ("window_start", "window_end", "lower_bound", "upper_bound"):
-            values[key] = values[key].isoformat()
-        values.pop("high_watermark")
-        return TransferRecord(**values)
-
     def _columns(self, conn: psycopg.Connection, table: str) -> dict[str, str] | None:
-        # The table by its oid (to_regclass): joining on relname and nspname let the planner scan every
-        # recipient's table of that name, ~0.1 s a publish in a database of 10,000 recipient schemas.
-        rows = conn.execute(
-            """SELECT a.attname, format_type(a.atttypid, a.atttypmod)
-               FROM pg_attribute a JOIN pg_class c ON a.attrelid = c.oid
-               WHERE c.oid = to_regclass(%s) AND c.relkind = 'r' AND a.attnum > 0 AND NOT a.attisdropped
-               ORDER BY a.attnum""",
-            [sql.Identifier(self.schema, table).as_string(conn)],
-        ).fetchall()
-        return {name: kind for name, kind in rows} if rows else None
+        return table_columns(conn, self.schema, table)
 
     def publish(
         self,
@@ -228,11 +128,11 @@ class PostgresDestination(Destination):
         columns = list(wanted)
         with self._connect() as conn:
             try:
-                self._load_stage(conn, batch, wanted)
+                load_stage(conn, batch, wanted)
                 conn.commit()
                 conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", [_advisory_key(self.schema, model.model_name)])
                 conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(self.schema)))
-                conn.execute(sql.SQL(_TRANSFERS_DDL).format(table=self._ident(TRANSFERS_TABLE)))
+                create_log(conn, self.schema)
                 self._check_lease(conn, model=model, recipient=recipient, expected=expected)
                 self._claim(conn, model=model, recipient=recipient, record=record)
                 written, deleted, evolution = self._write(
@@ -240,7 +140,7 @@ class PostgresDestination(Destination):
                 )
                 removed = self._remove(conn, model=model, removals=removals) if removals is not None else 0
                 crash_point("mid_publish")
-                self._insert_record(conn, record)
+                insert_record(conn, self.schema, record)
                 conn.commit()
             except (LeaseError, SchemaError, OwnershipError):
                 conn.rollback()
@@ -260,33 +160,6 @@ class PostgresDestination(Destination):
             metadata["rows_removed"] = removed
         return {**metadata, **evolution.metadata(refresh=record.transfer_type == FULL_REFRESH)}
 
-    def _load_stage(self, conn: psycopg.Connection, batch: StagedBatch, wanted: dict[str, str]) -> None:
-        stage = sql.Identifier("pg_temp", STAGE_TABLE)  # qualified, so a user table of that name is never touched
-        conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(stage))
-        conn.execute(
-            sql.SQL("CREATE TABLE {} ({})").format(
-                stage, sql.SQL(", ").join(sql.SQL("{} {}").format(sql.Identifier(c), sql.SQL(t)) for c, t in wanted.items())
-            )
-        )
-        if not batch.files:
-            return
-        columns = sql.SQL(", ").join(map(sql.Identifier, wanted))
-        if _csv_safe(batch.schema) and "bytea" not in wanted.values():
-            # Arrow writes the CSV in C: ~10x faster than adapting row by row. Quoting every value keeps
-            # empty strings apart from NULLs (unquoted empty fields), and JSON text's 'null' apart from NULL.
-            options = pacsv.WriteOptions(include_header=False, quoting_style="all_valid")
-            with conn.cursor() as cur, cur.copy(sql.SQL("COPY {} ({}) FROM STDIN (FORMAT csv)").format(stage, columns)) as copy:
-                for record_batch in batch.reader():
-                    sink = io.BytesIO()
-                    pacsv.write_csv(_csv_storage(record_batch), sink, options)
-                    copy.write(sink.getvalue())
-                    crash_point("mid_copy")
-            return
-        json_columns = [i for i, f in enumerate(batch.schema) if _jsonish(f)]
-        with conn.cursor() as cur, cur.copy(sql.SQL("COPY {} ({}) FROM STDIN").format(stage, columns)) as copy:
-            for row in _rows(batch, json_columns):
-                copy.write_row(row)
-
     def _write(
         self, conn: psycopg.Connection, *, model: ModelConfig, recipient: RecipientConfig, batch_columns: list[str],
         wanted: dict[str, str], record: TransferRecord, where: str,
@@ -298,7 +171,6 @@ class PostgresDestination(Destination):
         """
         name = model.model_name
         target = self._ident(name)
-        stage = sql.Identifier("pg_temp", STAGE_TABLE)
         refresh = record.transfer_type == FULL_REFRESH
         force = refresh or record.transfer_type == REPAIR  # the batch's rows win whatever their dates
         current = self._columns(conn, name)
@@ -312,15 +184,15 @@ class PostgresDestination(Destination):
         deleted = evolution.deleted
         pk = sql.SQL(", ").join(map(sql.Identifier, model.primary_key))
         if refresh and current is not None:
-            conn.execute(sql.SQL("ANALYZE {}").format(stage))
+            conn.execute(sql.SQL("ANALYZE {}").format(STAGE))
             matches = sql.SQL(" AND ").join(sql.SQL("s.{c} = t.{c}").format(c=sql.Identifier(c)) for c in model.primary_key)
             gone = sql.SQL("DELETE FROM {target} AS t WHERE NOT EXISTS (SELECT 1 FROM {stage} AS s WHERE {m})")
-            deleted += conn.execute(gone.format(target=target, stage=stage, m=matches)).rowcount
+            deleted += conn.execute(gone.format(target=target, stage=STAGE, m=matches)).rowcount
         cols = sql.SQL(", ").join(map(sql.Identifier, batch_columns))
         lm = sql.Identifier(model.last_modified_column)
         updates = [c for c in batch_columns if c not in model.primary_key]
         insert = sql.SQL("INSERT INTO {target} AS t ({cols}) SELECT {cols} FROM {stage}").format(
-            target=target, cols=cols, stage=stage)
+            target=target, cols=cols, stage=STAGE)
         stale = list(evolution.stale) if refresh else []
         if updates or stale:
             sets = sql.SQL(", ").join([*(sql.SQL("{c} = EXCLUDED.{c}").format(c=sql.Identifier(c)) for c in updates),
@@ -351,10 +223,9 @@ class PostgresDestination(Destination):
         if current is None:
             return 0
         if removals.mode == "soft" and DELETED_AT in current:  # a key back at the source is no longer deleted
-            stage = sql.Identifier("pg_temp", STAGE_TABLE)
             back = sql.SQL(" AND ").join(sql.SQL("t.{c} = s.{c}").format(c=sql.Identifier(c)) for c in model.primary_key)
             conn.execute(sql.SQL("UPDATE {t} AS t SET {d} = NULL FROM {s} AS s WHERE {m} AND t.{d} IS NOT NULL").format(
-                t=self._ident(model.model_name), d=sql.Identifier(DELETED_AT), s=stage, m=back))
+                t=self._ident(model.model_name), d=sql.Identifier(DELETED_AT), s=STAGE, m=back))
         if removals.rows == 0:
             return 0
         keys = sql.Identifier("pg_temp", "_incsync_removals")
@@ -384,20 +255,17 @@ class PostgresDestination(Destination):
         self, conn: psycopg.Connection, *, model: ModelConfig, recipient: RecipientConfig, expected: DestinationState
     ) -> None:
         """Under the (schema, model) advisory lock: refuse when another transfer committed since ``expected``."""
-        current = self._last_record(conn, model=model, recipient=recipient)
+        current = last_record(conn, self.schema, model=model.model_name, recipient=recipient.id)
         was = expected.last_transfer.transfer_id if expected.last_transfer else None
         now = current.transfer_id if current else None
         check_lease(model=model.model_name, recipient=recipient.id, where=self.table_name(model), read=was, now=now)
 
     def _claim(self, conn: psycopg.Connection, *, model: ModelConfig, recipient: RecipientConfig, record: TransferRecord) -> None:
         """Refuse, before any row is written, a table that belongs to another recipient; stamp a new one."""
-        def logged() -> list[str]:
-            query = sql.SQL("SELECT DISTINCT recipient_id FROM {} WHERE model_name = %s").format(self._ident(TRANSFERS_TABLE))
-            return [r for (r,) in conn.execute(query, [model.model_name]).fetchall()]
-
         pg_claim(
             conn, self.schema, owner_of(model, recipient), where=self._where(model),
-            table_exists=lambda: self._columns(conn, model.model_name) is not None, recipients_logged=logged,
+            table_exists=lambda: self._columns(conn, model.model_name) is not None,
+            recipients_logged=lambda: logged_recipients(conn, self.schema, model.model_name),
             transfer_id=record.transfer_id,
         )
 
@@ -409,51 +277,8 @@ class PostgresDestination(Destination):
             conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", [_advisory_key(self.schema, model.model_name)])
             conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(self.schema)))
             previous = pg_owner(conn, self.schema, model.model_name)
-            last = self._last_record(conn, model=model, recipient=recipient)
+            last = last_record(conn, self.schema, model=model.model_name, recipient=recipient.id)
             new = replace(owner_of(model, recipient), moved=last.transfer_id if last else "")
             pg_stamp(conn, self.schema, new, reason=reason)
             conn.commit()
         return previous
-
-    def _insert_record(self, conn: psycopg.Connection, record: TransferRecord) -> None:
-        values = [
-            record.transfer_id, record.model_name, record.recipient_id,
-            datetime.fromisoformat(record.window_start), datetime.fromisoformat(record.window_end),
-            datetime.fromisoformat(record.lower_bound), datetime.fromisoformat(record.upper_bound),
-            record.rows_transferred, record.delta_rows_transferred, record.high_watermark,
-            record.high_watermark_micros, record.transfer_type, record.fingerprint, record.lookback_seconds,
-            record.committed_at, json.dumps(record.extra),
-        ]
-        conn.execute(
-            sql.SQL("INSERT INTO {} ({}) VALUES ({})").format(
-                self._ident(TRANSFERS_TABLE),
-                sql.SQL(", ").join(map(sql.Identifier, _RECORD_COLUMNS)),
-                sql.SQL(", ").join([sql.Placeholder()] * len(_RECORD_COLUMNS)),
-            ),
-            values,
-        )
-
-
-def _csv_safe(schema: pa.Schema) -> bool:
-    """Every column is one Arrow's CSV writer can write as PostgreSQL reads it: no nested values (they
-    become JSON in Python), and extension types (JSON text) only over string storage."""
-    def plain(t: pa.DataType) -> bool:
-        if isinstance(t, pa.ExtensionType):
-            return pa.types.is_string(t.storage_type) or pa.types.is_large_string(t.storage_type)
-        return not pa.types.is_nested(t)
-    return all(plain(f.type) for f in schema)
-
-
-def _csv_storage(record_batch: pa.RecordBatch) -> pa.Table:
-    """The batch with extension columns (e.g. ``arrow.json``) as their string storage, which the CSV writer takes."""
-    columns = [c.storage if isinstance(c.type, pa.ExtensionType) else c for c in record_batch.columns]
-    return pa.Table.from_arrays(columns, names=record_batch.schema.names)
-
-
-def _rows(batch: StagedBatch, json_columns: list[int]) -> Iterator[list[object]]:
-    reader = batch.reader()
-    for record_batch in reader:
-        columns = [col.to_pylist() for col in record_batch.columns]
-        for i in json_columns:
-            columns[i] = [None if v is None else json.dumps(v, default=str) for v in columns[i]]
-        yield from (list(r) for r in zip(*columns, strict=True))

@@ -41,6 +41,20 @@ def _regclass(schema: str, table: str) -> str:
     return sql.Identifier(schema, table).as_string(None)
 
 
+def table_columns(conn: psycopg.Connection, schema: str, table: str) -> dict[str, str] | None:
+    """Column → ``format_type`` of ``schema.table`` in order; None when there is no such table."""
+    # The table by its oid (to_regclass): joining on relname and nspname let the planner scan every
+    # recipient's table of that name, ~0.1 s a publish in a database of 10,000 recipient schemas.
+    rows = conn.execute(
+        """SELECT a.attname, format_type(a.atttypid, a.atttypmod)
+           FROM pg_attribute a JOIN pg_class c ON a.attrelid = c.oid
+           WHERE c.oid = to_regclass(%s) AND c.relkind = 'r' AND a.attnum > 0 AND NOT a.attisdropped
+           ORDER BY a.attnum""",
+        [sql.Identifier(schema, table).as_string(conn)],
+    ).fetchall()
+    return {name: kind for name, kind in rows} if rows else None
+
+
 def dependents(conn: psycopg.Connection, schema: str, table: str, columns: list[str]) -> list[tuple[str, str, str]]:
     """(kind, name, column) of the views and policies that use ``columns``: PostgreSQL cannot retype those."""
     if not columns:

@@ -39,7 +39,7 @@ def read_postgres(destination: PostgresDestination, *, model: ModelConfig, recip
 
 def read_object_storage(destination: ObjectStorageDestination, *, model: ModelConfig, recipient: RecipientConfig) -> pa.Table:
     """Every row of the recipient's committed manifests: an append log, so a key may occur once per transfer."""
-    from incsync.destinations.object_storage import read_manifested
+    from incsync.destinations.manifest_reader import read_manifested
 
     return read_manifested(destination.store, model.model_name, recipient.id, private=destination.config.disable_manifest)
 
@@ -61,6 +61,6 @@ def current_rows(destination: Destination, *, model: ModelConfig, recipient: Rec
     table = read_rows(destination, model=model, recipient=recipient)
     if destination.kind != "object_storage" or table.num_rows == 0:
         return table
-    from incsync.destinations.object_storage import latest_versions
+    from incsync.destinations.manifest_reader import latest_versions
 
     return latest_versions(table, list(model.primary_key), model.last_modified_column)

@@ -61,7 +61,7 @@ def _request(config, recipient_id: str, destination, spark) -> TransferRequest:
 def _history_records(table: Path) -> list[str]:
     from deltalake import DeltaTable
 
-    from incsync.destinations.delta import RECORD_KEY
+    from incsync.destinations.delta_state import RECORD_KEY
 
     return [c[RECORD_KEY] for c in DeltaTable(str(table)).history() if RECORD_KEY in c]
 
