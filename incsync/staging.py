@@ -24,7 +24,8 @@ import pyarrow.fs as pafs
 from incsync.config import ModelConfig
 from incsync.errors import StagingError, ValidationError
 from incsync.storage import StoragePath
-from incsync.typemap import FINITE_MARK, METADATA_KEY, ColumnPlan, ConversionError, arrow_type, convert_table, field_metadata
+from incsync.type_conversion import ConversionError, column_plans, convert_table, faithful_schema
+from incsync.typemap import FINITE_MARK, ColumnPlan
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -262,27 +263,6 @@ def _out_of_range(plans: dict[str, ColumnPlan]) -> Iterator[None]:
             "represent (PostgreSQL 'infinity' / '-infinity', or a year past 9999); nothing was published. "
             f'Read such a column as text with `column_types: {{"{suspects[0].name}": text}}` on the model.'
         ) from None
-
-
-def column_plans(df: DataFrame) -> dict[str, ColumnPlan]:
-    """The plans a source attached to its columns (Spark column metadata); empty for sources without any."""
-    return {
-        f.name: ColumnPlan.from_json(f.metadata[METADATA_KEY])
-        for f in df.schema.fields
-        if f.metadata and METADATA_KEY in f.metadata
-    }
-
-
-def faithful_schema(schema: pa.Schema, plans: dict[str, ColumnPlan]) -> pa.Schema:
-    """``schema`` with each planned column's Arrow type and its source type as field metadata."""
-    fields = []
-    for f in schema:
-        plan = plans.get(f.name)
-        if plan is not None:
-            f = f.with_type(arrow_type(plan.arrow)) if plan.arrow else f
-            f = f.with_metadata(field_metadata(plan))
-        fields.append(f)
-    return pa.schema(fields)
 
 
 def _convert_files(files: tuple[Path, ...] | tuple[str, ...], plans: dict[str, ColumnPlan], fs: pafs.FileSystem) -> None:

@@ -49,7 +49,7 @@ from incsync.staging import StagedBatch
 from incsync.filesystems import resolve_options
 from incsync.storage import open_store
 from incsync.storage_names import is_url, local_path
-from incsync.typemap import changed_kinds, delta_form, to_delta
+from incsync.destination_types import changed_kinds, delta_form, to_delta
 
 # Commits of other recipients to the same table make a publish re-check its lease and try again.
 PUBLISH_ATTEMPTS = 8

@@ -45,7 +45,7 @@ from incsync.errors import ConfigError, LeaseError, OwnershipError, PublishError
 from incsync.lease import check_lease
 from incsync.schema_change import SchemaDiff
 from incsync.staging import StagedBatch
-from incsync.typemap import postgres_source_type
+from incsync.destination_types import postgres_source_type
 
 TRANSFERS_TABLE = "_incsync_transfers"
 STAGE_TABLE = "_incsync_stage"
