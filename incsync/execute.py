@@ -23,7 +23,9 @@ from incsync.errors import IncsyncError, LeaseError, SourceError
 from incsync.lease import LEASE_ATTEMPTS
 from incsync.plan import Span, coalesce
 from incsync.retries import with_retries
-from incsync.staging import StagedBatch, claim, filtered_batch, remove, stage_by_tenant
+from incsync.staged_batch import StagedBatch, filtered_batch
+from incsync.staging import stage_by_tenant
+from incsync.staging_folders import claim, remove
 from incsync.transfer import (
     COLLECT_MAX_ROWS,
     OnCommit,

@@ -34,7 +34,10 @@ from incsync.partitions import WindowPartition
 from incsync.sources.base import Source
 from incsync.plan import count_by_window, plan_batches
 from incsync.retries import with_retries
-from incsync.staging import StagedBatch, check_last_modified, claim, last_modified_micros, remove, remove_if_abandoned, slice_batch, stage, validate_and_count
+from incsync.batch_validation import check_last_modified, validate_and_count
+from incsync.staged_batch import StagedBatch, last_modified_micros, slice_batch
+from incsync.staging import stage
+from incsync.staging_folders import claim, remove, remove_if_abandoned
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

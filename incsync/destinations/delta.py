@@ -45,7 +45,7 @@ from incsync.destinations.ownership import (
 from incsync.errors import LeaseError, PublishError, SchemaError
 from incsync.lease import check_lease
 from incsync.schema_change import SchemaDiff, arrow_diff, change_metadata, incompatible_error
-from incsync.staging import StagedBatch
+from incsync.staged_batch import StagedBatch
 from incsync.filesystems import resolve_options
 from incsync.storage import open_store
 from incsync.storage_names import is_url, local_path

@@ -54,7 +54,7 @@ from incsync.destinations.ownership import OWNER_FILE, Owner, check_owner, now_i
 from incsync.errors import PublishError
 from incsync.lease import lost_lease
 from incsync.schema_change import SchemaDiff, arrow_diff, change_metadata, conform, incompatible_error
-from incsync.staging import StagedBatch
+from incsync.staged_batch import StagedBatch
 from incsync.filesystems import resolve_options
 from incsync.storage import Store, open_store
 

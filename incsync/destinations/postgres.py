@@ -44,7 +44,7 @@ from incsync.destinations.postgres_schema import Evolution, evolve, register
 from incsync.errors import ConfigError, LeaseError, OwnershipError, PublishError, SchemaError
 from incsync.lease import check_lease
 from incsync.schema_change import SchemaDiff
-from incsync.staging import StagedBatch
+from incsync.staged_batch import StagedBatch
 from incsync.destination_types import postgres_source_type
 
 TRANSFERS_TABLE = "_incsync_transfers"
