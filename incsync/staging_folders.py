@@ -3,12 +3,21 @@
 from __future__ import annotations
 
 import fcntl
+import logging
+import re
 import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from incsync.storage import StoragePath
+from incsync.transfer import TRANSFER_ID_PATTERN
+
+if TYPE_CHECKING:
+    from incsync.config import ModelConfig, RecipientConfig
+
+log = logging.getLogger(__name__)
 
 
 def remove(path: Path | StoragePath) -> None:
@@ -61,3 +70,17 @@ def remove_if_abandoned(path: Path | StoragePath) -> bool:
         lock.unlink(missing_ok=True)
     return True
 
+
+def remove_stale_staging(staging_root: Path, model: ModelConfig, recipient: RecipientConfig) -> list[Path]:
+    """Remove staging folders that dead transfers of (model, recipient) left behind.
+
+    A live transfer holds its folder's lock (see ``claim``), so only abandoned ones go.
+    """
+    if not staging_root.is_dir():
+        return []
+    pattern = re.compile(rf"{re.escape(model.model_name)}-{re.escape(recipient.id)}-{TRANSFER_ID_PATTERN}")
+    candidates = [p for p in staging_root.iterdir() if pattern.fullmatch(p.name) and p.is_dir()]
+    removed = [path for path in candidates if remove_if_abandoned(path)]
+    for path in removed:
+        log.warning("removed staging %s left by an interrupted transfer", path)
+    return removed
