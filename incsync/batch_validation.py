@@ -1,4 +1,4 @@
-"""Validate a staged batch before it is published: primary key non-null and unique, last-modified non-null, its counts (DESIGN step 5-6)."""
+"""Validate a staged batch (DESIGN step 5-6): primary key non-null and unique, last-modified non-null; its counts."""
 
 from __future__ import annotations
 

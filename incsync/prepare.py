@@ -1,5 +1,4 @@
-"""Prepare a span before anything is read: the destination's state, the span's bounds, its transfer id
-and staging folder (DESIGN "One transfer", steps 1-2)."""
+"""Prepare a span before anything is read: destination state, bounds, transfer id, staging folder (DESIGN steps 1-2)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""Publish a staged span: validate its rows, attribute them to windows, commit them in size-bounded
-batches in order, each with its transfer record (DESIGN "One transfer", steps 5-7, and "Transfer plans")."""
+"""Publish a staged span (DESIGN steps 5-7): validate it, attribute its rows to windows, commit them batch by batch."""
 
 from __future__ import annotations
 

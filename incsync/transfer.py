@@ -106,7 +106,6 @@ class PreparedSpan:
         return self.requests[0]
 
 
-
 def high_watermark_epoch(record: TransferRecord) -> int | None:
     hw = record.high_watermark
     return None if hw is None else epoch_seconds_floor(hw)

@@ -1,4 +1,4 @@
-"""Staged values in their faithful Arrow types (decimal256, time64, exact text), or a ConversionError naming the first that does not fit."""
+"""Staged values in their faithful Arrow types (decimal256, time64, exact text), or a ConversionError naming the value."""
 
 from __future__ import annotations
 
