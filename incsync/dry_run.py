@@ -1,7 +1,7 @@
 """`incsync transfer --dry-run`: what a transfer would read, for whom, within which bounds — writing nothing.
 
 Each recipient's destination state is read (as the transfer would) and its bounds computed by the same
-code (``transfer.span_bounds``); rows are estimated by a cheap count where the source has one (PostgreSQL
+code (``prepare.span_bounds``); rows are estimated by a cheap count where the source has one (PostgreSQL
 through psycopg, Parquet lake tables through their footers' statistics and a pyarrow scan), never Spark.
 """
 
@@ -54,7 +54,8 @@ def plan_transfer(
     from incsync.destinations import build_destination
     from incsync.partitions import grid_start, partition_key, split_key
     from incsync.sources import build_source
-    from incsync.transfer import TransferRequest, span_bounds
+    from incsync.prepare import span_bounds
+    from incsync.transfer import TransferRequest
 
     source = build_source(config.source(model.source))
     lookback = config.lookback_seconds(model)

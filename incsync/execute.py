@@ -1,4 +1,4 @@
-"""Execute a run's partitions as a transfer plan: coalesced spans, fan-out reads, parallel publishes.
+"""Execute a run's partitions as a transfer plan: coalesced spans (``run_span`` runs one), fan-out reads, parallel publishes.
 
 DESIGN "Transfer plans". The partitions of one run become spans (contiguous windows of one
 recipient, see ``plan.coalesce``). The first span of every recipient of a column-tenanted model is
@@ -23,17 +23,13 @@ from incsync.errors import IncsyncError, LeaseError, SourceError
 from incsync.lease import LEASE_ATTEMPTS
 from incsync.plan import Span, coalesce
 from incsync.retries import with_retries
-from incsync.staging import StagedBatch, claim, filtered_batch, remove, stage_by_tenant
-from incsync.transfer import (
-    COLLECT_MAX_ROWS,
-    OnCommit,
-    PreparedSpan,
-    TransferRequest,
-    new_transfer_id,
-    prepare,
-    publish_span,
-    run_span,
-)
+from incsync.extract import COLLECT_MAX_ROWS, extract_with_retries
+from incsync.prepare import prepare
+from incsync.publish import publish_span
+from incsync.staged_batch import StagedBatch, filtered_batch
+from incsync.staging import stage_by_tenant
+from incsync.staging_folders import claim, remove
+from incsync.transfer import OnCommit, PreparedSpan, TransferOutcome, TransferRequest, new_transfer_id
 
 log = logging.getLogger(__name__)
 
@@ -90,6 +86,24 @@ def execute(requests: Sequence[TransferRequest], *, staging_root: Path, on_commi
             continue
         failures += _run_alone(span.windows, staging_root=staging_root, on_commit=tracked, committed=committed)
     return failures
+
+
+def run_span(requests: Sequence[TransferRequest], *, staging_root: Path, on_commit: OnCommit) -> None:
+    """One transfer over contiguous windows of one recipient: prepare, extract, stage once, publish.
+
+    The staging folder is removed on the way out, success or not.
+    """
+    span = prepare(requests, staging_root=staging_root)
+    with claim(span.staging):
+        batch = extract_with_retries(span)
+        publish_span(span, batch, on_commit=on_commit)
+
+
+def run_transfer(request: TransferRequest, *, staging_root: Path) -> TransferOutcome:
+    """One window alone (tests and tools): the span of a single partition."""
+    outcomes: list[TransferOutcome] = []
+    run_span([request], staging_root=staging_root, on_commit=lambda _r, o: outcomes.append(o))
+    return outcomes[0]
 
 
 def _uncommitted(requests: Sequence[TransferRequest], committed: set[object]) -> tuple[TransferRequest, ...]:

@@ -14,7 +14,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from incsync.staging import StagedBatch
+    from incsync.staged_batch import StagedBatch
 
 TRANSACTIONS = "transactions"  # the oldest open transaction of other sessions holds the HW back
 REPLICA = "replica"  # a replica: its replay lag holds the HW back (the primary's sessions are not visible)

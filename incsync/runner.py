@@ -14,7 +14,7 @@ import yaml
 from incsync.assets import model_asset_key
 from incsync.automation.liveness import process_tag
 from incsync.launch import RunSpec, plan_runs, register
-from incsync.bounds import UTC
+from incsync.bounds import UTC, recipient_start
 from incsync.config import IncsyncConfig, ModelConfig, RecipientConfig
 from incsync.metadata import DELTA_ROWS_TRANSFERRED, HIGH_WATERMARK, ROWS_TRANSFERRED, TRANSFER_TYPE
 from incsync.paths import dagster_home
@@ -23,7 +23,6 @@ from incsync.errors import ConfigError
 from incsync.instance_storage import storage_problems
 from incsync.partitions import split_key, window_partitions
 from incsync.tags import INCREMENTAL, PROCESS_TAG
-from incsync.transfer import recipient_start
 
 MANUAL = "manual"
 

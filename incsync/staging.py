@@ -1,82 +1,27 @@
-"""Stage a batch once as Parquet, then validate and count it from the staged files."""
+"""Stage a batch once as Parquet from Spark: its writes, the faithful types of its files, the staged-count check."""
 
 from __future__ import annotations
 
-import fcntl
-import functools
 import re
-import shutil
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
-from datetime import datetime
 from pathlib import Path
 from urllib.parse import unquote
 from typing import TYPE_CHECKING
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.dataset as ds
 import pyarrow.fs as pafs
 
-from incsync.config import ModelConfig
-from incsync.errors import StagingError, ValidationError
+from incsync.errors import StagingError
+from incsync.staged_batch import StagedBatch, file_ref, files_dataset, files_size, filesystem_of, stage_arrow
 from incsync.storage import StoragePath
-from incsync.typemap import FINITE_MARK, METADATA_KEY, ColumnPlan, ConversionError, arrow_type, convert_table, field_metadata
+from incsync.type_conversion import ConversionError, column_plans, convert_table, faithful_schema
+from incsync.typemap import FINITE_MARK, ColumnPlan
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
-
-MAX_REPORTED_KEYS = 10
-
-
-@dataclass(frozen=True)
-class StagedBatch:
-    """Parquet files private to one transfer; every later step reads these, never the source.
-
-    Local staging holds ``Path``s; staging on an object store (``staging_dir: s3://...``) holds paths on
-    ``filesystem``.
-    """
-
-    path: Path | StoragePath
-    files: tuple[Path, ...] | tuple[str, ...]
-    schema: pa.Schema
-    rows: int
-    bytes: int
-
-    @property
-    def filesystem(self) -> pafs.FileSystem:
-        return self.path.fs if isinstance(self.path, StoragePath) else pafs.LocalFileSystem()
-
-    def dataset(self) -> ds.Dataset:
-        return ds.dataset([str(f) for f in self.files], format="parquet", schema=self.schema, filesystem=self.filesystem)
-
-    def reader(self) -> pa.RecordBatchReader:
-        return self.dataset().scanner().to_reader()
-
-    def table(self, columns: list[str] | None = None) -> pa.Table:
-        return self.dataset().to_table(columns=columns)
-
-
-def _fs(path: Path | StoragePath) -> pafs.FileSystem:
-    return path.fs if isinstance(path, StoragePath) else pafs.LocalFileSystem()
-
-
-def _ref(file: Path | StoragePath) -> Path | str:
-    """What a StagedBatch keeps of a file: its local Path, or its path on the object store."""
-    return file.path if isinstance(file, StoragePath) else file
-
-
-def _size(files: tuple[Path, ...] | tuple[str, ...], fs: pafs.FileSystem) -> int:
-    if isinstance(fs, pafs.LocalFileSystem):
-        return sum(Path(f).stat().st_size for f in files)
-    return sum(info.size or 0 for info in fs.get_file_info([str(f) for f in files]))
-
-
-def _dataset(files: tuple[Path, ...] | tuple[str, ...], fs: pafs.FileSystem, schema: pa.Schema | None = None) -> ds.Dataset:
-    return ds.dataset([str(f) for f in files], format="parquet", schema=schema, filesystem=fs)
 
 
 def stage(df: DataFrame | pa.Table, path: Path | StoragePath, *, known_empty: bool = False, collect: bool = False) -> StagedBatch:
@@ -89,7 +34,7 @@ def stage(df: DataFrame | pa.Table, path: Path | StoragePath, *, known_empty: bo
     """
     path.parent.mkdir(parents=True, exist_ok=True)
     if isinstance(df, pa.Table):
-        return _stage_arrow(df, path)
+        return stage_arrow(df, path)
     plans = column_plans(df)
     if known_empty:
         path.mkdir(parents=True, exist_ok=True)
@@ -99,17 +44,17 @@ def stage(df: DataFrame | pa.Table, path: Path | StoragePath, *, known_empty: bo
         with _out_of_range(plans):
             collected = df.toArrow()
         table = convert_table(collected.cast(schema), plans)
-        return _stage_arrow(table, path, schema=faithful_schema(schema, plans))
+        return stage_arrow(table, path, schema=faithful_schema(schema, plans))
     with _out_of_range(plans):
         written = write_through_arrow(df, path) if isinstance(path, StoragePath) else write_observed(df, path)
-    fs = _fs(path)
-    files = tuple(sorted(_ref(p) for p in path.glob("*.parquet")))
+    fs = filesystem_of(path)
+    files = tuple(sorted(file_ref(p) for p in path.glob("*.parquet")))
     if any(plan.arrow for plan in plans.values()):
         _convert_files(files, plans, fs)
-    schema = faithful_schema(_utc_schema(df, _dataset(files, fs).schema if files else None), plans)
-    rows = _dataset(files, fs, schema).count_rows() if files else 0
+    schema = faithful_schema(_utc_schema(df, files_dataset(files, fs).schema if files else None), plans)
+    rows = files_dataset(files, fs, schema).count_rows() if files else 0
     check_staged_rows(path, extracted=written, staged=rows)
-    return StagedBatch(path=path, files=files, schema=schema, rows=rows, bytes=_size(files, fs))
+    return StagedBatch(path=path, files=files, schema=schema, rows=rows, bytes=files_size(files, fs))
 
 
 def write_through_arrow(df: DataFrame, path: StoragePath, *, partition_by: str | None = None) -> int:
@@ -210,7 +155,7 @@ def stage_by_tenant(
         schema = faithful_schema(spark_schema, plans)
         text = pc.cast(table[column], pa.string())
         return schema, {
-            str(value): _stage_arrow(table.filter(pc.equal(text, value)), path / f"t{i:05d}", schema=schema)
+            str(value): stage_arrow(table.filter(pc.equal(text, value)), path / f"t{i:05d}", schema=schema)
             for i, value in enumerate(pc.unique(text).to_pylist())
         }
     from pyspark.sql import functions as F
@@ -221,18 +166,18 @@ def stage_by_tenant(
             written = write_through_arrow(tagged, path, partition_by=TENANT_PARTITION)
         else:
             written = write_observed(tagged, path, partition_by=TENANT_PARTITION)
-    fs = _fs(path)
+    fs = filesystem_of(path)
     folders = sorted((p for p in path.glob(f"{TENANT_PARTITION}=*") if p.is_dir()), key=str)
-    files = {f: tuple(sorted(_ref(p) for p in f.glob("*.parquet"))) for f in folders}
+    files = {f: tuple(sorted(file_ref(p) for p in f.glob("*.parquet"))) for f in folders}
     if any(plan.arrow for plan in plans.values()):
         _convert_files(tuple(f for parts in files.values() for f in parts), plans, fs)
     first = next((parts[0] for parts in files.values() if parts), None)
-    schema = faithful_schema(_utc_schema(df, _dataset((first,), fs).schema if first else None), plans)
+    schema = faithful_schema(_utc_schema(df, files_dataset((first,), fs).schema if first else None), plans)
     batches = {}
     for folder, parts in files.items():
-        rows = _dataset(parts, fs, schema).count_rows() if parts else 0
+        rows = files_dataset(parts, fs, schema).count_rows() if parts else 0
         value = unquote(folder.name.split("=", 1)[1])  # Spark escapes path characters as %XX
-        batches[value] = StagedBatch(path=folder, files=parts, schema=schema, rows=rows, bytes=_size(parts, fs))
+        batches[value] = StagedBatch(path=folder, files=parts, schema=schema, rows=rows, bytes=files_size(parts, fs))
     check_staged_rows(path, extracted=written, staged=sum(b.rows for b in batches.values()))
     return schema, batches
 
@@ -264,27 +209,6 @@ def _out_of_range(plans: dict[str, ColumnPlan]) -> Iterator[None]:
         ) from None
 
 
-def column_plans(df: DataFrame) -> dict[str, ColumnPlan]:
-    """The plans a source attached to its columns (Spark column metadata); empty for sources without any."""
-    return {
-        f.name: ColumnPlan.from_json(f.metadata[METADATA_KEY])
-        for f in df.schema.fields
-        if f.metadata and METADATA_KEY in f.metadata
-    }
-
-
-def faithful_schema(schema: pa.Schema, plans: dict[str, ColumnPlan]) -> pa.Schema:
-    """``schema`` with each planned column's Arrow type and its source type as field metadata."""
-    fields = []
-    for f in schema:
-        plan = plans.get(f.name)
-        if plan is not None:
-            f = f.with_type(arrow_type(plan.arrow)) if plan.arrow else f
-            f = f.with_metadata(field_metadata(plan))
-        fields.append(f)
-    return pa.schema(fields)
-
-
 def _convert_files(files: tuple[Path, ...] | tuple[str, ...], plans: dict[str, ColumnPlan], fs: pafs.FileSystem) -> None:
     """Rewrite Spark's files with the planned Arrow types (only batches that have such columns pay this)."""
     import pyarrow.parquet as pq
@@ -292,49 +216,6 @@ def _convert_files(files: tuple[Path, ...] | tuple[str, ...], plans: dict[str, C
     for file in files:
         table = convert_table(pq.read_table(str(file), filesystem=fs), plans).replace_schema_metadata(None)  # Spark's schema is stale
         pq.write_table(table, str(file), coerce_timestamps="us", filesystem=fs)
-
-
-def _stage_arrow(table: pa.Table, path: Path | StoragePath, *, schema: pa.Schema | None = None) -> StagedBatch:
-    import pyarrow.parquet as pq
-
-    path.mkdir(parents=True, exist_ok=True)
-    fs = _fs(path)
-    files: tuple[Path, ...] | tuple[str, ...] = ()
-    if table.num_rows:
-        file = _ref(path / "part-00000.parquet")
-        pq.write_table(table, str(file), coerce_timestamps="us", filesystem=fs)
-        files = (file,)  # type: ignore[assignment]
-    schema = (schema or table.schema).remove_metadata()
-    return StagedBatch(path=path, files=files, schema=schema, rows=table.num_rows, bytes=_size(files, fs))
-
-
-def last_modified_micros(batch: StagedBatch, column: str) -> np.ndarray:
-    """The batch's last-modified values as int64 microseconds since the epoch (validated non-null)."""
-    if batch.rows == 0:
-        return np.zeros(0, dtype=np.int64)
-    values = batch.table(columns=[column])[column]
-    return pc.cast(pc.cast(values, pa.timestamp("us", tz="UTC")), pa.int64()).to_numpy(zero_copy_only=False)
-
-
-def filtered_batch(batch: StagedBatch, path: Path | StoragePath, where: ds.Expression | None) -> StagedBatch:
-    """The staged rows matching ``where`` (None: all), as a batch of its own in ``path`` (same schema)."""
-    table = batch.dataset().to_table(filter=where) if batch.rows else batch.schema.empty_table()
-    return _stage_arrow(table, path, schema=batch.schema)
-
-
-def slice_batch(
-    batch: StagedBatch, path: Path | StoragePath, column: str, *, lower: datetime | None, upper: datetime | None
-) -> StagedBatch:
-    """The staged rows with ``lower <= column < upper`` (None: unbounded), as a batch of its own."""
-    field = ds.field(column)
-    kind = batch.schema.field(column).type
-    where = None
-    if lower is not None:
-        where = field >= pa.scalar(lower, kind)
-    if upper is not None:
-        below = field < pa.scalar(upper, kind)
-        where = below if where is None else where & below
-    return filtered_batch(batch, path, where)
 
 
 def _utc_schema(df: DataFrame, file_schema: pa.Schema | None) -> pa.Schema:
@@ -349,118 +230,3 @@ def spark_parquet_schema(df: DataFrame) -> pa.Schema:
 
     return pa.schema([pa.field(f.name, f.type, f.nullable) for f in to_arrow_schema(df.schema, timezone="UTC")])
 
-
-def remove(path: Path | StoragePath) -> None:
-    if isinstance(path, StoragePath):
-        path.rmtree()
-    else:
-        shutil.rmtree(path, ignore_errors=True)
-
-
-def _lock_file(path: Path | StoragePath) -> Path:
-    if isinstance(path, StoragePath):
-        return path.lock_file()  # object stores have no locks: a file in this host's temporary folder
-    return path.with_name(path.name + ".lock")  # beside the folder: Spark's overwrite empties the folder
-
-
-@contextmanager
-def claim(path: Path | StoragePath) -> Iterator[None]:
-    """Hold ``<path>.lock`` while a transfer uses its staging folder; remove both on the way out.
-
-    The OS drops the lock when the process dies, which is how ``remove_if_abandoned`` tells a dead
-    transfer's folder from a live one.
-    """
-    path.parent.mkdir(parents=True, exist_ok=True)
-    lock = _lock_file(path)
-    lock.parent.mkdir(parents=True, exist_ok=True)
-    with open(lock, "w") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            remove(path)
-            lock.unlink(missing_ok=True)
-
-
-def remove_if_abandoned(path: Path | StoragePath) -> bool:
-    """Remove a staging folder whose transfer no longer holds its lock; False when it is in use.
-
-    A folder on an object store is removed only by the host whose transfer made it (its lock file is
-    local); other hosts' leftovers are for the bucket's lifecycle rules (docs/storage.md).
-    """
-    lock = _lock_file(path)
-    if isinstance(path, StoragePath) and not lock.exists():
-        return False
-    with open(lock, "a") as handle:
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return False
-        remove(path)
-        lock.unlink(missing_ok=True)
-    return True
-
-
-@dataclass(frozen=True)
-class BatchFacts:
-    """What validation learns on the way: counts and the batch's greatest last-modified."""
-
-    rows: int
-    delta_rows: int
-    max_last_modified: datetime | None
-
-
-def _keys_text(table: pa.Table, pk: list[str]) -> str:
-    rows = table.select(pk).slice(0, MAX_REPORTED_KEYS).to_pylist()
-    return ", ".join("(" + ", ".join(repr(r[c]) for c in pk) + ")" for r in rows)
-
-
-def _refuse_null_last_modified(keys: pa.Table, *, model: ModelConfig, where: str) -> None:
-    pk, lm = list(model.primary_key), model.last_modified_column
-    null_lm = keys.filter(pc.is_null(keys[lm]))
-    if null_lm.num_rows:
-        raise ValidationError(
-            f"{where}: {null_lm.num_rows} row(s) have a NULL last-modified column {lm} "
-            f"(keys {_keys_text(null_lm, pk)}); nothing was published. Fix the source rows or the model."
-        )
-
-
-def check_last_modified(batch: StagedBatch, *, model: ModelConfig, recipient_id: str) -> None:
-    """Refuse a batch holding NULL last-modified rows: such a row fits no window and no commit."""
-    if batch.rows:
-        keys = batch.table(columns=list(dict.fromkeys([*model.primary_key, model.last_modified_column])))
-        _refuse_null_last_modified(keys, model=model, where=f"model {model.model_name}, recipient {recipient_id}")
-
-
-def validate_and_count(
-    batch: StagedBatch, *, model: ModelConfig, recipient_id: str, delta_threshold: datetime | None
-) -> BatchFacts:
-    """Primary key non-null and unique, last-modified non-null; then the counts (DESIGN step 5-6)."""
-    pk, lm = list(model.primary_key), model.last_modified_column
-    where = f"model {model.model_name}, recipient {recipient_id}"
-    missing = [c for c in [*pk, lm] if c not in batch.schema.names]
-    if missing:
-        raise ValidationError(f"{where}: staged batch lacks columns {missing}; fix the model's primary_key/last_modified_column")
-    if batch.rows == 0:
-        return BatchFacts(rows=0, delta_rows=0, max_last_modified=None)
-    keys = batch.table(columns=list(dict.fromkeys([*pk, lm])))
-
-    # or_kleene takes two arguments: fold it over keys of any width.
-    null_pk = keys.filter(functools.reduce(pc.or_kleene, [pc.is_null(keys[c]) for c in pk]))
-    if null_pk.num_rows:
-        raise ValidationError(
-            f"{where}: {null_pk.num_rows} row(s) have a NULL primary key {pk} (e.g. {_keys_text(null_pk, pk)}); "
-            "nothing was published. Fix the source rows or the model's primary_key."
-        )
-    _refuse_null_last_modified(keys, model=model, where=where)
-    counts = keys.group_by(pk).aggregate([([], "count_all")])
-    dupes = counts.filter(pc.greater(counts["count_all"], 1))
-    if dupes.num_rows:
-        raise ValidationError(
-            f"{where}: {dupes.num_rows} primary key value(s) {pk} occur more than once in the batch: "
-            f"{_keys_text(dupes.sort_by([(c, 'ascending') for c in pk]), pk)}; nothing was published. "
-            "Fix the source or choose a primary_key that is unique."
-        )
-    lm_values = keys[lm]
-    delta = keys.num_rows if delta_threshold is None else pc.sum(pc.greater(lm_values, pa.scalar(delta_threshold, lm_values.type))).as_py() or 0
-    return BatchFacts(rows=keys.num_rows, delta_rows=int(delta), max_last_modified=pc.max(lm_values).as_py())

@@ -3,9 +3,10 @@
 Spark's JDBC reader loses some values: decimals past 38 digits, unconstrained PostgreSQL ``numeric``,
 ``TIME`` (read as a millisecond timestamp), MariaDB ``BIT(n)``. For those columns the pushed-down
 query casts the value to text (or an integer), and staging converts the text to a faithful Arrow type
-(``decimal256``, ``time64[us]``) or keeps the exact text. A value the chosen type cannot hold fails
-the transfer before publishing (``ConversionError``), naming model, column, source type and a key.
-Pure logic: no Spark, no I/O.
+(``decimal256``, ``time64[us]``) or keeps the exact text (``type_conversion``; what each destination
+makes of them: ``destination_types``). A value the chosen type cannot hold fails the transfer before
+publishing (``type_conversion.ConversionError``), naming model, column, source type and a key.
+This module plans each column and its select-list expression. Pure logic: no Spark, no I/O.
 """
 
 from __future__ import annotations
@@ -13,11 +14,6 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import asdict, dataclass
-
-import pyarrow as pa
-import pyarrow.compute as pc
-
-from incsync.errors import SchemaError
 
 METADATA_KEY = "incsync"  # Spark column metadata: a ColumnPlan as JSON
 SOURCE_TYPE = b"incsync.source_type"  # Arrow field metadata of staged columns
@@ -29,10 +25,6 @@ OVERRIDE_TYPES = {
     "text": "string", "boolean": "bool", "smallint": "int16", "integer": "int32", "bigint": "int64",
     "real": "float32", "double": "float64", "date": "date32", "time": "time64[us]",
 }
-
-
-class ConversionError(SchemaError):
-    """A source value that the column's faithful type cannot hold; nothing was published."""
 
 
 @dataclass(frozen=True)
@@ -182,159 +174,3 @@ def _pg_ident(name: str) -> str:
 
 def _pg_string(text: str) -> str:
     return "'" + text.replace("'", "''") + "'"
-
-
-def arrow_type(name: str) -> pa.DataType:
-    simple = {"string": pa.string(), "bool": pa.bool_(), "int16": pa.int16(), "int32": pa.int32(), "int64": pa.int64(),
-              "float32": pa.float32(), "float64": pa.float64(), "date32": pa.date32(), "time64[us]": pa.time64("us"),
-              "timestamp[us]": pa.timestamp("us")}
-    if name in simple:
-        return simple[name]
-    match = re.fullmatch(r"decimal(128|256)\((\d+),(\d+)\)", name)
-    if match is None:
-        raise ValueError(f"unknown Arrow type {name}")
-    make = pa.decimal128 if match.group(1) == "128" else pa.decimal256
-    return make(int(match.group(2)), int(match.group(3)))
-
-
-def _convert_array(values: pa.Array | pa.ChunkedArray, target: pa.DataType) -> pa.Array | pa.ChunkedArray:
-    if values.type == target:
-        return values
-    if pa.types.is_boolean(target) and pa.types.is_integer(values.type):
-        outside = pc.sum(pc.and_(pc.is_valid(values), pc.invert(pc.is_in(values, pa.array([0, 1], values.type))))).as_py()
-        if outside:
-            raise pa.ArrowInvalid("a boolean holds 0 or 1 only")
-    if pa.types.is_timestamp(target) and pa.types.is_string(values.type):
-        # MySQL's zero date is its "no date": NULL, as its JDBC driver has always read it.
-        zero = pc.starts_with(values, "0000-00-00")
-        return pc.cast(pc.if_else(zero, pa.scalar(None, pa.string()), values), target)
-    if pa.types.is_time(target) and pa.types.is_string(values.type):
-        # Arrow parses no time of day from text: read it as a time on 1970-01-01 (out of range fails).
-        stamped = pc.binary_join_element_wise(pa.scalar("1970-01-01 "), values, "")
-        return pc.cast(pc.cast(stamped, pa.timestamp("us")), target)
-    return pc.cast(values, target)
-
-
-def convert_table(table: pa.Table, plans: dict[str, ColumnPlan]) -> pa.Table:
-    """``table`` with each planned column in its Arrow form; ConversionError names the first bad value."""
-    for name, plan in plans.items():
-        if plan.arrow is None or name not in table.column_names:
-            continue
-        target = arrow_type(plan.arrow)
-        index = table.column_names.index(name)
-        try:
-            converted = _convert_array(table[name], target)
-        except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
-            raise _conversion_error(table, plan, target, exc) from None
-        table = table.set_column(index, pa.field(name, target, table.schema.field(index).nullable), converted)
-    return table
-
-
-def _conversion_error(table: pa.Table, plan: ColumnPlan, target: pa.DataType, exc: Exception) -> ConversionError:
-    bad_value, bad_key = None, None
-    for i, value in enumerate(table[plan.name].to_pylist()):
-        try:
-            _convert_array(pa.array([value], table[plan.name].type), target)
-        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-            bad_value = value
-            bad_key = {k: table[k][i].as_py() for k in plan.key if k in table.column_names}
-            break
-    key = ", ".join(f"{k}={v!r}" for k, v in (bad_key or {}).items()) or "unknown"
-    return ConversionError(
-        f'model {plan.model}: column "{plan.name}" ({plan.vendor} {plan.source_type}) holds {bad_value!r} (key {key}), '
-        f"which {target} cannot hold exactly ({' '.join(str(exc).split())[:160]}); nothing was published. "
-        f'Set `column_types: {{"{plan.name}": {_suggestion(target)}}}` on the model to transfer it as a type that holds it.'
-    )
-
-
-def _suggestion(target: pa.DataType) -> str:
-    return "smallint" if pa.types.is_boolean(target) else "text"
-
-
-def field_metadata(plan: ColumnPlan) -> dict[bytes, bytes]:
-    """What the staged Arrow field says about its source (the PostgreSQL destination keeps PostgreSQL types)."""
-    return {SOURCE_TYPE: plan.source_type.encode(), SOURCE_VENDOR: plan.vendor.encode()}
-
-
-def delta_form(schema: pa.Schema) -> pa.Schema:
-    """Delta has no time of day and no decimal past 38 digits: those columns go as their exact text."""
-    fields = []
-    for f in schema:
-        if pa.types.is_time(f.type) or pa.types.is_decimal256(f.type):
-            f = f.with_type(pa.string())
-        fields.append(f.remove_metadata())
-    return pa.schema(fields, metadata=schema.metadata)
-
-
-def to_delta(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
-    if batch.schema.equals(schema, check_metadata=True):
-        return batch
-    return pa.RecordBatch.from_arrays(
-        [col if col.type == f.type else _as_text(col) for col, f in zip(batch.columns, schema, strict=True)],
-        schema=schema,
-    )
-
-
-def _as_text(values: pa.Array) -> pa.Array:
-    """Exact text: decimals in plain notation with their scale (Arrow would write 1E-30), times as HH:MM:SS.ffffff."""
-    if pa.types.is_decimal(values.type):
-        return pa.array([None if v is None else format(v, "f") for v in values.to_pylist()], pa.string())
-    return pc.cast(values, pa.string())
-
-
-# PostgreSQL types a PostgreSQL destination re-creates as the source has them (enums and other
-# user-defined types go as text: the destination has no such type).
-_PG_KEEP = {
-    "smallint", "integer", "bigint", "real", "double precision", "numeric", "boolean", "text", "character varying",
-    "character", "uuid", "json", "jsonb", "inet", "cidr", "macaddr", "macaddr8", "interval", "date", "bytea",
-    "time without time zone", "time with time zone", "timestamp without time zone", "timestamp with time zone",
-    "bit", "bit varying",
-}
-_TEXT_INPUT = {"numeric", "character varying", "character", "text", "uuid", "json", "jsonb", "inet", "cidr",
-               "macaddr", "macaddr8", "interval", "time with time zone", "bit", "bit varying"}
-
-
-def postgres_source_type(field: pa.Field) -> str | None:
-    """The source's own PostgreSQL type for a staged column read from PostgreSQL, when the staged values
-    load into it exactly; None: derive the type from Arrow."""
-    meta = field.metadata or {}
-    if meta.get(SOURCE_VENDOR) != b"postgres" or SOURCE_TYPE not in meta:
-        return None
-    spelled = meta[SOURCE_TYPE].decode()
-    is_array = spelled.endswith("[]")
-    base = re.sub(r"\(\d+(,\d+)?\)", "", spelled.removesuffix("[]")).strip()
-    if base not in _PG_KEEP:
-        return None
-    t = field.type
-    if is_array:
-        return spelled if pa.types.is_list(t) or pa.types.is_large_list(t) else None
-    if pa.types.is_string(t) or pa.types.is_large_string(t):
-        return spelled if base in _TEXT_INPUT else None
-    if pa.types.is_decimal(t):
-        return spelled if base == "numeric" else None
-    if pa.types.is_time(t):
-        return spelled if base == "time without time zone" else None
-    if pa.types.is_timestamp(t):
-        return spelled if (t.tz is not None) == (base == "timestamp with time zone") else None
-    return None
-
-
-def _kind(t: pa.DataType) -> str:
-    for name, check in (("text", pa.types.is_string), ("text", pa.types.is_large_string), ("timestamp", pa.types.is_timestamp),
-                        ("decimal", pa.types.is_decimal), ("integer", pa.types.is_integer), ("float", pa.types.is_floating),
-                        ("boolean", pa.types.is_boolean), ("date", pa.types.is_date), ("time", pa.types.is_time),
-                        ("binary", pa.types.is_binary), ("binary", pa.types.is_large_binary), ("nested", pa.types.is_nested)):
-        if check(t):
-            return name
-    return str(t)
-
-
-def changed_kinds(current: pa.Schema, incoming: pa.Schema) -> list[str]:
-    """Columns whose kind of value (text, timestamp, decimal, ...) differs between a table and a batch:
-    a merge would fail or misread them (e.g. a TIME once staged as a timestamp, now as exact text)."""
-    have = {f.name: f.type for f in current}
-    return [
-        f'column "{f.name}" holds {have[f.name]} in the table but {f.type} in the batch'
-        for f in incoming
-        if f.name in have and _kind(have[f.name]) != _kind(f.type)
-    ]

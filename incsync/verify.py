@@ -29,7 +29,7 @@ from incsync.integrity.compare import RowFindings, compare_rows
 from incsync.integrity.destination_side import DestinationSide
 from incsync.integrity.source_side import SourceSide
 from incsync.sources import build_source
-from incsync.staging import StagedBatch
+from incsync.staged_batch import StagedBatch
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

@@ -14,7 +14,8 @@ from incsync.fingerprint import model_fingerprint
 from incsync.config_load import load_config
 from incsync.destinations import build_destination
 from incsync.partitions import grid_start, partition_key, split_key
-from incsync.transfer import TransferOutcome, TransferRequest, run_transfer
+from incsync.execute import run_transfer
+from incsync.transfer import TransferOutcome, TransferRequest
 from incsync_tests.destination_support import ArrowLakeSource
 
 

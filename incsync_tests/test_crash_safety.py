@@ -146,8 +146,7 @@ def test_kill_inside_a_full_refresh_keeps_the_old_data(kind: str, tmp_path: Path
 
 def test_the_next_run_leaves_a_live_transfers_staging_alone(tmp_path: Path) -> None:
     from incsync.config_load import load_config
-    from incsync.staging import claim
-    from incsync.transfer import remove_stale_staging
+    from incsync.staging_folders import claim, remove_stale_staging
 
     config = load_config(lake_config(tmp_path, destinations=[destination_spec("object_storage", name="acme_delta")]))
     model, recipient = config.models[0], config.recipients[0]

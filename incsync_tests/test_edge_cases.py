@@ -24,7 +24,8 @@ from incsync.errors import SchemaError, ValidationError
 from incsync.partitions import grid_start, partition_key, split_key, window_key_for
 from incsync.sources import build_source
 from incsync.tags import MODE_TAG
-from incsync.transfer import TransferOutcome, TransferRequest, run_transfer
+from incsync.execute import run_transfer
+from incsync.transfer import TransferOutcome, TransferRequest
 from incsync_tests.support import JAN1_EPOCH, ORDERS_SCHEMA, lake_config, latest_metadata, materialize_partition, order, ts
 
 UTC = timezone.utc

@@ -25,7 +25,8 @@ from incsync.destinations import build_destination
 from incsync.destinations.readers import read_rows
 from incsync.partitions import grid_start, partition_key, split_key, window_key_for
 from incsync.sources import build_source
-from incsync.transfer import TransferOutcome, TransferRequest, run_transfer
+from incsync.execute import run_transfer
+from incsync.transfer import TransferOutcome, TransferRequest
 from incsync_tests.jdbc_support import (
     HOST,
     MARIADB_PORT,

@@ -40,10 +40,10 @@ from incsync.destinations.readers import read_rows
 from incsync.errors import ValidationError
 from incsync.horizon import LOOKBACK_ONLY, TRANSACTIONS, SourceHorizon
 from incsync.partitions import grid_start, partition_key, split_key, window_key_for
-from incsync.execute import execute
+from incsync.execute import execute, run_transfer
 from incsync.sources.lake import LakeSource
 from incsync.tags import FULL_REFRESH_TAG, MODE_TAG
-from incsync.transfer import TransferRequest, run_transfer
+from incsync.transfer import TransferRequest
 from incsync_tests.support import JAN1_EPOCH, ORDERS_SCHEMA, latest_metadata, materialize_partition
 
 UTC = timezone.utc

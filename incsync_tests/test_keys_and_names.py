@@ -13,7 +13,8 @@ import pytest
 from incsync.config_load import parse_config
 from incsync.errors import ConfigError, ValidationError
 from incsync.sources.sql_text import pasted_query, split_qualified
-from incsync.staging import stage, validate_and_count
+from incsync.batch_validation import validate_and_count
+from incsync.staging import stage
 from incsync_tests.destination_support import KINDS, destination_env
 from incsync_tests.jdbc_support import maria_database, pg_database
 from incsync_tests.support import ts

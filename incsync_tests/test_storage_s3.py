@@ -19,7 +19,7 @@ import yaml
 import incsync
 from incsync.config_load import parse_config
 from incsync.errors import ConfigError, LeaseError
-from incsync.staging import _stage_arrow
+from incsync.staged_batch import stage_arrow
 from incsync.filesystems import resolve_options
 from incsync.storage import open_store
 from incsync_tests.arrow_transfer import run
@@ -101,7 +101,7 @@ def test_object_storage_on_s3_manifests_reader_and_janitor(s3, tmp_path: Path, c
 
     # A writer that read the state before the last commit is refused and writes no manifest.
     stale = dataclasses.replace(target.state(), version="1")
-    batch = _stage_arrow(rows, tmp_path / "late")
+    batch = stage_arrow(rows, tmp_path / "late")
     late = dataclasses.replace(second, transfer_id="20240101T000000Z-000000000000")
     with pytest.raises(LeaseError, match=rf"transfer {second.transfer_id} committed to s3://{bucket}/shared/files after"):
         target.destination.publish(model=target.model, recipient=target.recipient, batch=batch, record=late, expected=stale)
@@ -151,7 +151,7 @@ def test_delta_destination_on_s3_merge_hw_and_a_concurrent_writer(s3, tmp_path: 
     writer_a, writer_b = Target(config), Target(config)
     seen = writer_a.state()
     assert writer_b.state().version == seen.version
-    batch = _stage_arrow(pa.Table.from_pylist([order(6, "org_1", ts(2, 9))], schema=_orders_schema()), tmp_path / "a")
+    batch = stage_arrow(pa.Table.from_pylist([order(6, "org_1", ts(2, 9))], schema=_orders_schema()), tmp_path / "a")
     record = dataclasses.replace(outcome.record, transfer_id="20240102T100000Z-aaaaaaaaaaaa")
     writer_a.destination.publish(model=writer_a.model, recipient=writer_a.recipient, batch=batch, record=record, expected=seen)
     version = target.state().version

@@ -13,7 +13,8 @@ from incsync.config_load import load_config
 from incsync.destinations import build_destination
 from incsync.partitions import grid_start, partition_key, split_key
 from incsync.sources import build_source
-from incsync.transfer import TransferOutcome, TransferRequest, run_transfer
+from incsync.execute import run_transfer
+from incsync.transfer import TransferOutcome, TransferRequest
 from incsync_tests.destination_support import PG_DSN_ENV, Target, destination_spec
 from incsync_tests.jdbc_support import MariaDatabase, PgDatabase
 from incsync_tests.support import JAN1_EPOCH

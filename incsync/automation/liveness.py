@@ -121,7 +121,7 @@ def reap(instance: dg.DagsterInstance, *, staging_root: Path | None = None, now:
 
 def remove_abandoned_staging(root: Path) -> list[Path]:
     """Remove staging folders no live transfer holds, and lock files left without their folder."""
-    from incsync.staging import remove_if_abandoned
+    from incsync.staging_folders import remove_if_abandoned
     from incsync.transfer import TRANSFER_ID_PATTERN
 
     if not root.is_dir():

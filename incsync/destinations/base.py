@@ -11,7 +11,7 @@ import pyarrow as pa
 
 from incsync.bounds import from_micros, to_micros
 from incsync.config import ModelConfig, RecipientConfig
-from incsync.staging import StagedBatch
+from incsync.staged_batch import StagedBatch
 
 INCREMENTAL = "INCREMENTAL"
 FULL_REFRESH = "FULL_REFRESH"

@@ -46,11 +46,11 @@ from incsync.destinations.ownership import (
 from incsync.errors import LeaseError, PublishError
 from incsync.lease import check_lease
 from incsync.schema_change import arrow_diff, change_metadata, incompatible_error
-from incsync.staging import StagedBatch
+from incsync.staged_batch import StagedBatch
 from incsync.filesystems import resolve_options
 from incsync.storage import open_store
 from incsync.storage_names import is_url, local_path
-from incsync.typemap import delta_form
+from incsync.destination_types import delta_form
 
 # Commits of other recipients to the same table make a publish re-check its lease and try again.
 PUBLISH_ATTEMPTS = 8

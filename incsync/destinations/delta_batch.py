@@ -7,8 +7,8 @@ from collections.abc import Iterator
 import pyarrow as pa
 
 from incsync.crashpoints import crash_point
-from incsync.staging import StagedBatch
-from incsync.typemap import delta_form, to_delta
+from incsync.staged_batch import StagedBatch
+from incsync.destination_types import delta_form, to_delta
 
 
 def batch_reader(batch: StagedBatch) -> pa.RecordBatchReader:

@@ -10,8 +10,8 @@ from incsync.config import ModelConfig
 from incsync.destinations.base import DELETED_AT, Removals
 from incsync.destinations.delta_batch import batch_reader, batch_table
 from incsync.errors import SchemaError
-from incsync.staging import StagedBatch
-from incsync.typemap import changed_kinds, delta_form
+from incsync.staged_batch import StagedBatch
+from incsync.destination_types import changed_kinds, delta_form
 
 
 def _quote(column: str) -> str:

@@ -18,8 +18,8 @@ from deltalake import CommitProperties, DeltaTable, write_deltalake
 from incsync.config import ModelConfig
 from incsync.destinations.delta_batch import batch_table, crash_after
 from incsync.schema_change import SchemaDiff, conform
-from incsync.staging import StagedBatch
-from incsync.typemap import delta_form
+from incsync.staged_batch import StagedBatch
+from incsync.destination_types import delta_form
 
 _ROW = "__incsync_row"
 _BATCH_LM = "__incsync_batch_lm"

@@ -51,7 +51,7 @@ from incsync.errors import PublishError
 from incsync.filesystems import resolve_options
 from incsync.lease import lost_lease
 from incsync.schema_change import SchemaDiff, arrow_diff, change_metadata, incompatible_error
-from incsync.staging import StagedBatch
+from incsync.staged_batch import StagedBatch
 from incsync.storage import open_store
 
 

@@ -42,7 +42,7 @@ from incsync.destinations.postgres_types import pg_type
 from incsync.errors import ConfigError, LeaseError, OwnershipError, PublishError, SchemaError
 from incsync.lease import check_lease
 from incsync.schema_change import SchemaDiff
-from incsync.staging import StagedBatch
+from incsync.staged_batch import StagedBatch
 
 
 def _advisory_key(schema: str, model: str) -> str:

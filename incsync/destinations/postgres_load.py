@@ -13,7 +13,7 @@ from psycopg import sql
 
 from incsync.crashpoints import crash_point
 from incsync.destinations.postgres_types import jsonish
-from incsync.staging import StagedBatch
+from incsync.staged_batch import StagedBatch
 
 STAGE_TABLE = "_incsync_stage"
 STAGE = sql.Identifier("pg_temp", STAGE_TABLE)  # qualified, so a user table of that name is never touched

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pyarrow as pa
 
 from incsync.errors import SchemaError
-from incsync.typemap import postgres_source_type
+from incsync.destination_types import postgres_source_type
 
 
 def pg_type(field: pa.Field) -> str:

@@ -25,7 +25,8 @@ from incsync.integrity.canonical import (
     sql_text,
 )
 from incsync.sources.base import Source, column
-from incsync.staging import StagedBatch, stage
+from incsync.staged_batch import StagedBatch
+from incsync.staging import stage
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession

@@ -13,7 +13,8 @@ from incsync.errors import LeaseError
 from incsync.partitions import grid_start, partition_key, split_key
 from incsync.sources import build_source
 from incsync.destinations.base import TransferRecord
-from incsync.transfer import TransferOutcome, TransferRequest, run_transfer
+from incsync.execute import run_transfer
+from incsync.transfer import TransferOutcome, TransferRequest
 from incsync_tests.support import delta_rows, lake_config, order, ts, write_table
 
 RECIPIENTS = [{"id": "acme", "id_in_provider_system": "org_1", "destination": "shared"}]

@@ -18,7 +18,8 @@ from incsync.config_load import load_config
 from incsync.destinations import build_destination
 from incsync.partitions import grid_start, partition_key, split_key
 from incsync.sources import build_source
-from incsync.transfer import TransferOutcome, TransferRequest, run_transfer
+from incsync.execute import run_transfer
+from incsync.transfer import TransferOutcome, TransferRequest
 
 
 def transfer(config_path: Path, window: str, spark, *, staging_root: Path, scheduled: bool = False) -> TransferOutcome:

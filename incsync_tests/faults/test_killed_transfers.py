@@ -26,7 +26,7 @@ from incsync.automation.statuses import TransferStatus, list_transfers
 from incsync.cli import main
 from incsync.config_load import load_config
 from incsync.crashpoints import PAUSE_ENV, PAUSE_FILE_ENV
-from incsync.staging import claim
+from incsync.staging_folders import claim
 from incsync_tests.support import delta_rows, lake_config, order, ts, write_table
 
 ASSET = dg.AssetKey(["lake", "orders"])
