@@ -114,6 +114,7 @@ class TransferOutcome:
     batch: str | None = None  # "k/n" when the transfer was split into several commits
     commit_rows: int = 0  # rows of the commit holding the window (all its windows)
     first_of_commit: bool = True  # the first window of its commit (one log line per commit, not per window)
+    last_of_commit: bool = True  # the last window of its commit (its windows are reported together)
 
 
 OnCommit = Callable[[TransferRequest, TransferOutcome], None]
@@ -333,6 +334,7 @@ def publish_span(span: PreparedSpan, batch: StagedBatch, *, on_commit: OnCommit)
                 batch=None if len(splits) == 1 else f"{k + 1}/{len(splits)}",
                 commit_rows=record.rows_transferred,
                 first_of_commit=i == lo,
+                last_of_commit=i == indexes[-1],
             ))
 
 
