@@ -6,6 +6,7 @@ from pydantic import Field
 
 from incsync.automation.liveness import mark_running
 from incsync.config import IncsyncConfig, ModelConfig, RecipientConfig
+from incsync.dagster_compat import DEFER_ASSET_EVENTS_TAG, defers_asset_events, report_planned
 from incsync.destinations import Destination
 from incsync.fingerprint import model_fingerprint
 from incsync.partitions import grid_start, model_partitions, split_key
@@ -39,6 +40,8 @@ def model_job(model: ModelConfig):  # noqa: ANN201 - an unresolved asset job
     return dg.define_asset_job(
         name=model.model_name, selection=[model_asset_key(model)], partitions_def=model_partitions(model),
         description=f"Transfers of model {model.model_name} to its recipients.",
+        # The IO manager reports the run's asset events itself, each commit's as it lands.
+        run_tags={DEFER_ASSET_EVENTS_TAG: "true"},
     )
 
 
@@ -105,6 +108,8 @@ def build_model_asset(config: IncsyncConfig, model: ModelConfig) -> dg.AssetsDef
         full_refresh = config.full_refresh or tags.get(FULL_REFRESH_TAG, "").lower() == "true"
         source = getattr(resources, source_resource_key(model.source)).client()
         keys = context.partition_keys  # Dagster builds this list anew on each access
+        if defers_asset_events(context.run):
+            report_planned(context, keys)  # the model's job: incsync reports the run's asset events itself
         spark = SparkWarmUp(resources.spark)
         if keys:
             spark.start()

@@ -10,7 +10,7 @@ import dagster as dg
 from pydantic import Field, PrivateAttr
 
 from incsync import progress
-from incsync.dagster_compat import add_partition_metadata
+from incsync.dagster_compat import add_partition_metadata, defers_asset_events, report_materialized
 from incsync.errors import IncsyncError
 from incsync.execute import SpanFailure, TransferFailures, execute
 from incsync.metadata import transfer_metadata
@@ -40,7 +40,13 @@ class TransferIOManager(dg.ConfigurableIOManager):
 
     def handle_output(self, context: dg.OutputContext, obj: list[TransferRequest]) -> None:
         single = len(context.asset_partition_keys) <= 1
+        # A run of the model's job (its partitions planned when the step started, ``assets``): each
+        # commit's windows are materialized as it lands, so a long backfill shows its progress;
+        # otherwise (an asset-page backfill, ``dg.materialize``) Dagster materializes every partition
+        # when the step ends.
+        deferred = defers_asset_events(self._run_instance().get_run_by_id(context.run_id))
         committed: list[tuple[TransferRequest, dict[str, dg.MetadataValue]]] = []
+        landing: dict[tuple[str, str, str | None], list[dg.AssetMaterialization]] = {}
 
         def on_commit(request: TransferRequest, outcome: TransferOutcome) -> None:
             metadata = transfer_metadata(outcome, destination=request.destination.name, path=destination_path(request))
@@ -54,17 +60,24 @@ class TransferIOManager(dg.ConfigurableIOManager):
             committed.append((request, metadata))
             progress.committed(request.model.model_name, request.recipient.id, request.partition.window_key,
                                outcome.record.rows_transferred)
-            if single:
+            if deferred:
+                commit = (request.recipient.id, outcome.record.transfer_id, outcome.batch)
+                landing.setdefault(commit, []).append(
+                    dg.AssetMaterialization(asset_key=context.asset_key, partition=str(request.partition.key), metadata=metadata)
+                )
+                if outcome.last_of_commit:
+                    report_materialized(context, landing.pop(commit))
+            elif single:
                 context.add_output_metadata(metadata)
 
         root = staging_root(self.staging_dir, self.staging_storage_options)
         with _transfer_slots(context, obj, self._run_instance()):
             failures = execute(obj, staging_root=root, on_commit=on_commit)
         if not failures:
-            if not single:
+            if not single and not deferred:
                 add_partition_metadata(context, {str(r.partition.key): md for r, md in committed})
             return
-        if not single:
+        if not single and not deferred:
             _record_committed(context, committed)
         error = _combined(failures)
         tag_error(self._run_instance(), context.run_id, error)

@@ -120,6 +120,7 @@ def publish_span(span: PreparedSpan, batch: StagedBatch, *, on_commit: OnCommit)
                 batch=None if len(splits) == 1 else f"{k + 1}/{len(splits)}",
                 commit_rows=record.rows_transferred,
                 first_of_commit=i == lo,
+                last_of_commit=i == indexes[-1],
             ))
 
 

@@ -132,8 +132,12 @@ def execute_runs(
             run_config={"loggers": {"console": {"config": {"log_level": log_level}}}}, **kwargs,
         )
         done: dict[tuple[str, str], TransferLine] = {}
-        for event in result.get_asset_materialization_events():
-            mat = event.materialization
+        # From the instance, not the result: a model's job materializes each commit as it lands, from
+        # the transfer's threads, outside the events the step yields (``dagster_compat.report_materialized``).
+        for record in instance.get_records_for_run(
+            result.run_id, of_type=dg.DagsterEventType.ASSET_MATERIALIZATION, limit=None
+        ).records:
+            mat = record.event_log_entry.asset_materialization
             if mat is None or mat.partition is None:
                 continue
             md = {k: v.value for k, v in mat.metadata.items()}

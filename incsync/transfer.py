@@ -78,6 +78,7 @@ class TransferOutcome:
     batch: str | None = None  # "k/n" when the transfer was split into several commits
     commit_rows: int = 0  # rows of the commit holding the window (all its windows)
     first_of_commit: bool = True  # the first window of its commit (one log line per commit, not per window)
+    last_of_commit: bool = True  # the last window of its commit (its windows are reported together)
 
 
 OnCommit = Callable[[TransferRequest, TransferOutcome], None]

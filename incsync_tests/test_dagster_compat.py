@@ -16,8 +16,12 @@ from incsync.dagster_compat import (
     RUN_FAILURE_REASON_TAG,
     SQLITE_SYNC_ENV_VAR,
     WORKER_LOST_REASONS,
+    DEFER_ASSET_EVENTS_TAG,
     add_partition_metadata,
+    defers_asset_events,
     event_log_storage_config,
+    report_materialized,
+    report_planned,
     report_run_orphaned,
     tune_sqlite_storage,
 )
@@ -71,6 +75,47 @@ def test_dagster_materializes_every_partition_of_the_output_even_when_the_io_man
     got = [(r.asset_materialization.partition, {k: v.value for k, v in r.asset_materialization.metadata.items()}) for r in records]
     assert got[0] == ("a", {"rows": 97})  # logged while handle_output ran
     assert sorted(got[1:], key=str) == [("a", {}), ("b", {}), ("c", {})]  # Dagster's own, when it returned
+
+
+class _CommitReportingIOManager(dg.ConfigurableIOManager):
+    def handle_output(self, context: dg.OutputContext, obj: dict[str, int]) -> None:
+        for key in ("a", "b"):  # "c" is never committed
+            report_materialized(context, [dg.AssetMaterialization(asset_key=context.asset_key, partition=key, metadata={"rows": obj[key]})])
+        raise RuntimeError("c failed")
+
+    def load_input(self, context: dg.InputContext) -> None:
+        return None
+
+
+@dg.asset(partitions_def=DAYS, io_manager_key="recording")
+def reported(context) -> dict[str, int]:  # noqa: ANN001 - Dagster reads the annotation itself
+    if defers_asset_events(context.run):
+        report_planned(context, context.partition_keys)
+    return {key: ord(key) for key in context.partition_keys}
+
+
+def test_a_run_with_the_defer_tag_leaves_planned_and_materialized_events_to_incsync(dagster_instance) -> None:
+    """What a model's job relies on (``assets.model_job``, ``io_manager``): with the tag Dagster plans
+    nothing when it creates the run and materializes nothing when the step ends; what incsync reports
+    is each partition's only event, and a planned partition left unmaterialized reads as failed."""
+    assert DEFER_ASSET_EVENTS_TAG == "dagster/defer_asset_events"
+    job = dg.define_asset_job("reported_job", selection=[reported], partitions_def=DAYS, run_tags={DEFER_ASSET_EVENTS_TAG: "true"})
+    defs = dg.Definitions(assets=[reported], jobs=[job], resources={"recording": _CommitReportingIOManager()})
+    result = defs.resolve_job_def("reported_job").execute_in_process(
+        instance=dagster_instance, tags={ASSET_PARTITION_RANGE_START_TAG: "a", ASSET_PARTITION_RANGE_END_TAG: "c"}, raise_on_error=False,
+    )
+    assert not result.success
+    kinds = [(r.event_log_entry.dagster_event_type, r.event_log_entry.dagster_event.partition)
+             for r in dagster_instance.get_records_for_run(result.run_id, limit=None).records
+             if r.event_log_entry.dagster_event_type in (dg.DagsterEventType.ASSET_MATERIALIZATION_PLANNED, dg.DagsterEventType.ASSET_MATERIALIZATION)]
+    planned, materialized = dg.DagsterEventType.ASSET_MATERIALIZATION_PLANNED, dg.DagsterEventType.ASSET_MATERIALIZATION
+    assert sorted(kinds[:3]) == [(planned, "a"), (planned, "b"), (planned, "c")]
+    assert kinds[3:] == [(materialized, "a"), (materialized, "b")]
+    records = dagster_instance.fetch_materializations(dg.AssetKey("reported"), limit=10).records
+    assert {r.asset_materialization.partition: r.asset_materialization.metadata["rows"].value for r in records} == {"a": 97, "b": 98}
+    attempts = dagster_instance.event_log_storage.get_latest_asset_partition_materialization_attempts_without_materializations(dg.AssetKey("reported"))
+    assert {key: run_id for key, (run_id, _event) in attempts.items()} == {"c": result.run_id}
+    assert not defers_asset_events(None)
 
 
 def test_the_range_tags_make_a_run_over_the_partitions_between_them(dagster_instance) -> None:
