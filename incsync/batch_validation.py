@@ -25,6 +25,11 @@ class BatchFacts:
     max_last_modified: datetime | None
 
 
+def _names(columns: list[str]) -> str:
+    """Column names as a user wrote them: ``(id)``, ``(org_id, id)``."""
+    return "(" + ", ".join(columns) + ")"
+
+
 def _keys_text(table: pa.Table, pk: list[str]) -> str:
     rows = table.select(pk).slice(0, MAX_REPORTED_KEYS).to_pylist()
     return ", ".join("(" + ", ".join(repr(r[c]) for c in pk) + ")" for r in rows)
@@ -55,7 +60,7 @@ def validate_and_count(
     where = f"model {model.model_name}, recipient {recipient_id}"
     missing = [c for c in [*pk, lm] if c not in batch.schema.names]
     if missing:
-        raise ValidationError(f"{where}: staged batch lacks columns {missing}; fix the model's primary_key/last_modified_column")
+        raise ValidationError(f"{where}: staged batch lacks columns {_names(missing)}; fix the model's primary_key/last_modified_column")
     if batch.rows == 0:
         return BatchFacts(rows=0, delta_rows=0, max_last_modified=None)
     keys = batch.table(columns=list(dict.fromkeys([*pk, lm])))
@@ -64,7 +69,7 @@ def validate_and_count(
     null_pk = keys.filter(functools.reduce(pc.or_kleene, [pc.is_null(keys[c]) for c in pk]))
     if null_pk.num_rows:
         raise ValidationError(
-            f"{where}: {null_pk.num_rows} row(s) have a NULL primary key {pk} (e.g. {_keys_text(null_pk, pk)}); "
+            f"{where}: {null_pk.num_rows} row(s) have a NULL primary key {_names(pk)} (e.g. {_keys_text(null_pk, pk)}); "
             "nothing was published. Fix the source rows or the model's primary_key."
         )
     _refuse_null_last_modified(keys, model=model, where=where)
@@ -72,7 +77,7 @@ def validate_and_count(
     dupes = counts.filter(pc.greater(counts["count_all"], 1))
     if dupes.num_rows:
         raise ValidationError(
-            f"{where}: {dupes.num_rows} primary key value(s) {pk} occur more than once in the batch: "
+            f"{where}: {dupes.num_rows} primary key value(s) {_names(pk)} occur more than once in the batch: "
             f"{_keys_text(dupes.sort_by([(c, 'ascending') for c in pk]), pk)}; nothing was published. "
             "Fix the source or choose a primary_key that is unique."
         )

@@ -158,12 +158,12 @@ def test_equal_last_modified_replaces(project: Path, dagster_instance, tmp_path:
     [
         (
             [order(1, "org_1", ts(1, 1)), order(1, "org_1", ts(1, 2)), order(9, "org_1", ts(1, 3)), order(9, "org_1", ts(1, 4))],
-            "model orders, recipient acme: 2 primary key value(s) ['id'] occur more than once in the batch: (1), (9); "
+            "model orders, recipient acme: 2 primary key value(s) (id) occur more than once in the batch: (1), (9); "
             "nothing was published. Fix the source or choose a primary_key that is unique.",
         ),
         (
             [order(None, "org_1", ts(1, 1)), order(2, "org_1", ts(1, 2))],
-            "model orders, recipient acme: 1 row(s) have a NULL primary key ['id'] (e.g. (None)); nothing was "
+            "model orders, recipient acme: 1 row(s) have a NULL primary key (id) (e.g. (None)); nothing was "
             "published. Fix the source rows or the model's primary_key.",
         ),
     ],

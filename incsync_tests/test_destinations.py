@@ -111,7 +111,7 @@ def test_duplicate_key_publishes_nothing(kind: str, tmp_path: Path, dagster_inst
     error, message = failure.step_failure_data.error, ""
     while error is not None:
         message, error = message + error.message, error.cause
-    assert "model orders, recipient acme: 1 primary key value(s) ['id'] occur more than once in the batch: (1)" in message
+    assert "model orders, recipient acme: 1 primary key value(s) (id) occur more than once in the batch: (1)" in message
     assert "nothing was published" in message
     assert target.raw_rows() == before_rows
     assert target.state() == before_state

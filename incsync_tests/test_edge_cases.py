@@ -102,7 +102,7 @@ def test_null_primary_key_fails_and_publishes_nothing(spark, tmp_path: Path) -> 
     with pytest.raises(ValidationError) as info:
         lake.run(ts(1))
     assert str(info.value) == (
-        "model orders, recipient acme: 1 row(s) have a NULL primary key ['id'] (e.g. (None)); "
+        "model orders, recipient acme: 1 row(s) have a NULL primary key (id) (e.g. (None)); "
         "nothing was published. Fix the source rows or the model's primary_key."
     )
     assert lake.snapshot() == before
@@ -139,7 +139,7 @@ def test_duplicate_keys_are_named_and_nothing_is_published(spark, tmp_path: Path
     with pytest.raises(ValidationError) as info:
         lake.run(ts(1))
     assert str(info.value) == (
-        "model orders, recipient acme: 12 primary key value(s) ['id'] occur more than once in the batch: "
+        "model orders, recipient acme: 12 primary key value(s) (id) occur more than once in the batch: "
         "(3), (4), (5), (6), (7), (8), (15), (16), (17), (18); nothing was published. "
         "Fix the source or choose a primary_key that is unique."
     )

@@ -635,7 +635,7 @@ class TransferMachine(RuleBasedStateMachine):
             message = f"occur more than once in the batch: ({bad_id})"
         elif kind == "null_key":
             self.bad_rows = [{**bad, "id": None}]
-            message = "have a NULL primary key ['id']"
+            message = "have a NULL primary key (id)"
         else:
             self.bad_rows = [{**bad, "updated_at": None}]
             message = f"NULL last-modified column updated_at (keys ({bad_id}))"

@@ -178,7 +178,7 @@ def test_a_failed_transfer_fails_its_run_with_a_failure_naming_model_recipient_a
 
     assert not result.success
     reason = (
-        "model orders, recipient acme: 1 primary key value(s) ['id'] occur more than once in the batch: (1); "
+        "model orders, recipient acme: 1 primary key value(s) (id) occur more than once in the batch: (1); "
         "nothing was published. Fix the source or choose a primary_key that is unique."
     )
     failure = next(e for e in result.all_events if e.is_step_failure).step_failure_data
@@ -211,7 +211,7 @@ def test_a_run_where_several_recipients_fail_names_each_with_its_windows(spark, 
 
     assert not result.success
     failure = next(e for e in result.all_events if e.is_step_failure).step_failure_data.user_failure_data
-    duplicate = "1 primary key value(s) ['id'] occur more than once in the batch: ({}); nothing was published. " \
+    duplicate = "1 primary key value(s) (id) occur more than once in the batch: ({}); nothing was published. " \
                 "Fix the source or choose a primary_key that is unique."
     assert failure.description == (
         "model orders: 2 recipient(s) failed:\n"

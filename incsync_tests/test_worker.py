@@ -124,7 +124,7 @@ def test_a_failed_transfer_reports_its_error_and_the_worker_carries_on(worker: R
     assert failed.returncode == 1
     assert failed.stdout.splitlines()[-1].split()[2:4] == ["2024-01-03", "FAILED"]
     assert failed.stderr.strip() == (
-        "error: ValidationError: model orders, recipient acme: 1 primary key value(s) ['id'] occur more than once in "
+        "error: ValidationError: model orders, recipient acme: 1 primary key value(s) (id) occur more than once in "
         "the batch: (5); nothing was published. Fix the source or choose a primary_key that is unique."
     )
     assert not (tmp_path / "out" / "acme" / "orders").exists()
