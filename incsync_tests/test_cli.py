@@ -123,7 +123,7 @@ def test_failed_transfer_exits_non_zero_with_the_reason_and_transfers_lists_it(
     assert "invoices     acme         2024-01-01-00:00  FAILED" in captured.out
     error, log_line = captured.err.strip().splitlines()
     assert error == (
-        "error: ValidationError: model invoices, recipient acme: 1 primary key value(s) ['invoice_no'] occur more than "
+        "error: ValidationError: model invoices, recipient acme: 1 primary key value(s) (invoice_no) occur more than "
         "once in the batch: ('A-1'); nothing was published. Fix the source or choose a primary_key that is unique."
     )
     assert log_line.startswith(f"Dagster's and Spark's output: {tmp_path / 'dagster_home' / 'logs'}/incsync-transfer-")
@@ -137,7 +137,7 @@ def test_failed_transfer_exits_non_zero_with_the_reason_and_transfers_lists_it(
         ["SUCCESS", "manual", "invoices", "acme", "1", "1", "1"],
     ]
     assert lines[2] == (  # the failed run's error, first line, under it
-        "    error: ValidationError: model invoices, recipient acme: 1 primary key value(s) ['invoice_no'] occur more "
+        "    error: ValidationError: model invoices, recipient acme: 1 primary key value(s) (invoice_no) occur more "
         "than once in the batch: ('A-1'); nothing was published. Fix the source or choose a primary_key that is unique."
     )
     assert rows[0][9].endswith("s") and float(rows[0][9].rstrip("s")) > 0  # duration

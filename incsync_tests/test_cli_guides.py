@@ -197,7 +197,7 @@ def test_chatter_goes_to_a_log_file_named_on_failure(hand_config: Path, tmp_path
     assert out.stdout.splitlines()[-1] == "invoices     acme         2024-01-01-00:00  FAILED"
     [log] = list((tmp_path / "logs").glob("incsync-transfer-*.log"))
     assert out.stderr.splitlines() == [
-        "error: ValidationError: model invoices, recipient acme: 1 primary key value(s) ['invoice_no'] occur more than "
+        "error: ValidationError: model invoices, recipient acme: 1 primary key value(s) (invoice_no) occur more than "
         "once in the batch: ('A-1'); nothing was published. Fix the source or choose a primary_key that is unique.",
         f"Dagster's and Spark's output: {log}",
     ]
