@@ -52,7 +52,7 @@ def test_three_column_key_validates_and_names_offending_keys(tmp_path: Path) -> 
     assert (facts.rows, facts.delta_rows, facts.max_last_modified) == (3, 3, ts(1))
 
     null_key = [*good, {"org_id": "o", "order_id": None, "line_no": 9, "updated_at": ts(1)}]
-    with pytest.raises(ValidationError, match=r"1 row\(s\) have a NULL primary key \['org_id', 'order_id', 'line_no'\] "
+    with pytest.raises(ValidationError, match=r"1 row\(s\) have a NULL primary key \(org_id, order_id, line_no\) "
                                               r"\(e\.g\. \('o', None, 9\)\)"):
         validate_and_count(_batch(tmp_path / "b", null_key), model=model, recipient_id="acme", delta_threshold=None)
 

@@ -76,13 +76,18 @@ def test_one_run_over_two_windows_and_two_recipients_records_each_transfer_exact
     )
 
 
-def test_a_failed_window_keeps_the_committed_ones_and_a_backfill_resumes_at_it(spark, tmp_path: Path, instance):
+def _bad_second_window(tmp_path: Path, instance: dg.DagsterInstance) -> tuple[list[dict], Path, dg.Definitions]:
+    """acme's rows over three days, the second day's key twice; one window per commit, so the bad
+    second window leaves the first committed."""
     rows = [order(1, "org_1", ts(1, 10)), order(2, "org_1", ts(2, 10)), order(2, "org_1", ts(2, 11)), order(3, "org_1", ts(3, 10))]
     write_table(tmp_path / "src", "orders", rows)
-    # One window per commit, so the bad second window leaves the first committed.
     config_file = lake_config(tmp_path, recipients=RECIPIENTS[:1], model={"max_rows_per_batch": 1})
-    defs = build_definitions(config_file)
     instance.add_dynamic_partitions(RECIPIENTS_PARTITIONS, ["acme"])
+    return rows, config_file, build_definitions(config_file)
+
+
+def test_a_failed_window_keeps_the_committed_ones_and_a_backfill_resumes_at_it(spark, tmp_path: Path, instance):
+    rows, config_file, defs = _bad_second_window(tmp_path, instance)
 
     failed = _run_range(defs, instance, partition_key("2024-01-01", "acme"), partition_key("2024-01-03", "acme"))
 
@@ -159,11 +164,7 @@ def test_a_model_jobs_run_plans_its_partitions_and_materializes_each_commit_as_i
 
 
 def test_a_model_jobs_failed_run_shows_its_uncommitted_partitions_failed(spark, tmp_path: Path, instance):
-    rows = [order(1, "org_1", ts(1, 10)), order(2, "org_1", ts(2, 10)), order(2, "org_1", ts(2, 11)), order(3, "org_1", ts(3, 10))]
-    write_table(tmp_path / "src", "orders", rows)
-    config_file = lake_config(tmp_path, recipients=RECIPIENTS[:1], model={"max_rows_per_batch": 1})
-    defs = build_definitions(config_file)
-    instance.add_dynamic_partitions(RECIPIENTS_PARTITIONS, ["acme"])
+    _rows, config_file, defs = _bad_second_window(tmp_path, instance)
 
     failed = _run_model_job(defs, instance, partition_key("2024-01-01", "acme"), partition_key("2024-01-03", "acme"))
 
