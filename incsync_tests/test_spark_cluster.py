@@ -108,6 +108,7 @@ def _source_table(dsn: str) -> None:
                 copy.write_row(list(row.values()))
 
 
+@pytest.mark.slow  # ~60 s with the cluster's start: make test-long
 def test_jdbc_to_delta_and_lake_to_postgres_on_a_standalone_cluster(standalone: Cluster, s3, tmp_path: Path) -> None:
     """Staging on the S3 server, so driver and executors share no folder (issue 14)."""
     from incsync.filesystems import resolve_options

@@ -352,6 +352,7 @@ def test_file_urls_for_lake_staging_and_destinations(tmp_path: Path, spark, dags
     assert list((tmp_path / "staging-by-url").iterdir()) == []
 
 
+@pytest.mark.slow  # ~35 s with the server's start: make test-long (S3 alone and Connect alone stay in make test)
 def test_everything_on_s3_through_a_spark_connect_server(s3, connect_port: int, tmp_path: Path) -> None:
     """Lake, staging and an object-storage destination on S3, with Spark kept warm in a Connect server:
     the server's tasks stage to S3 through pyarrow, as local executors do."""

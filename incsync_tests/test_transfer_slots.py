@@ -104,7 +104,7 @@ def _slot_intervals(home: Path) -> list[tuple[float, float]]:
     return sorted(intervals)
 
 
-@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("kind", [k if k == "delta" else pytest.param(k, marks=pytest.mark.slow) for k in KINDS])  # one in make test
 def test_three_cli_transfers_of_one_model_destination_run_one_at_a_time(
     kind: str, connect_port: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

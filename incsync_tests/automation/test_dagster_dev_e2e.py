@@ -114,6 +114,7 @@ def _wait_for_backfill(server: Dagster, backfill_id: str, timeout: float) -> lis
     raise AssertionError(f"backfill {backfill_id} did not finish: {backfill}\n{server.log.read_text()[-3000:]}")
 
 
+@pytest.mark.slow  # ~100 s: make test-long (the daemon-driven launch paths also run in test_job_names.py)
 def test_backfill_through_dagster_dev_and_the_asset_page(dagster_dev: Dagster, tmp_path: Path):
     server = dagster_dev
     repo = {"repositoryLocationName": "incsync", "repositoryName": "__repository__"}

@@ -67,6 +67,7 @@ def _add_backfill(instance: dg.DagsterInstance, config_file: Path, keys: list[st
     return backfill.backfill_id
 
 
+@pytest.mark.slow  # ~45 s: make test-long (the same runs on SQLite: automation/test_job_names.py)
 def test_sensor_schedule_and_backfill_through_the_daemon_on_postgres(
     connect_port: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
