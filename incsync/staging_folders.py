@@ -11,6 +11,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from incsync.file_lock import exclusive_lock
 from incsync.storage import StoragePath
 from incsync.transfer import TRANSFER_ID_PATTERN
 
@@ -42,9 +43,7 @@ def claim(path: Path | StoragePath) -> Iterator[None]:
     """
     path.parent.mkdir(parents=True, exist_ok=True)
     lock = _lock_file(path)
-    lock.parent.mkdir(parents=True, exist_ok=True)
-    with open(lock, "w") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
+    with exclusive_lock(lock):
         try:
             yield
         finally:

@@ -11,7 +11,6 @@ With ``disable_manifest`` the same records live under ``_incsync/transfers/`` as
 from __future__ import annotations
 
 import base64
-import fcntl
 import hashlib
 import json
 import os
@@ -26,6 +25,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 
 from incsync.destinations.base import FULL_REFRESH, TransferRecord
+from incsync.file_lock import exclusive_lock
 from incsync.filesystems import resolve_options
 from incsync.storage import Store, open_store
 
@@ -95,13 +95,8 @@ class TransferLog:
         else:
             digest = hashlib.sha256(self.store.uri(pointer).encode()).hexdigest()[:24]
             lock = Path(tempfile.gettempdir()) / "incsync-locks" / f"{digest}.lock"
-        lock.parent.mkdir(parents=True, exist_ok=True)
-        with open(lock, "w") as f:
-            fcntl.flock(f, fcntl.LOCK_EX)
-            try:
-                yield
-            finally:
-                fcntl.flock(f, fcntl.LOCK_UN)
+        with exclusive_lock(lock):
+            yield
 
     def _dates(self, model: str) -> list[str]:
         """The model's ``dt=`` folders (keys), newest first."""
