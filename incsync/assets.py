@@ -40,7 +40,7 @@ def model_job(model: ModelConfig):  # noqa: ANN201 - an unresolved asset job
     return dg.define_asset_job(
         name=model.model_name, selection=[model_asset_key(model)], partitions_def=model_partitions(model),
         description=f"Transfers of model {model.model_name} to its recipients.",
-        # The IO manager reports the run's asset events itself, each commit's as it lands.
+        # incsync reports the run's asset events itself: planned when the step starts, landed commits once a second.
         run_tags={DEFER_ASSET_EVENTS_TAG: "true"},
     )
 

@@ -27,8 +27,8 @@ ASSET_PARTITION_RANGE_END_TAG: str = _tags.ASSET_PARTITION_RANGE_END_TAG
 # A run with this tag set to "true" is one whose asset events its code reports itself: Dagster
 # neither stores the planned materializations when it creates the run nor materializes the output's
 # partitions when the step ends. Every run of a model's job carries it (``assets.model_job``): the IO
-# manager plans the run's partitions when the step starts and materializes each commit's windows as
-# the commit lands (``report_planned``, ``report_materialized``).
+# asset body plans the run's partitions when the step starts and the IO manager materializes landed
+# commits' windows once a second (``report_planned``, ``report_materialized``).
 DEFER_ASSET_EVENTS_TAG: str = _tags.EXTERNALLY_MANAGED_ASSETS_TAG
 # Why a run failed, as Dagster tags it when the failure event carries a reason.
 RUN_FAILURE_REASON_TAG: str = _tags.RUN_FAILURE_REASON_TAG
@@ -100,12 +100,12 @@ def report_planned(context: dg.AssetExecutionContext, partition_keys: Sequence[s
 
 
 def report_materialized(context: dg.OutputContext, materializations: Sequence[dg.AssetMaterialization]) -> None:
-    """Log ``materializations`` as the step's events now, stored as one batch (one commit's windows).
+    """Log ``materializations`` as the step's events now, stored as one batch (whole commits' windows).
 
     ``OutputContext.log_event`` would hold them until ``handle_output`` returns and store each on its
     own (10-12 ms apiece); this is what Dagster does with the output's own materializations at the
-    end of a step. Called from the transfer's publish threads one commit at a time (``execute``
-    hands commits over under one lock)."""
+    end of a step. Called from the transfer's publish threads, one call at a time (``execute`` hands
+    commits over under one lock)."""
     from dagster._core.events import DagsterEvent, DagsterEventBatchMetadata, generate_event_batch_id
 
     step = context.step_context

@@ -63,9 +63,10 @@ class _EarlyReportingIOManager(dg.ConfigurableIOManager):
 
 
 def test_dagster_materializes_every_partition_of_the_output_even_when_the_io_manager_reported_one(dagster_instance) -> None:
-    """Why the IO manager reports each partition's metadata through ``add_partition_metadata`` at the end
-    and not as a materialization per commit: Dagster emits its own materialization for every partition
-    of the output when ``handle_output`` returns, so a partition reported at its commit would have two."""
+    """Why a run without ``DEFER_ASSET_EVENTS_TAG`` (an asset-page backfill) gets each partition's metadata
+    through ``add_partition_metadata`` at the end and not as a materialization per commit: Dagster emits
+    its own materialization for every partition of the output when ``handle_output`` returns, so a
+    partition reported at its commit would have two."""
     result = dg.materialize(
         [counted], instance=dagster_instance, resources={"recording": _EarlyReportingIOManager()},
         tags={ASSET_PARTITION_RANGE_START_TAG: "a", ASSET_PARTITION_RANGE_END_TAG: "c"},
