@@ -399,7 +399,7 @@ def main() -> None:
         bench = Bench(args, work, user, source_db, dest_db, data_start - timedelta(days=args.history_days))
         bench.data_end = now - timedelta(minutes=10)
         if {"warm", "warm1p", "worker"} & {*tools, *c_tools}:
-            from incsync.spark_server import start_server
+            from incsync.spark.server import start_server
 
             t = time.monotonic()
             server = start_server(port=args.port, master="local[*]", log_file=work / "spark-server.log")
@@ -415,7 +415,7 @@ def main() -> None:
                     bench.c(destination, tool, rep, sizes)
     finally:
         if server is not None:
-            from incsync.spark_server import stop_server
+            from incsync.spark.server import stop_server
 
             stop_server(server)
         for db in (source_db, dest_db):

@@ -37,7 +37,7 @@ def main() -> None:
     args = parser.parse_args()
     from pyspark.sql import SparkSession
 
-    from incsync.spark_server import start_server, stop_server
+    from incsync.spark.server import start_server, stop_server
 
     user, db = pg_user(), f"incsync_extract_{uuid.uuid4().hex[:6]}"
     work = Path(tempfile.mkdtemp(prefix="incsync-extract-"))

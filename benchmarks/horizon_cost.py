@@ -15,8 +15,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from incsync.config_load import load_config
-from incsync.resources import spark_config
+from incsync.config.load import load_config
+from incsync.spark.session import spark_config
 from incsync_tests.jdbc_support import maria_database, pg_database
 from incsync_tests.test_horizon_sources import Runner, today_config
 

@@ -21,9 +21,10 @@ def main() -> int:
     args = parser.parse_args()
     warnings.simplefilter("ignore")
 
-    from incsync.config_load import load_config
-    from incsync.project import build_definitions
-    from incsync.runner import dagster_instance, recipient_windows, run_transfers
+    from incsync.config.load import load_config
+    from incsync.orchestration.definitions import build_definitions
+    from incsync.core.windows import recipient_windows
+    from incsync.orchestration.runs import dagster_instance, run_transfers
 
     file = Path(args.config)
     config = load_config(file)
@@ -33,7 +34,7 @@ def main() -> int:
     for recipient_id in args.recipients:
         recipient = config.recipient(recipient_id)
         lines = run_transfers(defs, instance, config=config, model=model, recipient=recipient,
-                              windows=recipient_windows(model, recipient))
+                              windows=[w.key for w in recipient_windows(model, recipient)])
         for line in lines:
             print(line, flush=True)
         failed += sum(not line.ok for line in lines)

@@ -160,10 +160,10 @@ def main() -> None:
         with PeakRss() as rss:
             import dagster as dg
 
-            from incsync.config_load import load_config
-            from incsync.project import build_definitions
-            from incsync.resources import spark_config
-            from incsync.runner import run_transfers
+            from incsync.config.load import load_config
+            from incsync.orchestration.definitions import build_definitions
+            from incsync.spark.session import spark_config
+            from incsync.orchestration.runs import run_transfers
             from deltalake import DeltaTable
 
             from pyspark.sql import SparkSession

@@ -158,7 +158,7 @@ def next_tick(lead: float) -> datetime:
 
 
 def schedule_name_of(model: str) -> str:
-    return f"incsync_{model}_schedule"  # incsync.automation.schedules.schedule_name
+    return f"incsync_{model}_schedule"  # incsync.orchestration.schedules.schedule_name
 
 
 def instigator_state(instance, name: str):  # noqa: ANN001, ANN201 - dagster types, imported late
@@ -172,7 +172,7 @@ def cycle_figures(instance, tick_time: datetime, timeout: float) -> dict[str, ob
     """Wait for the schedule's tick at ``tick_time`` and its runs; return the cycle's figures."""
     import dagster as dg
 
-    from incsync.automation.sensors import RECIPIENT_SENSOR
+    from incsync.orchestration.sensors import RECIPIENT_SENSOR
 
     name = schedule_name_of(MODEL)
     deadline = time.monotonic() + timeout

@@ -71,17 +71,18 @@ def main() -> None:
 
 
 def run(args: argparse.Namespace, config_file: Path, *, dsn: str) -> None:
-    from incsync.config_load import load_config
-    from incsync.project import build_definitions
-    from incsync.runner import dagster_instance, recipient_windows, run_transfers, scheduled_windows
-    from incsync.verify import verify_recipient
+    from incsync.config.load import load_config
+    from incsync.orchestration.definitions import build_definitions
+    from incsync.core.windows import recipient_windows, scheduled_windows
+    from incsync.orchestration.runs import dagster_instance, run_transfers
+    from incsync.integrity.verify import verify_recipient
 
     config = load_config(config_file)
     model = config.model("orders")
     defs, instance = build_definitions(config_file), dagster_instance(config_file)
     for r in config.recipients:
         t = time.monotonic()
-        run_transfers(defs, instance, config=config, model=model, recipient=r, windows=recipient_windows(model, r))
+        run_transfers(defs, instance, config=config, model=model, recipient=r, windows=[w.key for w in recipient_windows(model, r)])
         print(f"backfill {r.id}: {time.monotonic() - t:.1f} s", flush=True)
     times: dict[tuple[str, str], list[float]] = {}
     reads: list[int] = []
@@ -96,7 +97,7 @@ def run(args: argparse.Namespace, config_file: Path, *, dsn: str) -> None:
             )
         for r in config.recipients:
             t = time.monotonic()
-            run_transfers(defs, instance, config=config, model=model, recipient=r, windows=scheduled_windows(model), scheduled=True)
+            run_transfers(defs, instance, config=config, model=model, recipient=r, windows=[w.key for w in scheduled_windows(model)], scheduled=True)
             times.setdefault(("B", r.id), []).append(time.monotonic() - t)
         for r in config.recipients:
             t = time.monotonic()

@@ -10,12 +10,12 @@ import os
 import sys
 from pathlib import Path
 
-from incsync.fingerprint import model_fingerprint
-from incsync.config_load import load_config
-from incsync.destinations import build_destination
-from incsync.partitions import grid_start, partition_key, split_key
-from incsync.execute import run_transfer
-from incsync.transfer import TransferOutcome, TransferRequest
+from incsync.core.fingerprint import model_fingerprint
+from incsync.config.load import load_config
+from incsync.destinations.registry import build_destination
+from incsync.core.windows import WindowPartition, grid_start, window_of
+from incsync.transfer.execute import run_transfer
+from incsync.transfer.request import TransferOutcome, TransferRequest
 from incsync_tests.destination_support import ArrowLakeSource
 
 
@@ -39,7 +39,7 @@ def run(
     request = TransferRequest(
         model=model,
         recipient=recipient,
-        partition=split_key(model, partition_key(window, recipient_id)),
+        partition=WindowPartition(window_of(model, window), recipient_id),
         grid_start=grid_start(model),
         lookback_seconds=config.lookback_seconds(model),
         fingerprint=model_fingerprint(model),

@@ -38,7 +38,7 @@ def free_port() -> int:
 @pytest.fixture(scope="session")
 def connect_port(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
     """A local Spark Connect server (local[2]) for the tests that keep Spark warm across processes."""
-    from incsync.spark_server import port_open, start_server, stop_server
+    from incsync.spark.server import port_open, start_server, stop_server
 
     port = free_port()
     process = start_server(port=port, master="local[2]", log_file=tmp_path_factory.mktemp("connect") / "server.log")
@@ -60,7 +60,7 @@ def dagster_instance(tmp_path: Path) -> Iterator[object]:
 
     home = tmp_path / "dagster_home"
     home.mkdir(exist_ok=True)  # instance_for_test writes dagster.yaml into it and does not create it
-    from incsync.dagster_compat import event_log_storage_config
+    from incsync.orchestration.dagster_compat import event_log_storage_config
 
     overrides = {"event_log_storage": event_log_storage_config(home)}
     with dg.instance_for_test(temp_dir=str(home), overrides=overrides) as instance:

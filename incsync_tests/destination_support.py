@@ -15,11 +15,11 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 import pytest
 
-from incsync.bounds import Bounds
-from incsync.config import IncsyncConfig, ModelConfig, RecipientConfig
-from incsync.config_load import load_config
-from incsync.config_sources import LakeSourceConfig
-from incsync.destinations import Destination, build_destination
+from incsync.core.bounds import Bounds
+from incsync.config.model import IncsyncConfig, ModelConfig, RecipientConfig
+from incsync.config.load import load_config
+from incsync.config.sources import LakeSourceConfig
+from incsync.destinations.registry import Destination, build_destination
 from incsync.destinations.readers import read_rows
 from incsync.sources.base import Source
 

@@ -13,8 +13,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import yaml
 
-from incsync.config_load import load_config
-from incsync.verify import VerifyResult, verify_recipient
+from incsync.config.load import load_config
+from incsync.integrity.verify import VerifyResult, verify_recipient
 from incsync_tests.destination_support import PG_DSN_ENV
 from incsync_tests.jdbc_support import PgDatabase
 from incsync_tests.support import JAN1_EPOCH, ts

@@ -12,7 +12,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import yaml
 
-from incsync.resources import spark_config
+from incsync.spark.session import spark_config
 
 UTC = timezone.utc
 JAN1 = datetime(2024, 1, 1, tzinfo=UTC)
@@ -98,7 +98,7 @@ def materialize_partition(
     raise_on_error: bool = True,
 ) -> dg.ExecuteInProcessResult:
     """Materialize one (window, recipient) partition through the asset job, as the UI would."""
-    from incsync.partitions import RECIPIENTS_PARTITIONS, partition_key
+    from incsync.orchestration.partitions import RECIPIENTS_PARTITIONS, partition_key
 
     if not instance.has_dynamic_partition(RECIPIENTS_PARTITIONS, recipient):
         instance.add_dynamic_partitions(RECIPIENTS_PARTITIONS, [recipient])

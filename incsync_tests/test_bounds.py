@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from incsync.bounds import (
+from incsync.core.bounds import (
     UTC,
     compute_bounds,
     delta_threshold,

@@ -8,7 +8,7 @@ from decimal import Decimal
 
 import pyarrow as pa
 
-from incsync.integrity.canonical import arrow_buckets, arrow_text, md5_numbers
+from incsync.core.canonical import arrow_buckets, arrow_text, md5_numbers
 
 
 def test_md5_numbers_match_hashlib_in_row_order_for_many_batches() -> None:

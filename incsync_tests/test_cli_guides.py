@@ -15,8 +15,8 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
-from incsync.cli import main
-from incsync.cli_output import Progress, fix_separator, progress_line
+from incsync.cli.main import main
+from incsync.cli.output import Progress, fix_separator, progress_line
 from incsync_tests.support import JAN1, lake_config, order, ts, write_table
 from incsync_tests.test_cli import CSV, HAND_WRITTEN
 
@@ -84,12 +84,12 @@ def test_usage_errors_are_one_line_with_the_fix(hand_config: Path, capsys: pytes
 def test_an_unexpected_error_is_one_line_and_debug_shows_the_traceback(
     hand_config: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    import incsync.config_load
+    import incsync.config.load
 
     def broken(_path: object) -> None:
         raise RuntimeError("disk on fire\nsecond line")
 
-    monkeypatch.setattr(incsync.config_load, "load_config", broken)
+    monkeypatch.setattr(incsync.config.load, "load_config", broken)
     assert main(["validate", "-c", str(hand_config)]) == 1
     assert capsys.readouterr().err == "error: RuntimeError: disk on fire (rerun with --debug for the traceback)\n"
     with pytest.raises(RuntimeError, match="disk on fire"):
@@ -268,7 +268,7 @@ def test_transfers_lists_1000_runs_within_2_seconds(tmp_path: Path, monkeypatch,
 
 
 def test_json_timestamps_are_iso() -> None:
-    from incsync.cli_output import to_json
+    from incsync.cli.output import to_json
 
     assert to_json({"at": datetime(2024, 1, 1, tzinfo=timezone.utc), "p": Path("/x")}) == (
         '{"at": "2024-01-01T00:00:00+00:00", "p": "/x"}'

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from incsync.cli import main
+from incsync.cli.main import main
 from incsync_tests.support import lake_config, order, ts, write_table
 from incsync_tests.test_cli import CSV, HAND_WRITTEN
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from incsync.errors import ConfigError
-from incsync.project import EXAMPLE_CONFIG, config_for_code_location
+from incsync.orchestration.definitions import EXAMPLE_CONFIG, config_for_code_location
 
 ROOT = Path(__file__).resolve().parents[1]
 

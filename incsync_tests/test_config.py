@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from incsync.config_load import load_config, parse_config
-from incsync.config_sources import DEFAULT_LOOKBACK_SECONDS
+from incsync.config.load import load_config, parse_config
+from incsync.config.sources import DEFAULT_LOOKBACK_SECONDS
 from incsync.errors import ConfigError
 
 DESIGN_EXAMPLE = """

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from incsync.crashpoints import CRASH_ENV
+from incsync.core.crashpoints import CRASH_ENV
 from incsync_tests import arrow_transfer
 from incsync_tests.destination_support import Target, destination_env, destination_spec, duplicates, max_last_modified
 from incsync_tests.support import lake_config, order, ts, write_table
@@ -145,8 +145,8 @@ def test_kill_inside_a_full_refresh_keeps_the_old_data(kind: str, tmp_path: Path
 
 
 def test_the_next_run_leaves_a_live_transfers_staging_alone(tmp_path: Path) -> None:
-    from incsync.config_load import load_config
-    from incsync.staging_folders import claim, remove_stale_staging
+    from incsync.config.load import load_config
+    from incsync.staging.folders import claim, remove_stale_staging
 
     config = load_config(lake_config(tmp_path, destinations=[destination_spec("object_storage", name="acme_delta")]))
     model, recipient = config.models[0], config.recipients[0]

@@ -1,4 +1,4 @@
-"""Pins the Dagster and storage behaviour incsync/dagster_compat.py relies on."""
+"""Pins the Dagster and storage behaviour incsync/orchestration/dagster_compat.py relies on."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 import sqlalchemy
 import yaml
 
-from incsync.dagster_compat import (
+from incsync.orchestration.dagster_compat import (
     ASSET_PARTITION_RANGE_END_TAG,
     ASSET_PARTITION_RANGE_START_TAG,
     RUN_FAILURE_REASON_TAG,
@@ -120,7 +120,7 @@ def test_a_run_with_the_defer_tag_leaves_planned_and_materialized_events_to_incs
 
 
 def test_the_range_tags_make_a_run_over_the_partitions_between_them(dagster_instance) -> None:
-    """``incsync.launch`` runs a box of partitions in one run by these tags; ``automation.statuses`` reads them."""
+    """``incsync.orchestration.launch`` runs a box of partitions in one run by these tags; ``automation.statuses`` reads them."""
     assert (ASSET_PARTITION_RANGE_START_TAG, ASSET_PARTITION_RANGE_END_TAG) == (
         "dagster/asset_partition_range_start", "dagster/asset_partition_range_end"
     )
@@ -164,7 +164,7 @@ def test_sqlite_connections_commit_without_fsync_and_the_mode_is_validated(tmp_p
         tune_sqlite_storage()
 
 
-BATCHING = {"module": "incsync.dagster_compat", "class": "BatchingSqliteEventLogStorage"}
+BATCHING = {"module": "incsync.orchestration.dagster_compat", "class": "BatchingSqliteEventLogStorage"}
 
 
 def _materialize_twice(instance: dg.DagsterInstance) -> list[str]:
@@ -259,10 +259,10 @@ CRON_CASES = [
 
 @pytest.mark.parametrize("expression", CRON_CASES)
 def test_incsync_accepts_the_cron_expressions_dagster_schedules_accept(expression: str) -> None:
-    """incsync.cron checks ``frequency`` without importing Dagster; it must agree with Dagster's rule."""
+    """incsync.core.cron checks ``frequency`` without importing Dagster; it must agree with Dagster's rule."""
     from dagster._utils.schedules import is_valid_cron_string
 
-    from incsync.cron import is_valid_cron
+    from incsync.core.cron import is_valid_cron
 
     assert is_valid_cron(expression) == is_valid_cron_string(expression)
 
@@ -279,10 +279,10 @@ TICKS = [
     "0 * * * *", "0 0 * * *", "0 */6 * * *", "30 2 1 * *", "0 0 1 * 1", "15,45 8-17 * * 1-5",
 ])
 def test_the_previous_tick_is_the_one_dagster_schedules_ticked_at(expression: str) -> None:
-    """The schedules read the window that closed since the previous tick with ``incsync.cron.previous_tick``."""
+    """The schedules read the window that closed since the previous tick with ``incsync.core.cron.previous_tick``."""
     from dagster._utils.schedules import get_latest_completed_cron_tick
 
-    from incsync.cron import is_valid_cron, previous_tick
+    from incsync.core.cron import is_valid_cron, previous_tick
 
     assert is_valid_cron(expression)
     for tick in TICKS:
@@ -303,7 +303,7 @@ def test_loading_a_config_does_not_import_dagster(tmp_path) -> None:
 
     config = lake_config(tmp_path, model={"frequency": "0 0 31 2 *"})
     probe = (
-        "import sys\nfrom incsync.config_load import load_config\nfrom incsync.errors import ConfigError\n"
+        "import sys\nfrom incsync.config.load import load_config\nfrom incsync.errors import ConfigError\n"
         f"try:\n    load_config({str(config)!r})\nexcept ConfigError as exc:\n    print(exc)\n"
         "print('dagster' in sys.modules)\n"
     )
@@ -317,7 +317,7 @@ def test_a_run_shard_copied_from_the_template_is_the_shard_dagster_creates(tmp_p
     creating its tables and stamping its revision per run; the copy must be what Dagster would make."""
     from dagster._core.storage.event_log.sqlite.sqlite_event_log import SqliteEventLogStorage
 
-    from incsync.dagster_compat import BatchingSqliteEventLogStorage
+    from incsync.orchestration.dagster_compat import BatchingSqliteEventLogStorage
 
     def shape(path) -> tuple[list[tuple[str, str]], list[tuple[str]], str]:  # noqa: ANN001
         with sqlite3.connect(path) as conn:

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import dagster as dg
 
-from incsync.fingerprint import model_fingerprint
-from incsync.config_load import load_config
-from incsync.partitions import RECIPIENT_DIM, WINDOW_DIM
-from incsync.project import build_definitions
+from incsync.core.fingerprint import model_fingerprint
+from incsync.config.load import load_config
+from incsync.orchestration.partitions import RECIPIENT_DIM, WINDOW_DIM
+from incsync.orchestration.definitions import build_definitions
 from incsync_tests.support import lake_config
 
 

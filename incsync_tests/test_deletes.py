@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from incsync.config_load import load_config
-from incsync.project import build_definitions
+from incsync.config.load import load_config
+from incsync.orchestration.definitions import build_definitions
 from incsync_tests.destination_support import KINDS, destination_env
 from incsync_tests.integrity_support import TYPED_ORDERS, config_for, insert, typed_rows, verify
 from incsync_tests.jdbc_support import pg_database
@@ -26,7 +26,7 @@ def _run(config: Path, instance, *, tags: dict[str, str] | None = None, raise_on
 
 
 def _rows(tmp_path: Path) -> list[dict]:
-    from incsync.destinations import build_destination
+    from incsync.destinations.registry import build_destination
     from incsync.destinations.readers import current_rows
 
     config = load_config(tmp_path / "incsync.yaml")

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from deltalake import CommitProperties, DeltaTable
 
-from incsync.destinations import INCREMENTAL
+from incsync.destinations.registry import INCREMENTAL
 from incsync_tests import arrow_transfer
 from incsync_tests.destination_support import Target, destination_spec
 from incsync_tests.support import lake_config, order, ts, write_table

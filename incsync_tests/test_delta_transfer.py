@@ -10,9 +10,9 @@ import dagster as dg
 import pytest
 from deltalake import DeltaTable
 
-from incsync.destinations.delta_state import RECORD_KEY
+from incsync.destinations.delta.state import RECORD_KEY
 from incsync.destinations.base import TransferRecord
-from incsync.project import build_definitions
+from incsync.orchestration.definitions import build_definitions
 from incsync_tests.support import (
     delta_rows,
     lake_config,

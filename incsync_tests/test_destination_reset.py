@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from incsync.destinations import FULL_REFRESH
+from incsync.destinations.registry import FULL_REFRESH
 from incsync_tests import arrow_transfer
 from incsync_tests.destination_support import PG_DSN_ENV, Target, destination_env, destination_spec
 from incsync_tests.support import lake_config, order, ts, write_table
@@ -100,8 +100,8 @@ def test_a_reset_destination_is_resynced_from_the_start(
 def test_through_dagster_the_reset_reason_and_owner_reach_the_metadata(
     spark, tmp_path: Path, dagster_instance, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from incsync.tags import MODE_TAG
-    from incsync.project import build_definitions
+    from incsync.config.tags import MODE_TAG
+    from incsync.orchestration.definitions import build_definitions
     from incsync_tests.support import latest_metadata, materialize_partition
 
     with destination_env("postgres", monkeypatch):

@@ -8,8 +8,8 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from incsync.tags import FULL_REFRESH_TAG, MODE_TAG
-from incsync.project import build_definitions
+from incsync.config.tags import FULL_REFRESH_TAG, MODE_TAG
+from incsync.orchestration.definitions import build_definitions
 from incsync_tests.destination_support import KINDS, Target, destination_env, destination_spec
 from incsync_tests.support import ORDERS_SCHEMA, latest_metadata, lake_config, materialize_partition, order, ts, write_table
 

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from incsync.cli import main
-from incsync.config_docs import render
+from incsync.cli.main import main
+from incsync.config.docs import render
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = sorted(p.parent.name for p in (ROOT / "examples").glob("*/incsync.yaml"))

@@ -17,15 +17,15 @@ import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable
 
-from incsync.fingerprint import model_fingerprint
-from incsync.config_load import load_config
-from incsync.destinations import build_destination
+from incsync.core.fingerprint import model_fingerprint
+from incsync.config.load import load_config
+from incsync.destinations.registry import build_destination
 from incsync.errors import SchemaError, ValidationError
-from incsync.partitions import grid_start, partition_key, split_key, window_key_for
-from incsync.sources import build_source
-from incsync.tags import MODE_TAG
-from incsync.execute import run_transfer
-from incsync.transfer import TransferOutcome, TransferRequest
+from incsync.core.windows import WindowPartition, grid_start, window_key_for, window_of
+from incsync.sources.registry import build_source
+from incsync.config.tags import MODE_TAG
+from incsync.transfer.execute import run_transfer
+from incsync.transfer.request import TransferOutcome, TransferRequest
 from incsync_tests.support import JAN1_EPOCH, ORDERS_SCHEMA, lake_config, latest_metadata, materialize_partition, order, ts
 
 UTC = timezone.utc
@@ -58,7 +58,7 @@ class Lake:
         request = TransferRequest(
             model=self.model,
             recipient=self.recipient,
-            partition=split_key(self.model, partition_key(key, "acme")),
+            partition=WindowPartition(window_of(self.model, key), "acme"),
             grid_start=grid_start(self.model),
             lookback_seconds=self.config.lookback_seconds(self.model),
             fingerprint=model_fingerprint(self.model),

@@ -10,9 +10,9 @@ import pytest
 import yaml
 from dagster._core.storage.tags import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG
 
-from incsync.partitions import RECIPIENTS_PARTITIONS, partition_key
-from incsync.project import build_definitions
-from incsync.sources.jdbc import JdbcSource
+from incsync.orchestration.partitions import RECIPIENTS_PARTITIONS, partition_key
+from incsync.orchestration.definitions import build_definitions
+from incsync.sources.jdbc.source import JdbcSource
 from incsync_tests.jdbc_support import jdbc_config, maria_database, pg_database
 from incsync_tests.support import delta_rows, ts
 from incsync_tests.test_jdbc_sources import MARIA_ORDERS, PG_ORDERS, maria_insert, pg_insert

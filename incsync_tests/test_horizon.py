@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from incsync.bounds import UTC, floor_to_second, new_high_watermark
-from incsync.horizon import (
+from incsync.core.bounds import UTC, floor_to_second, new_high_watermark
+from incsync.core.horizon import (
     LOOKBACK_ONLY,
     OFF,
     TRANSACTIONS,
@@ -20,7 +20,7 @@ from incsync.horizon import (
     held_back_seconds,
     horizon_cap,
 )
-from incsync.staging import stage
+from incsync.staging.spark import stage
 
 T0 = datetime(2024, 1, 1, 12, tzinfo=UTC)
 times = st.integers(0, 7_200_000_000).map(lambda us: T0 + timedelta(microseconds=us))
@@ -159,8 +159,8 @@ def test_future_dated_rows_are_counted_from_the_staged_batch(tmp_path: Path) -> 
 
 
 def test_postgres_horizon_row_on_a_primary_a_replica_and_without_the_grant() -> None:
-    from incsync.horizon import REPLICA
-    from incsync.sources.jdbc_horizon import postgres_horizon
+    from incsync.core.horizon import REPLICA
+    from incsync.sources.jdbc.horizon import postgres_horizon
 
     now_us = int(at(100).timestamp() * 1e6)
     primary = {"now_us": now_us, "oldest_us": now_us - 45_000_000, "sees_all": True, "replica": False, "replica_lag_us": None}
@@ -185,7 +185,7 @@ def test_postgres_horizon_row_on_a_primary_a_replica_and_without_the_grant() -> 
 
 
 def test_mysql_horizon_row() -> None:
-    from incsync.sources.jdbc_horizon import INNODB_TRX_CACHE, mysql_horizon
+    from incsync.sources.jdbc.horizon import INNODB_TRX_CACHE, mysql_horizon
 
     now_us = int(at(100).timestamp() * 1e6)
     got = mysql_horizon({"now_us": now_us, "oldest_age_us": 30_000_000}, max_lag_seconds=3600)

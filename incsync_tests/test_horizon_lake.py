@@ -10,7 +10,7 @@ import time
 from datetime import datetime, timedelta
 from pathlib import Path
 
-from incsync.bounds import UTC
+from incsync.core.bounds import UTC
 from incsync_tests.support import order
 from incsync_tests.test_edge_cases import Lake, counts
 

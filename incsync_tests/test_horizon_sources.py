@@ -18,15 +18,15 @@ from typing import Any
 
 import pytest
 
-from incsync.fingerprint import model_fingerprint
-from incsync.bounds import UTC
-from incsync.config_load import load_config
-from incsync.destinations import build_destination
+from incsync.core.fingerprint import model_fingerprint
+from incsync.core.bounds import UTC
+from incsync.config.load import load_config
+from incsync.destinations.registry import build_destination
 from incsync.destinations.readers import read_rows
-from incsync.partitions import grid_start, partition_key, split_key, window_key_for
-from incsync.sources import build_source
-from incsync.execute import run_transfer
-from incsync.transfer import TransferOutcome, TransferRequest
+from incsync.core.windows import WindowPartition, grid_start, window_key_for, window_of
+from incsync.sources.registry import build_source
+from incsync.transfer.execute import run_transfer
+from incsync.transfer.request import TransferOutcome, TransferRequest
 from incsync_tests.jdbc_support import (
     HOST,
     MARIADB_PORT,
@@ -67,7 +67,7 @@ class Runner:
     def tick(self, *, scheduled: bool = True) -> TransferOutcome:
         window = window_key_for(self.model, datetime.now(UTC))
         request = TransferRequest(
-            model=self.model, recipient=self.recipient, partition=split_key(self.model, partition_key(window, self.recipient.id)),
+            model=self.model, recipient=self.recipient, partition=WindowPartition(window_of(self.model, window), self.recipient.id),
             grid_start=grid_start(self.model), lookback_seconds=self.config.lookback_seconds(self.model),
             fingerprint=model_fingerprint(self.model), source=self.source, destination=self.destination,
             spark=lambda: self.spark, scheduled=scheduled,
@@ -329,7 +329,7 @@ def test_a_future_dated_row_never_moves_the_hw_past_the_extraction(spark, tmp_pa
 
 
 def test_postgres_without_pg_read_all_stats_falls_back_to_the_lookback(spark, tmp_path: Path, caplog) -> None:
-    from incsync.sources import check_sources
+    from incsync.sources.registry import check_sources
 
     with database("postgres") as db:
         reader = f"incsync_ro_{uuid.uuid4().hex[:8]}"
@@ -337,13 +337,13 @@ def test_postgres_without_pg_read_all_stats_falls_back_to_the_lookback(spark, tm
         try:
             commit_now(db, 1)
             config = today_config(tmp_path, db, user=reader)
-            with caplog.at_level("WARNING", logger="incsync.sources.jdbc_horizon"):
+            with caplog.at_level("WARNING", logger="incsync.sources.jdbc.horizon"):
                 assert check_sources(load_config(config), spark) == []
             expected = (
                 f"source db: {reader} cannot see other sessions' transactions, so the high watermark is held back by the "
                 f"lookback alone; GRANT pg_read_all_stats TO {reader} (or set `safe_horizon: false` to accept the lookback alone)"
             )
-            assert [r.getMessage() for r in caplog.records if r.name == "incsync.sources.jdbc_horizon"] == [expected]
+            assert [r.getMessage() for r in caplog.records if r.name == "incsync.sources.jdbc.horizon"] == [expected]
             record = Runner(config, spark).tick().record
             assert record.extra["horizon"] == "lookback-only"
             assert record.extra["horizon_warning"] == expected.removeprefix("source db: ")
@@ -377,7 +377,7 @@ def test_mariadb_without_process_falls_back_to_the_lookback(spark, tmp_path: Pat
 
 
 def test_materialization_metadata_carries_the_horizon(spark, tmp_path: Path, dagster_instance) -> None:
-    from incsync.project import build_definitions
+    from incsync.orchestration.definitions import build_definitions
     from incsync_tests.support import latest_metadata, materialize_partition
 
     with database("postgres") as db, writers(db) as writer:
@@ -402,7 +402,7 @@ def test_materialization_metadata_carries_the_horizon(spark, tmp_path: Path, dag
 
 
 def test_validate_connect_names_the_missing_grant(spark, tmp_path: Path, caplog) -> None:
-    from incsync.cli import main
+    from incsync.cli.main import main
 
     with database("postgres") as db:
         reader = f"incsync_ro_{uuid.uuid4().hex[:8]}"

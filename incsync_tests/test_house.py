@@ -98,8 +98,8 @@ def test_the_cycle_finder_finds_a_cycle_and_nothing_else() -> None:
 
 def test_the_graph_sees_lazy_imports_and_leaves_type_only_ones_out() -> None:
     graph = import_graph()
-    assert "incsync.sources.jdbc_sql" in graph["incsync.recipients_table"]  # imported inside a function
-    assert "incsync.config" not in graph["incsync.recipients_table"]  # under `if TYPE_CHECKING:` only
+    assert "incsync.core.vendor_sql" in graph["incsync.config.recipients_table"]  # imported inside a function
+    assert "incsync.config.model" not in graph["incsync.config.recipients_table"]  # under `if TYPE_CHECKING:` only
 
 
 def test_no_import_cycle_among_incsync_modules() -> None:
@@ -115,3 +115,65 @@ def test_modules_stay_under_the_length_limit() -> None:
     lengths = {str(path.relative_to(PACKAGE)): len(path.read_text().splitlines()) for path in PACKAGE.rglob("*.py")}
     assert {name: n for name, n in lengths.items() if n > MAX_LINES and name not in LONGER} == {}
     assert sorted(name for name in LONGER if lengths.get(name, 0) <= MAX_LINES) == []  # split: take it off the list
+
+
+# Issue 28: packages that read as the flow. Each package may import only those below it in LAYERS
+# (``cli`` and ``worker`` at the top); top-level modules (errors, paths, definitions) sit outside.
+LAYERS = ["core", "storage", "spark", "config", "sources", "staging", "destinations", "integrity", "transfer",
+          "orchestration", "worker", "cli"]
+ENGINE = ["core", "config", "storage", "spark", "sources", "staging", "destinations", "transfer", "integrity"]
+MAX_FLAT_MODULES = 12
+
+
+def _package(module: str) -> str | None:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 2 or (len(parts) == 2 and (PACKAGE / parts[1]).is_dir()) else None
+
+
+def test_every_module_lives_in_a_package_of_the_flow_but_a_dozen() -> None:
+    flat = sorted(p.name for p in PACKAGE.glob("*.py"))
+    assert len(flat) <= MAX_FLAT_MODULES, flat
+    packages = sorted(p.name for p in PACKAGE.iterdir() if p.is_dir() and p.name != "__pycache__")
+    assert packages == sorted(LAYERS)
+
+
+def test_packages_import_only_downwards() -> None:
+    rank = {name: i for i, name in enumerate(LAYERS)}
+    upward = sorted(
+        f"{module} imports {target}"
+        for module, targets in import_graph().items()
+        for target in targets
+        if (a := _package(module)) and (b := _package(target)) and a != b and rank[a] < rank[b]
+    )
+    assert upward == []
+
+
+def test_every_package_says_what_it_owns() -> None:
+    missing = [str(p.relative_to(PACKAGE)) for p in PACKAGE.rglob("__init__.py")
+               if p.parent != PACKAGE and len((ast.get_docstring(ast.parse(p.read_text())) or "").split()) < 8]
+    assert missing == []
+
+
+def _imports_of(path: Path) -> set[str]:
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            names.add(node.module)
+    return names
+
+
+def test_dagster_stays_in_orchestration() -> None:
+    found = sorted(
+        str(path.relative_to(PACKAGE))
+        for package in ENGINE
+        for path in (PACKAGE / package).rglob("*.py")
+        if any(name == "dagster" or name.startswith(("dagster.", "dagster_")) for name in _imports_of(path))
+    )
+    assert found == []
+
+
+def test_the_io_manager_publishes_without_reading_sources() -> None:
+    graph = import_graph()
+    assert sorted(t for t in graph["incsync.orchestration.io_manager"] if t.startswith("incsync.sources")) == []

@@ -8,11 +8,11 @@ import dagster as dg
 import pytest
 import yaml
 
-from incsync.automation.concurrency import dagster_yaml
-from incsync.config_load import load_config
-from incsync.dagster_compat import instance_postgres_url
+from incsync.orchestration.concurrency import dagster_yaml
+from incsync.config.load import load_config
+from incsync.orchestration.dagster_compat import instance_postgres_url
 from incsync.errors import ConfigError
-from incsync.instance_storage import postgres_url_problem, storage_problems
+from incsync.orchestration.instance_storage import postgres_url_problem, storage_problems
 from incsync_tests.destination_support import postgres_database
 from incsync_tests.support import lake_config
 
@@ -90,7 +90,7 @@ def test_dagster_yaml_from_deploy_keeps_postgres_storage_and_refuses_a_bad_url(t
 
 
 def test_the_cli_refuses_an_instance_with_a_bad_url_before_any_run(tmp_path: Path, monkeypatch) -> None:
-    from incsync.runner import dagster_instance
+    from incsync.orchestration.runs import dagster_instance
 
     home = tmp_path / "home"
     home.mkdir()
@@ -102,3 +102,20 @@ def test_the_cli_refuses_an_instance_with_a_bad_url_before_any_run(tmp_path: Pat
 
 def test_a_sqlite_instance_has_no_postgres_url(dagster_instance) -> None:
     assert instance_postgres_url(dagster_instance) is None
+
+
+def test_an_instance_written_before_the_packages_is_moved_to_the_event_logs_new_module(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from incsync.orchestration.runs import dagster_instance
+
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("DAGSTER_HOME", str(home))
+    old = ("telemetry:\n  enabled: false\nevent_log_storage:\n  module: incsync.dagster_compat\n"
+           f"  class: BatchingSqliteEventLogStorage\n  config:\n    base_dir: {home}\n")
+    (home / "dagster.yaml").write_text(old)
+    with dagster_instance(tmp_path / "incsync.yaml") as instance:
+        assert type(instance.event_log_storage).__module__ == "incsync.orchestration.dagster_compat"
+    assert (home / "dagster.yaml").read_text() == old.replace(
+        "module: incsync.dagster_compat", "module: incsync.orchestration.dagster_compat")

@@ -8,7 +8,7 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
-from incsync.project import build_definitions
+from incsync.orchestration.definitions import build_definitions
 from incsync_tests.support import lake_config, materialize_partition, order, ts, write_table
 
 MODEL = dg.AssetKey(["lake", "orders"])
@@ -77,7 +77,7 @@ def test_verify_and_repair_commands(spark, dagster_instance, tmp_path: Path, cap
 
     from deltalake import DeltaTable
 
-    from incsync.cli import run_command
+    from incsync.cli.main import run_command
 
     write_table(tmp_path / "src", "orders", _rows())
     config = lake_config(tmp_path)

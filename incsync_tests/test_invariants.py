@@ -33,17 +33,17 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule, run_state_machine_as_test
 
-from incsync.fingerprint import model_fingerprint
-from incsync.config_load import load_config
-from incsync.destinations import build_destination
+from incsync.core.fingerprint import model_fingerprint
+from incsync.config.load import load_config
+from incsync.destinations.registry import build_destination
 from incsync.destinations.readers import read_rows
 from incsync.errors import ValidationError
-from incsync.horizon import LOOKBACK_ONLY, TRANSACTIONS, SourceHorizon
-from incsync.partitions import grid_start, partition_key, split_key, window_key_for
-from incsync.execute import execute, run_transfer
+from incsync.core.horizon import LOOKBACK_ONLY, TRANSACTIONS, SourceHorizon
+from incsync.core.windows import WindowPartition, grid_start, window_key_for, window_of
+from incsync.transfer.execute import execute, run_transfer
 from incsync.sources.lake import LakeSource
-from incsync.tags import FULL_REFRESH_TAG, MODE_TAG
-from incsync.transfer import TransferRequest
+from incsync.config.tags import FULL_REFRESH_TAG, MODE_TAG
+from incsync.transfer.request import TransferRequest
 from incsync_tests.support import JAN1_EPOCH, ORDERS_SCHEMA, latest_metadata, materialize_partition
 
 UTC = timezone.utc
@@ -385,7 +385,7 @@ class TransferMachine(RuleBasedStateMachine):
         return TransferRequest(
             model=self.model,
             recipient=self.recipients[rid],
-            partition=split_key(self.model, partition_key(window_key, rid)),
+            partition=WindowPartition(window_of(self.model, window_key), rid),
             grid_start=grid_start(self.model),
             lookback_seconds=self.config.lookback_seconds(self.model),
             fingerprint=model_fingerprint(self.model),

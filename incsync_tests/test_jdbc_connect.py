@@ -11,7 +11,7 @@ from pathlib import Path
 
 import yaml
 
-from incsync.spark_server import start_server, stop_server
+from incsync.spark.server import start_server, stop_server
 from incsync_tests.jdbc_support import jdbc_config, pg_database
 
 # Runs in its own process: a Connect client and the suite's classic session do not share a process.
@@ -20,9 +20,9 @@ CLIENT = textwrap.dedent(
     import json, sys
     from datetime import datetime, timezone
     from pyspark.sql import SparkSession
-    from incsync.bounds import Bounds
-    from incsync.config_load import load_config
-    from incsync.sources import build_source, check_sources
+    from incsync.core.bounds import Bounds
+    from incsync.config.load import load_config
+    from incsync.sources.registry import build_source, check_sources
 
     spark = SparkSession.builder.remote(sys.argv[1]).getOrCreate()
     out = {}

@@ -11,13 +11,13 @@ from pathlib import Path
 import pytest
 import yaml
 
-from incsync.bounds import Bounds
-from incsync.config_load import load_config
-from incsync.destinations import build_destination
+from incsync.core.bounds import Bounds
+from incsync.config.load import load_config
+from incsync.destinations.registry import build_destination
 from incsync.errors import SourceError
-from incsync.project import build_definitions
-from incsync.sources import build_source, check_sources
-from incsync.sources.jdbc_sql import mysql_literal, postgres_literal
+from incsync.orchestration.definitions import build_definitions
+from incsync.sources.registry import build_source, check_sources
+from incsync.core.vendor_sql import mysql_literal, postgres_literal
 from incsync_tests.jdbc_support import MariaDatabase, PgDatabase, jdbc_config, maria_database, mariadb_cli, pg_database
 from incsync_tests.support import delta_rows, latest_metadata, materialize_partition, ts
 
@@ -78,7 +78,7 @@ def test_unreachable_server_fails_under_ci_and_skips_otherwise(monkeypatch):
 
 
 def test_driver_jars_and_packages_reach_spark_at_start(tmp_path):
-    from incsync.resources import JDBC_DRIVER_JARS
+    from incsync.spark.session import JDBC_DRIVER_JARS
 
     config = tmp_path / "incsync.yaml"
     config.write_text(yaml.safe_dump({
@@ -379,7 +379,7 @@ def test_check_warns_when_the_source_user_can_write(spark, tmp_path, caplog):
         reader = f"incsync_ro_{uuid.uuid4().hex[:8]}"
         db.execute(f"CREATE ROLE {reader} LOGIN; GRANT SELECT ON orders TO {reader}")
         try:
-            with caplog.at_level(logging.WARNING, logger="incsync.sources.jdbc"):
+            with caplog.at_level(logging.WARNING, logger="incsync.sources.jdbc.source"):
                 assert check_sources(load_config(jdbc_config(tmp_path, db)), spark) == []
                 assert [r.getMessage() for r in caplog.records] == [
                     f"source db: user {db.user} can write to orders; incsync only reads, so grant it SELECT only"
@@ -388,13 +388,13 @@ def test_check_warns_when_the_source_user_can_write(spark, tmp_path, caplog):
                 assert check_sources(load_config(jdbc_config(tmp_path, db, source={"user": reader})), spark) == []
                 # No write warning; the only one names the grant the safe horizon lacks (test_horizon_sources.py).
                 [record] = caplog.records
-                assert record.name == "incsync.sources.jdbc_horizon" and f"GRANT pg_read_all_stats TO {reader}" in record.getMessage()
+                assert record.name == "incsync.sources.jdbc.horizon" and f"GRANT pg_read_all_stats TO {reader}" in record.getMessage()
         finally:
             db.execute(f"REVOKE ALL ON orders FROM {reader}; DROP ROLE {reader}")
 
 
 def test_validate_connect_reaches_the_database(spark, tmp_path, capsys):
-    from incsync.cli import main
+    from incsync.cli.main import main
 
     with maria_database() as db:
         db.execute(MARIA_ORDERS.format(table="orders", lm="TIMESTAMP(6)"))

@@ -10,11 +10,11 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from incsync.config_load import parse_config
+from incsync.config.load import parse_config
 from incsync.errors import ConfigError, ValidationError
-from incsync.sources.sql_text import pasted_query, split_qualified
-from incsync.batch_validation import validate_and_count
-from incsync.staging import stage
+from incsync.core.sql_text import pasted_query, split_qualified
+from incsync.transfer.validate import validate_and_count
+from incsync.staging.spark import stage
 from incsync_tests.destination_support import KINDS, destination_env
 from incsync_tests.jdbc_support import maria_database, pg_database
 from incsync_tests.support import ts
@@ -223,7 +223,7 @@ def test_mixed_case_and_spaced_names_in_mariadb(spark, tmp_path: Path, monkeypat
 def test_lake_parquet_types_spark_cannot_read_fail_naming_column_and_fix(arrow_type, fix, spark, tmp_path: Path) -> None:
     import pyarrow.parquet as pq
 
-    from incsync.bounds import Bounds
+    from incsync.core.bounds import Bounds
     from incsync.errors import SchemaError
     from incsync.sources.lake import LakeSource
 

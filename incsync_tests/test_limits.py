@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from incsync.tags import TagError, parse_tags
-from incsync.config_load import parse_config
+from incsync.config.tags import TagError, parse_tags
+from incsync.config.load import parse_config
 from incsync.errors import ConfigError
 
 DOC = """

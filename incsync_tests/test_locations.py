@@ -8,10 +8,10 @@ from typing import Any
 import pytest
 import yaml
 
-from incsync.cli import run_command
-from incsync.config_load import load_config
+from incsync.cli.main import run_command
+from incsync.config.load import load_config
 from incsync.errors import ConfigError
-from incsync.locations import local_path, storage_url
+from incsync.config.locations import local_path, storage_url
 
 SOURCE = {"name": "lake", "vendor": "lake", "path": "./src"}
 MODEL = {

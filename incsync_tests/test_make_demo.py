@@ -7,7 +7,7 @@ import os
 import subprocess
 from pathlib import Path
 
-from incsync.demo import DEMO_PG_DSN_ENV, ui_command, write_ui_env
+from incsync.cli.demo import DEMO_PG_DSN_ENV, ui_command, write_ui_env
 
 ROOT = Path(__file__).resolve().parents[1]
 

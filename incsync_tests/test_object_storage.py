@@ -14,7 +14,7 @@ import pytest
 
 import incsync
 from incsync.errors import LeaseError
-from incsync.staging import stage
+from incsync.staging.spark import stage
 from incsync_tests.arrow_transfer import run
 from incsync_tests.destination_support import Target
 from incsync_tests.support import lake_config, order, ts, write_table
@@ -165,7 +165,7 @@ def test_disable_manifest_still_keeps_the_transfer_log(tmp_path: Path) -> None:
 
 
 def test_janitor_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from incsync.cli import main
+    from incsync.cli.main import main
 
     config = _config(tmp_path)
     out = tmp_path / "out" / "files"

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import yaml
 
-from incsync.cli import run_command
+from incsync.cli.main import run_command
 from incsync.destinations.ownership import OWNER_PROPERTY
 from incsync.errors import OwnershipError
 from incsync_tests import arrow_transfer
@@ -92,7 +92,7 @@ def test_delta_table_written_before_stamps_is_adopted_only_by_the_recipient_its_
     from deltalake import CommitProperties, DeltaTable, write_deltalake
 
     from incsync.destinations.base import TransferRecord
-    from incsync.destinations.delta_state import RECORD_KEY
+    from incsync.destinations.delta.state import RECORD_KEY
 
     write_table(tmp_path / "src", "orders", SOURCE)
     acme = _config(tmp_path, "delta", "acme", "org_1", name="a.yaml")

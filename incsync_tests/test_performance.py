@@ -8,15 +8,15 @@ from datetime import timedelta
 import pyarrow as pa
 from deltalake import DeltaTable
 
-from incsync.bounds import Bounds
-from incsync.config import ModelConfig, RecipientConfig
-from incsync.config_destinations import DeltaDestinationConfig
-from incsync.config_load import load_config
-from incsync.destinations import build_destination
+from incsync.core.bounds import Bounds
+from incsync.config.model import ModelConfig, RecipientConfig
+from incsync.config.destinations import DeltaDestinationConfig
+from incsync.config.load import load_config
+from incsync.destinations.registry import build_destination
 from incsync.destinations.base import INCREMENTAL, TransferRecord
-from incsync.destinations.delta import DeltaDestination
-from incsync.sources import build_source
-from incsync.staging import spark_parquet_schema, stage
+from incsync.destinations.delta.destination import DeltaDestination
+from incsync.sources.registry import build_source
+from incsync.staging.spark import spark_parquet_schema, stage
 from incsync_tests.jdbc_support import jdbc_config, pg_database
 from incsync_tests.support import delta_rows, latest_metadata, materialize_partition, ts
 
@@ -62,10 +62,10 @@ def test_empty_window_skips_spark_staging_and_is_still_recorded(spark, dagster_i
         db.execute(ORDERS)
         db.execute("INSERT INTO orders VALUES (1, 'org_1', 'new', 1.00, '{\"a\": 1}', %s)", [ts(2, 8)])
         config = jdbc_config(tmp_path, db)
-        from incsync.project import build_definitions
+        from incsync.orchestration.definitions import build_definitions
 
         defs = build_definitions(config)
-        caplog.set_level(logging.INFO, logger="incsync.extract")
+        caplog.set_level(logging.INFO, logger="incsync.transfer.extract")
         materialize_partition(defs, dagster_instance, window="2024-01-02", recipient="acme", model_key=MODEL_KEY)
         assert "Spark staging skipped" not in caplog.text
         caplog.clear()
@@ -113,7 +113,7 @@ def test_a_collected_small_batch_is_the_batch_spark_writes(spark, tmp_path):
 
 
 def test_small_and_large_jdbc_windows_land_the_same_rows(spark, dagster_instance, tmp_path, monkeypatch):
-    import incsync.extract
+    import incsync.transfer.extract
 
     with pg_database() as db:
         db.execute(ORDERS)
@@ -123,14 +123,14 @@ def test_small_and_large_jdbc_windows_land_the_same_rows(spark, dagster_instance
             [ts(2)],
         )
         config = jdbc_config(tmp_path, db)
-        from incsync.project import build_definitions
+        from incsync.orchestration.definitions import build_definitions
 
         defs = build_definitions(config)
-        monkeypatch.setattr(incsync.extract, "COLLECT_MAX_ROWS", 299)  # 300 rows: a Spark write job
+        monkeypatch.setattr(incsync.transfer.extract, "COLLECT_MAX_ROWS", 299)  # 300 rows: a Spark write job
         materialize_partition(defs, dagster_instance, window="2024-01-02", recipient="acme", model_key=MODEL_KEY)
         through_spark = delta_rows(tmp_path / "out/acme/orders")
         db.execute("UPDATE orders SET status = 'changed', updated_at = updated_at + interval '1 hour' WHERE id <= 100")
-        monkeypatch.setattr(incsync.extract, "COLLECT_MAX_ROWS", 300)  # the whole window again: collected
+        monkeypatch.setattr(incsync.transfer.extract, "COLLECT_MAX_ROWS", 300)  # the whole window again: collected
         materialize_partition(defs, dagster_instance, window="2024-01-02", recipient="acme", model_key=MODEL_KEY)
         meta = latest_metadata(dagster_instance, MODEL_KEY)
         assert (meta["rows_transferred"], meta["delta_rows_transferred"]) == (300, 100)

@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from incsync.bounds import to_micros
-from incsync.plan import count_by_window, coalesce, plan_batches
+from incsync.core.bounds import to_micros
+from incsync.transfer.plan import count_by_window, coalesce, plan_batches
 from incsync_tests.support import ts
 
 DAY = timedelta(days=1)

@@ -12,7 +12,7 @@ import pyarrow as pa
 import pytest
 
 from incsync.errors import ConfigError, LeaseError, SchemaError
-from incsync.staging import stage
+from incsync.staging.spark import stage
 from incsync_tests.arrow_transfer import run
 from incsync_tests.destination_support import PG_DSN_ENV, Target, destination_env, destination_spec
 from incsync_tests.support import lake_config, ts, write_table
@@ -121,7 +121,7 @@ def test_missing_dsn_variable_names_it_not_the_secret(tmp_path: Path, monkeypatc
 def test_validate_connect_reports_an_unreachable_destination_without_the_password(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from incsync.cli import main
+    from incsync.cli.main import main
 
     config = _config(tmp_path, [ROW])
     monkeypatch.setenv(PG_DSN_ENV, "postgresql://nobody:s3cret-pw@127.0.0.1:1/none")

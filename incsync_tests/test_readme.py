@@ -15,8 +15,8 @@ import time
 import urllib.request
 from pathlib import Path
 
-from incsync.cli import build_parser
-from incsync.demo import DEMO_PG_DSN_ENV
+from incsync.cli.main import build_parser
+from incsync.cli.demo import DEMO_PG_DSN_ENV
 from incsync_tests.browser_support import wait_for_http
 from incsync_tests.conftest import free_port
 from incsync_tests.destination_support import postgres_database

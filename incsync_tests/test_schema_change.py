@@ -5,7 +5,7 @@ from __future__ import annotations
 import pyarrow as pa
 import pytest
 
-from incsync.schema_change import (
+from incsync.core.schema_change import (
     SchemaDiff,
     TypeChange,
     arrow_diff,

@@ -178,7 +178,7 @@ def test_delta_widening_with_a_dropped_column_keeps_replaced_rows_values_like_a_
 
 
 def test_validate_connect_drift_line_for_each_destination(kind: str, tmp_path: Path) -> None:
-    from incsync.drift import describe, destination_drift
+    from incsync.cli.drift import describe, destination_drift
 
     config = _config(tmp_path, kind, [_row(1, 1)])
     target = Target(config)
@@ -199,7 +199,7 @@ def test_a_widening_killed_before_its_commit_changes_nothing(kind: str, tmp_path
     import subprocess
     import sys
 
-    from incsync.crashpoints import CRASH_ENV
+    from incsync.core.crashpoints import CRASH_ENV
 
     config = _config(tmp_path, kind, [_row(1, 1, qty=7)])
     run(config, "2024-01-01", scheduled=False)

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import yaml
 
-from incsync.project import build_definitions
+from incsync.orchestration.definitions import build_definitions
 from incsync_tests.destination_support import KINDS, Target, destination_env, destination_spec
 from incsync_tests.jdbc_support import pg_database
 from incsync_tests.support import latest_metadata, materialize_partition, ts
@@ -43,7 +43,7 @@ def _config(root: Path, jdbc_url: str, user: str, kind: str) -> Path:
 
 
 def test_source_migration_keeps_the_sync_running(kind: str, spark, dagster_instance, tmp_path: Path, capsys) -> None:
-    from incsync.cli import main
+    from incsync.cli.main import main
 
     with pg_database() as db:
         db.execute("CREATE TABLE orders (id bigint PRIMARY KEY, organization_id text NOT NULL, code varchar(10), "

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import yaml
 
-from incsync.spark_server import server_command
+from incsync.spark.server import server_command
 from incsync_tests.support import delta_rows, lake_config, order, ts, write_table
 
 

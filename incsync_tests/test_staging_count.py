@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-import incsync.staging as staging
+import incsync.staging.spark as staging
 from incsync.errors import StagingError
-from incsync.staging import stage, stage_by_tenant
+from incsync.staging.spark import stage, stage_by_tenant
 
 
 def _frame(spark):

@@ -17,11 +17,11 @@ import pytest
 import yaml
 
 import incsync
-from incsync.config_load import parse_config
+from incsync.config.load import parse_config
 from incsync.errors import ConfigError, LeaseError
-from incsync.staged_batch import stage_arrow
-from incsync.filesystems import resolve_options
-from incsync.storage import open_store
+from incsync.staging.batch import stage_arrow
+from incsync.storage.filesystems import resolve_options
+from incsync.storage.files import open_store
 from incsync_tests.arrow_transfer import run
 from incsync_tests.destination_support import Target
 from incsync_tests.s3_support import SECRET, SECRET_VAR
@@ -115,7 +115,7 @@ def test_object_storage_on_s3_manifests_reader_and_janitor(s3, tmp_path: Path, c
     with store.fs.open_output_stream(store.path(orphan)) as f:
         pq.write_table(pa.table({"id": [99]}), f)
     assert incsync.janitor(url, grace_seconds=3600, storage_options=s3.options()) == []
-    from incsync.cli import main
+    from incsync.cli.main import main
 
     assert main(["janitor", "-c", str(config), "--grace-seconds", "-60", "--dry-run"]) == 0
     assert capsys.readouterr().out.splitlines() == [f"would remove {url}/{orphan}",
@@ -202,7 +202,7 @@ def _upload_table(s3, url: str, rows: list[dict[str, Any]]) -> None:
 
 def test_lake_source_and_staging_on_s3(s3, tmp_path: Path, spark, dagster_instance) -> None:
     """A lake on S3 (read by pyarrow: Spark has no S3 connector here) into Delta, staged on S3 by Spark's tasks."""
-    from incsync.project import build_definitions
+    from incsync.orchestration.definitions import build_definitions
     from incsync_tests.support import delta_rows, latest_metadata, materialize_partition
 
     bucket = s3.bucket()
@@ -225,8 +225,8 @@ def test_lake_source_and_staging_on_s3(s3, tmp_path: Path, spark, dagster_instan
     assert _keys(s3, f"s3://{bucket}/staging") == []  # each transfer removed its staging folder
 
     # An empty read (the connectivity check, drift detection) goes the same way.
-    from incsync.config_load import load_config
-    from incsync.sources import build_source
+    from incsync.config.load import load_config
+    from incsync.sources.registry import build_source
 
     cfg = load_config(config)
     build_source(cfg.source("lake")).check(spark, model=cfg.model("orders"), recipient=cfg.recipient("acme"))
@@ -238,8 +238,8 @@ def test_lake_source_and_staging_on_s3(s3, tmp_path: Path, spark, dagster_instan
 
 
 def test_staging_on_s3_splits_a_fan_out_by_tenant(s3, spark) -> None:
-    from incsync.staging import stage, stage_by_tenant
-    from incsync.storage import staging_root
+    from incsync.staging.spark import stage, stage_by_tenant
+    from incsync.storage.files import staging_root
 
     root = staging_root(f"s3://{s3.bucket()}/staging", s3.options())
     df = spark.createDataFrame(pa.Table.from_pylist(ROWS, schema=_orders_schema())).repartition(2)
@@ -256,8 +256,8 @@ def test_staging_on_s3_splits_a_fan_out_by_tenant(s3, spark) -> None:
 
 
 def test_validate_connect_lists_each_storage_url(s3, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from incsync.connectivity import check_connectivity
-    from incsync.config_load import load_config
+    from incsync.cli.connectivity import check_connectivity
+    from incsync.config.load import load_config
 
     bucket = s3.bucket()
 
@@ -293,7 +293,7 @@ def test_local_paths_and_file_urls_are_one_store(tmp_path: Path, form: str) -> N
 
 def test_object_storage_on_s3_from_staging_on_s3(s3, tmp_path: Path) -> None:
     """Staged files move from the staging bucket to the destination's by server-side copies; staging is emptied."""
-    from incsync.storage import staging_root
+    from incsync.storage.files import staging_root
 
     staging, files = f"s3://{s3.bucket()}/staging", f"s3://{s3.bucket()}/files"
     config = _configure(tmp_path, {"kind": "object_storage", "path": files, "storage_options": s3.options()})
@@ -318,10 +318,10 @@ def test_object_storage_on_s3_from_staging_on_s3(s3, tmp_path: Path) -> None:
 def test_what_a_lake_on_s3_needs_spark_for_is_refused_by_name(
     s3, tmp_path: Path, source: dict[str, Any], model: dict[str, Any], message: str
 ) -> None:
-    from incsync.bounds import EPOCH, Bounds
-    from incsync.config_load import load_config
+    from incsync.core.bounds import EPOCH, Bounds
+    from incsync.config.load import load_config
     from incsync.errors import SourceError
-    from incsync.sources import build_source
+    from incsync.sources.registry import build_source
 
     def on_s3(doc: dict[str, Any]) -> None:
         doc["sources"][0].update(path=f"s3://{s3.bucket()}/lake", storage_options=s3.options(), **source)
@@ -335,9 +335,9 @@ def test_what_a_lake_on_s3_needs_spark_for_is_refused_by_name(
 
 
 def test_file_urls_for_lake_staging_and_destinations(tmp_path: Path, spark, dagster_instance) -> None:
-    from incsync.project import build_definitions
-    from incsync.connectivity import check_connectivity
-    from incsync.config_load import load_config
+    from incsync.orchestration.definitions import build_definitions
+    from incsync.cli.connectivity import check_connectivity
+    from incsync.config.load import load_config
     from incsync_tests.support import delta_rows, materialize_partition
 
     def file_urls(doc: dict[str, Any]) -> None:

@@ -9,8 +9,8 @@ import pytest
 from dagster._core.storage.tags import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG
 from deltalake import DeltaTable
 
-from incsync.partitions import RECIPIENTS_PARTITIONS, partition_key
-from incsync.project import build_definitions
+from incsync.orchestration.partitions import RECIPIENTS_PARTITIONS, partition_key
+from incsync.orchestration.definitions import build_definitions
 from incsync.sources.lake import LakeSource
 from incsync_tests.support import delta_rows, lake_config, order, ts, write_table
 
@@ -168,8 +168,8 @@ def test_recipients_of_one_run_are_read_together_and_one_bad_recipient_fails_alo
 def test_a_failed_transfer_fails_its_run_with_a_failure_naming_model_recipient_and_windows(
     spark, tmp_path: Path, dagster_instance
 ) -> None:
-    from incsync.tags import ERROR_TAG
-    from incsync.runner import failure_message
+    from incsync.config.tags import ERROR_TAG
+    from incsync.orchestration.runs import failure_message
 
     write_table(tmp_path / "src", "orders", [order(1, "org_1", ts(1, 1)), order(1, "org_1", ts(2, 1)), order(2, "org_1", ts(2, 2))])
     config = lake_config(tmp_path)
@@ -274,9 +274,9 @@ def test_a_full_refresh_over_many_windows_is_one_transfer_published_once(spark, 
 def test_a_fan_out_staged_by_spark_splits_by_tenant_even_with_path_characters_in_its_values(
     spark, tmp_path: Path, dagster_instance, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import incsync.execute
+    import incsync.transfer.execute
 
-    monkeypatch.setattr(incsync.execute, "COLLECT_MAX_ROWS", 0)  # every read goes through Spark's partitioned write
+    monkeypatch.setattr(incsync.transfer.execute, "COLLECT_MAX_ROWS", 0)  # every read goes through Spark's partitioned write
     tenants = {"acme": "org/1 a=b%", "globex": "Org 2", "initech": "org_3"}
     write_table(tmp_path / "src", "orders", [
         order(1, tenants["acme"], ts(1, 1)), order(2, tenants["acme"], ts(2, 1)), order(3, tenants["globex"], ts(2, 2)),
@@ -297,8 +297,8 @@ def test_a_fan_out_staged_by_spark_splits_by_tenant_even_with_path_characters_in
 def test_the_cli_runs_every_enabled_recipient_in_one_run_and_names_the_one_that_failed(
     spark, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from incsync.cli import main
-    from incsync.runner import dagster_instance
+    from incsync.cli.main import main
+    from incsync.orchestration.runs import dagster_instance
 
     monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "dagster_home"))
     write_table(tmp_path / "src", "orders", [
@@ -329,7 +329,7 @@ def test_the_cli_runs_every_enabled_recipient_in_one_run_and_names_the_one_that_
 def test_incsync_transfers_shows_the_owner_of_each_destination_written(
     spark, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from incsync.cli import main
+    from incsync.cli.main import main
 
     monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "dagster_home"))
     write_table(tmp_path / "src", "orders", [order(1, "org_1", ts(2, 1)), order(2, "org_2", ts(2, 2))])

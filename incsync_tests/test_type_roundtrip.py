@@ -22,7 +22,7 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from incsync.sources.jdbc_sql import mysql_literal
+from incsync.core.vendor_sql import mysql_literal
 from incsync_tests.destination_support import PG_DSN_ENV, Target, destination_env
 from incsync_tests.jdbc_support import MariaDatabase, PgDatabase, maria_database, pg_database
 from incsync_tests.support import JAN1_EPOCH
@@ -216,7 +216,7 @@ PG_CSV_EDGES = [
 @SETTINGS
 @given(generated=st.lists(st.fixed_dictionaries(PG_CSV_VALUES), min_size=10, max_size=20))
 def test_postgres_values_without_bytea_round_trip_through_the_csv_stage(generated, spark, tmp_path_factory, monkeypatch) -> None:
-    from incsync.destinations import postgres_load
+    from incsync.destinations.postgres import load as postgres_load
 
     csv_batches: list[int] = []
     storage = postgres_load._csv_storage

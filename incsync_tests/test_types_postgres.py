@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from incsync.type_conversion import ConversionError
+from incsync.staging.type_conversion import ConversionError
 from incsync_tests.destination_support import KINDS, Target, destination_env
 from incsync_tests.jdbc_support import pg_database
 from incsync_tests.type_support import delta_schema, parquet_schema, pg_destination_rows, rows_by, transfer, write_config
@@ -142,9 +142,9 @@ def test_a_value_the_chosen_type_cannot_hold_fails_before_publishing(source, spa
 def test_column_types_are_checked_by_the_config_and_against_the_source(source, spark, tmp_path: Path) -> None:
     import yaml
 
-    from incsync.config_load import load_config
+    from incsync.config.load import load_config
     from incsync.errors import ConfigError
-    from incsync.sources import check_sources
+    from incsync.sources.registry import check_sources
 
     config = write_config(tmp_path, source, "delta", column_types={"n102": "money", "": "text", "updated_at": "text"})
     with pytest.raises(ConfigError) as caught:
@@ -177,7 +177,7 @@ def test_a_delta_table_written_with_the_old_lossy_type_is_rewritten_with_the_exa
     import pyarrow as pa
     from deltalake import DeltaTable, write_deltalake
 
-    from incsync.config_load import load_config
+    from incsync.config.load import load_config
     from incsync.destinations.ownership import OWNER_PROPERTY, owner_of
 
     config = write_config(tmp_path, source, "delta", columns=["id", "organization_id", "updated_at", "tm"])

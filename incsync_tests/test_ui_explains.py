@@ -8,9 +8,9 @@ from pathlib import Path
 
 import dagster as dg
 
-from incsync.cli import main
-from incsync.project import build_definitions
-from incsync.transfer import TRANSFER_ID_PATTERN
+from incsync.cli.main import main
+from incsync.orchestration.definitions import build_definitions
+from incsync.core.transfer_id import TRANSFER_ID_PATTERN
 from incsync_tests.browser_support import dump_dom, page_text, webserver
 from incsync_tests.support import lake_config, order, ts, write_table
 

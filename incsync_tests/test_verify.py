@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from incsync.config_load import load_config
-from incsync.project import build_definitions
+from incsync.config.load import load_config
+from incsync.orchestration.definitions import build_definitions
 from incsync_tests.destination_support import KINDS, PG_DSN_ENV, destination_env
 from incsync_tests.integrity_support import (
     TYPED_ORDERS,
@@ -107,7 +107,7 @@ def test_a_shifted_last_modified_is_stale_not_incorrect(spark, dagster_instance,
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_repair_moves_only_the_wrong_keys_then_verify_passes(kind: str, spark, dagster_instance, tmp_path: Path, monkeypatch) -> None:
-    from incsync.integrity.repair import repair_recipient
+    from incsync.transfer.repair import repair_recipient
 
     with destination_env(kind, monkeypatch), pg_database() as db:
         db.execute(TYPED_ORDERS)

@@ -101,7 +101,7 @@ def test_transfers_through_the_worker_match_in_process_ones(worker: RunningWorke
 
 def test_the_client_imports_neither_dagster_nor_pydantic(worker: RunningWorker) -> None:
     probe = (
-        "import sys; from incsync.cli import main; code = main(sys.argv[1:]); "
+        "import sys; from incsync.cli.main import main; code = main(sys.argv[1:]); "
         "print('heavy imports:', sorted(m for m in ('dagster', 'pydantic', 'pyspark', 'deltalake') if m in sys.modules)); "
         "sys.exit(code)"
     )
@@ -161,7 +161,7 @@ def test_the_worker_refuses_another_file_another_instance_and_a_second_worker(wo
 
 def test_allow_mass_delete_runs_here_not_through_the_worker(tmp_path: Path, spark, monkeypatch) -> None:
     """Its help says so, and the worker's request does not carry the flag: it must not be dropped silently."""
-    from incsync.cli import main
+    from incsync.cli.main import main
 
     write_table(tmp_path / "src", "orders", [order(1, "org_1", ts(1, 1))])
     file = lake_config(tmp_path)
@@ -206,7 +206,7 @@ def test_json_and_progress_through_the_worker(worker: RunningWorker) -> None:
     """`--json` and `--from/--to` go to the worker too (the client still imports no Dagster), and a client
     whose standard error is a terminal sees the worker's progress line drawn there."""
     probe = (
-        "import sys; from incsync.cli import main; code = main(sys.argv[1:]); "
+        "import sys; from incsync.cli.main import main; code = main(sys.argv[1:]); "
         "print('heavy imports:', sorted(m for m in ('dagster', 'pydantic', 'pyspark') if m in sys.modules)); sys.exit(code)"
     )
     out = subprocess.run(

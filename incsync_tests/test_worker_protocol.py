@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from incsync.cli import build_parser, run_transfer_request
-from incsync.cli_transfer import transfer_request
+from incsync.cli.main import build_parser, run_transfer_request
+from incsync.cli.transfer import transfer_request
 from incsync.paths import dagster_home
-from incsync.worker import Worker
-from incsync.worker_client import PROTOCOL_VERSION
+from incsync.worker.server import Worker
+from incsync.worker.client import PROTOCOL_VERSION
 
 
 @pytest.fixture

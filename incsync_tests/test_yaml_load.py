@@ -11,7 +11,7 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from incsync.yaml_load import FAST_PATH_MIN_BYTES, _Unsupported, fast_load, load_yaml
+from incsync.config.yaml_load import FAST_PATH_MIN_BYTES, _Unsupported, fast_load, load_yaml
 
 # Plain scalars whose meaning PyYAML (YAML 1.1) decides: bools, nulls, ints in every base, floats,
 # dates and timestamps, and strings that only look like them.
@@ -91,7 +91,7 @@ def test_any_document_pyyaml_writes_reads_back_the_same(doc, flow: bool) -> None
 
 
 def test_a_large_config_takes_the_fast_path_and_loads_the_same(tmp_path: Path) -> None:
-    from incsync.config_load import load_config
+    from incsync.config.load import load_config
 
     n = 2_000
     doc = {

@@ -8,13 +8,13 @@ from typing import Any
 
 import yaml
 
-from incsync.fingerprint import model_fingerprint
-from incsync.config_load import load_config
-from incsync.destinations import build_destination
-from incsync.partitions import grid_start, partition_key, split_key
-from incsync.sources import build_source
-from incsync.execute import run_transfer
-from incsync.transfer import TransferOutcome, TransferRequest
+from incsync.core.fingerprint import model_fingerprint
+from incsync.config.load import load_config
+from incsync.destinations.registry import build_destination
+from incsync.core.windows import WindowPartition, grid_start, window_of
+from incsync.sources.registry import build_source
+from incsync.transfer.execute import run_transfer
+from incsync.transfer.request import TransferOutcome, TransferRequest
 from incsync_tests.destination_support import PG_DSN_ENV, Target, destination_spec
 from incsync_tests.jdbc_support import MariaDatabase, PgDatabase
 from incsync_tests.support import JAN1_EPOCH
@@ -52,7 +52,7 @@ def transfer(config_path: Path, spark: Any, window: str = "2024-01-01", recipien
     request = TransferRequest(
         model=model,
         recipient=recipient,
-        partition=split_key(model, partition_key(window, recipient.id)),
+        partition=WindowPartition(window_of(model, window), recipient.id),
         grid_start=grid_start(model),
         lookback_seconds=config.lookback_seconds(model),
         fingerprint=model_fingerprint(model),

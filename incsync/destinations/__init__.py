@@ -1,37 +1,6 @@
-"""Destinations by kind, behind one protocol."""
+"""Destinations by kind behind one protocol (``base.Destination``: read state, publish a staged batch
+with its transfer record, reset): ``delta/``, ``postgres/`` and ``object_storage/``; the owner stamp
+every publish checks; readers of a recipient's published copy.
 
-from __future__ import annotations
-
-from incsync.config_destinations import (
-    DeltaDestinationConfig,
-    DestinationConfig,
-    ObjectStorageDestinationConfig,
-    PostgresDestinationConfig,
-)
-from incsync.destinations.base import (
-    FULL_REFRESH,
-    INCREMENTAL,
-    Destination,
-    DestinationState,
-    TransferRecord,
-)
-from incsync.errors import ConfigError
-
-
-def build_destination(config: DestinationConfig) -> Destination:
-    if isinstance(config, DeltaDestinationConfig):
-        from incsync.destinations.delta import DeltaDestination
-
-        return DeltaDestination(config)
-    if isinstance(config, PostgresDestinationConfig):
-        from incsync.destinations.postgres import PostgresDestination
-
-        return PostgresDestination(config)
-    if isinstance(config, ObjectStorageDestinationConfig):
-        from incsync.destinations.object_storage import ObjectStorageDestination
-
-        return ObjectStorageDestination(config)
-    raise ConfigError("destinations", [f"{config.name}.kind: {config.kind} destinations are not available yet"])
-
-
-__all__ = ["FULL_REFRESH", "INCREMENTAL", "Destination", "DestinationState", "TransferRecord", "build_destination"]
+May import ``core``, ``config``, ``storage``, ``staging`` and ``incsync.errors``.
+"""

@@ -9,9 +9,9 @@ from datetime import datetime
 
 import pyarrow as pa
 
-from incsync.bounds import from_micros, to_micros
-from incsync.config import ModelConfig, RecipientConfig
-from incsync.staged_batch import StagedBatch
+from incsync.core.bounds import from_micros, to_micros
+from incsync.config.model import ModelConfig, RecipientConfig
+from incsync.staging.batch import StagedBatch
 
 INCREMENTAL = "INCREMENTAL"
 FULL_REFRESH = "FULL_REFRESH"

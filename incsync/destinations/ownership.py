@@ -19,7 +19,7 @@ from incsync.errors import OwnershipError
 if TYPE_CHECKING:
     import psycopg
 
-    from incsync.config import ModelConfig, RecipientConfig
+    from incsync.config.model import ModelConfig, RecipientConfig
 
 OWNER_PROPERTY = "incsync.owner"
 OWNERSHIP_LOG_KEY = "incsync.ownership"

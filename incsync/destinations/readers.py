@@ -9,13 +9,13 @@ from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
-from incsync.config import ModelConfig, RecipientConfig
+from incsync.config.model import ModelConfig, RecipientConfig
 from incsync.destinations.base import Destination
 
 if TYPE_CHECKING:
-    from incsync.destinations.delta import DeltaDestination
-    from incsync.destinations.object_storage import ObjectStorageDestination
-    from incsync.destinations.postgres import PostgresDestination
+    from incsync.destinations.delta.destination import DeltaDestination
+    from incsync.destinations.object_storage.destination import ObjectStorageDestination
+    from incsync.destinations.postgres.destination import PostgresDestination
 
 
 def read_delta(destination: DeltaDestination, *, model: ModelConfig, recipient: RecipientConfig) -> pa.Table:
@@ -39,7 +39,7 @@ def read_postgres(destination: PostgresDestination, *, model: ModelConfig, recip
 
 def read_object_storage(destination: ObjectStorageDestination, *, model: ModelConfig, recipient: RecipientConfig) -> pa.Table:
     """Every row of the recipient's committed manifests: an append log, so a key may occur once per transfer."""
-    from incsync.destinations.manifest_reader import read_manifested
+    from incsync.destinations.object_storage.reader import read_manifested
 
     return read_manifested(destination.store, model.model_name, recipient.id, private=destination.config.disable_manifest)
 
@@ -61,6 +61,6 @@ def current_rows(destination: Destination, *, model: ModelConfig, recipient: Rec
     table = read_rows(destination, model=model, recipient=recipient)
     if destination.kind != "object_storage" or table.num_rows == 0:
         return table
-    from incsync.destinations.manifest_reader import latest_versions
+    from incsync.destinations.object_storage.reader import latest_versions
 
     return latest_versions(table, list(model.primary_key), model.last_modified_column)

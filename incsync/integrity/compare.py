@@ -17,7 +17,7 @@ from decimal import Decimal
 from typing import Any
 from uuid import UUID
 
-from incsync.bounds import to_micros
+from incsync.core.bounds import to_micros
 
 Key = tuple[Any, ...]
 

@@ -13,11 +13,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from incsync.config import ModelConfig, RecipientConfig
+from incsync.config.model import ModelConfig, RecipientConfig
 from incsync.destinations.base import Destination
 from incsync.destinations.readers import current_rows
-from incsync.integrity.canonical import MASK64, Kind, arrow_hashes, arrow_key_buckets, arrow_text, kind_from_arrow, kind_from_pg
-from incsync.integrity.canonical import sql_hash, sql_key_bucket, sql_text
+from incsync.core.canonical import MASK64, Kind, arrow_hashes, arrow_key_buckets, arrow_text, kind_from_arrow, kind_from_pg
+from incsync.core.canonical import sql_hash, sql_key_bucket, sql_text
 from incsync.integrity.source_side import Fingerprints
 
 DELETED_AT = "_incsync_deleted_at"

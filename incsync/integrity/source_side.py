@@ -10,9 +10,9 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from incsync.bounds import EPOCH, UTC, Bounds
-from incsync.config import ModelConfig, RecipientConfig
-from incsync.integrity.canonical import (
+from incsync.core.bounds import EPOCH, UTC, Bounds
+from incsync.config.model import ModelConfig, RecipientConfig
+from incsync.core.canonical import (
     MASK64,
     Kind,
     kind_from_pg,
@@ -25,8 +25,8 @@ from incsync.integrity.canonical import (
     sql_text,
 )
 from incsync.sources.base import Source, column
-from incsync.staged_batch import StagedBatch
-from incsync.staging import stage
+from incsync.staging.batch import StagedBatch
+from incsync.staging.spark import stage
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -62,7 +62,7 @@ class SourceSide:
         self.vendor = source.vendor
         self._pg = None
         if self.vendor == "postgres":
-            from incsync.sources.jdbc_sql import postgres_target
+            from incsync.core.vendor_sql import postgres_target
 
             self._pg = postgres_target(source.config.jdbc_url)  # type: ignore[attr-defined]
         self.reads = 0  # queries that scanned the recipient's rows (the cost figure counts them)

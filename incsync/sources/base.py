@@ -7,10 +7,10 @@ from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
-from incsync.bounds import UTC, Bounds
-from incsync.config import ModelConfig, RecipientConfig
+from incsync.core.bounds import UTC, Bounds
+from incsync.config.model import ModelConfig, RecipientConfig
 from incsync.errors import SchemaError
-from incsync.horizon import LOOKBACK_ONLY, SourceHorizon
+from incsync.core.horizon import LOOKBACK_ONLY, SourceHorizon
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -70,7 +70,7 @@ class Source(ABC):
 
 
 def _nothing() -> Bounds:
-    from incsync.bounds import EPOCH
+    from incsync.core.bounds import EPOCH
 
     return Bounds(lower=EPOCH, upper=EPOCH, lookback_seconds=0, reason="check")
 

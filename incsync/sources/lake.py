@@ -14,13 +14,13 @@ from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from incsync.bounds import Bounds
-from incsync.config import ModelConfig, RecipientConfig
-from incsync.config_sources import LakeSourceConfig
+from incsync.core.bounds import Bounds
+from incsync.config.model import ModelConfig, RecipientConfig
+from incsync.config.sources import LakeSourceConfig
 from incsync.errors import SchemaError, SourceError
 from incsync.sources.base import Source, column, envelope, normalize_last_modified, select_columns
-from incsync.sources.sql_text import pasted_query, split_qualified
-from incsync.storage_names import is_url, local_path, scheme_of
+from incsync.core.sql_text import pasted_query, split_qualified
+from incsync.storage.names import is_url, local_path, scheme_of
 
 if TYPE_CHECKING:
     import pyarrow.dataset as ds
@@ -44,7 +44,7 @@ class LakeSource(Source):
 
     def _remote_folder(self, parts: list[str]) -> tuple[object, str]:
         """The filesystem and path of a table folder on an object store; refuses what needs Spark's connector."""
-        from incsync.filesystems import filesystem, resolve_options
+        from incsync.storage.filesystems import filesystem, resolve_options
 
         cfg = self.config
         if cfg.format != "parquet":

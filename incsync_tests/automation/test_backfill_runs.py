@@ -7,12 +7,12 @@ from pathlib import Path
 
 import dagster as dg
 
-import incsync.io_manager
-from incsync.automation.statuses import TransferStatus, list_transfers
-from incsync.config_load import load_config
-from incsync.dagster_compat import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG, DEFER_ASSET_EVENTS_TAG
-from incsync.project import build_definitions
-from incsync.partitions import RECIPIENTS_PARTITIONS, partition_key
+import incsync.orchestration.io_manager
+from incsync.orchestration.statuses import TransferStatus, list_transfers
+from incsync.config.load import load_config
+from incsync.orchestration.dagster_compat import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG, DEFER_ASSET_EVENTS_TAG
+from incsync.orchestration.definitions import build_definitions
+from incsync.orchestration.partitions import RECIPIENTS_PARTITIONS, partition_key
 from incsync_tests.support import delta_rows, lake_config, order, ts, write_table
 
 MODEL = dg.AssetKey(["lake", "orders"])
@@ -140,7 +140,7 @@ def _event_story(instance: dg.DagsterInstance, run_id: str) -> list[tuple[str, s
 
 
 def test_a_model_jobs_run_plans_its_partitions_and_materializes_each_commit_as_it_lands(spark, tmp_path: Path, instance, monkeypatch):
-    monkeypatch.setattr(incsync.io_manager, "REPORT_INTERVAL_SECONDS", 0)  # every commit reported at once, not once a second
+    monkeypatch.setattr(incsync.orchestration.io_manager, "REPORT_INTERVAL_SECONDS", 0)  # every commit reported at once, not once a second
     write_table(tmp_path / "src", "orders", [order(1, "org_1", ts(1, 10)), order(2, "org_1", ts(2, 10)), order(3, "org_1", ts(3, 10))])
     config_file = lake_config(tmp_path, recipients=RECIPIENTS[:1], model={"max_rows_per_batch": 1})  # a commit per window
     defs = build_definitions(config_file)

@@ -18,8 +18,8 @@ from dagster._core.instance.ref import InstanceRef
 import pytest
 import yaml
 
-from incsync.automation.concurrency import dagster_yaml
-from incsync.config_load import load_config
+from incsync.orchestration.concurrency import dagster_yaml
+from incsync.config.load import load_config
 from incsync_tests.browser_support import stop_group
 from incsync_tests.conftest import free_port, in_ci
 from incsync_tests.support import delta_rows, lake_config, order, ts, write_table

@@ -16,9 +16,9 @@ import dagster as dg
 import pytest
 import yaml
 
-from incsync.automation.concurrency import dagster_yaml
-from incsync.bounds import UTC
-from incsync.config_load import load_config
+from incsync.orchestration.concurrency import dagster_yaml
+from incsync.core.bounds import UTC
+from incsync.config.load import load_config
 from incsync_tests.browser_support import stop_group
 from incsync_tests.destination_support import postgres_database
 from incsync_tests.support import delta_rows, lake_config, order, write_table
@@ -56,7 +56,7 @@ def _add_backfill(instance: dg.DagsterInstance, config_file: Path, keys: list[st
     from dagster._core.execution.backfill import PartitionBackfill
     from dagster._core.utils import make_new_backfill_id
 
-    from incsync.project import build_definitions
+    from incsync.orchestration.definitions import build_definitions
 
     backfill = PartitionBackfill.from_asset_partitions(
         backfill_id=make_new_backfill_id(), asset_graph=build_definitions(config_file).resolve_asset_graph(),

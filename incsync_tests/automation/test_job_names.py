@@ -26,8 +26,8 @@ from dagster._daemon.sensor import execute_sensor_iteration
 from dagster_graphql.client.query import LAUNCH_PARTITION_BACKFILL_MUTATION
 from dagster_graphql.test.utils import execute_dagster_graphql
 
-from incsync.automation.sensors import RECIPIENT_SENSOR
-from incsync.partitions import RECIPIENTS_PARTITIONS
+from incsync.orchestration.sensors import RECIPIENT_SENSOR
+from incsync.orchestration.partitions import RECIPIENTS_PARTITIONS
 from incsync_tests.support import lake_config
 
 RECIPIENTS = [
@@ -49,7 +49,7 @@ def workspace(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[objec
     doc["models"].append({**doc["models"][0], "model_name": "returns"})
     config.write_text(yaml.safe_dump(doc, sort_keys=False))
     module = tmp_path / "defs.py"
-    module.write_text(f"from incsync.project import build_definitions\n\ndefs = build_definitions({str(config)!r})\n")
+    module.write_text(f"from incsync.orchestration.definitions import build_definitions\n\ndefs = build_definitions({str(config)!r})\n")
     home = tmp_path / "dagster_home"
     home.mkdir()
     overrides = {"run_coordinator": {"module": "dagster._core.test_utils", "class": "MockedRunCoordinator"}}

@@ -6,15 +6,15 @@ import threading
 from pathlib import Path
 
 
-from incsync.fingerprint import model_fingerprint
-from incsync.config_load import load_config
-from incsync.destinations.delta import DeltaDestination
+from incsync.core.fingerprint import model_fingerprint
+from incsync.config.load import load_config
+from incsync.destinations.delta.destination import DeltaDestination
 from incsync.errors import LeaseError
-from incsync.partitions import grid_start, partition_key, split_key
-from incsync.sources import build_source
+from incsync.core.windows import WindowPartition, grid_start, window_of
+from incsync.sources.registry import build_source
 from incsync.destinations.base import TransferRecord
-from incsync.execute import run_transfer
-from incsync.transfer import TransferOutcome, TransferRequest
+from incsync.transfer.execute import run_transfer
+from incsync.transfer.request import TransferOutcome, TransferRequest
 from incsync_tests.support import delta_rows, lake_config, order, ts, write_table
 
 RECIPIENTS = [{"id": "acme", "id_in_provider_system": "org_1", "destination": "shared"}]
@@ -49,7 +49,7 @@ def _request(config, recipient_id: str, destination, spark) -> TransferRequest:
     return TransferRequest(
         model=model,
         recipient=config.recipient(recipient_id),
-        partition=split_key(model, partition_key("2024-01-01", recipient_id)),
+        partition=WindowPartition(window_of(model, "2024-01-01"), recipient_id),
         grid_start=grid_start(model),
         lookback_seconds=config.lookback_seconds(model),
         fingerprint=model_fingerprint(model),
@@ -62,7 +62,7 @@ def _request(config, recipient_id: str, destination, spark) -> TransferRequest:
 def _history_records(table: Path) -> list[str]:
     from deltalake import DeltaTable
 
-    from incsync.destinations.delta_state import RECORD_KEY
+    from incsync.destinations.delta.state import RECORD_KEY
 
     return [c[RECORD_KEY] for c in DeltaTable(str(table)).history() if RECORD_KEY in c]
 

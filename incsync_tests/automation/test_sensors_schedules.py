@@ -9,13 +9,13 @@ from pathlib import Path
 import dagster as dg
 import yaml
 
-from incsync.automation.triggers import automation
-from incsync.automation.schedules import build_model_schedule, schedule_name
-from incsync.tags import transfer_run_tags
-from incsync.automation.sensors import build_recipient_sensor
-from incsync.bounds import UTC
-from incsync.config_load import load_config
-from incsync.partitions import RECIPIENTS_PARTITIONS
+from incsync.orchestration.triggers import automation
+from incsync.orchestration.schedules import build_model_schedule, schedule_name
+from incsync.config.tags import transfer_run_tags
+from incsync.orchestration.sensors import build_recipient_sensor
+from incsync.core.bounds import UTC
+from incsync.config.load import load_config
+from incsync.orchestration.partitions import RECIPIENTS_PARTITIONS
 from incsync_tests.support import lake_config
 
 NOW = datetime(2024, 1, 3, 7, 20, tzinfo=UTC)
@@ -42,7 +42,7 @@ def _evaluate_sensor(sensor: dg.SensorDefinition, instance: dg.DagsterInstance, 
 
 
 def _defs_with(sensor=None, schedule=None, config_file: Path | None = None) -> dg.Definitions:
-    from incsync.project import build_definitions
+    from incsync.orchestration.definitions import build_definitions
 
     base = build_definitions(config_file)
     return dg.Definitions.merge(
@@ -202,7 +202,7 @@ def test_ten_thousand_recipients_take_forty_runs_and_ticks_of_seconds(tmp_path: 
 
 def test_ten_thousand_destinations_make_one_limit_entry_per_distinct_limit(tmp_path: Path) -> None:
     """The instance config Dagster passes to its code server on the command line stays small."""
-    from incsync.automation.concurrency import dagster_yaml
+    from incsync.orchestration.concurrency import dagster_yaml
 
     n = 10_000
     recipients = [{"id": f"r{i:05d}", "id_in_provider_system": f"org_{i}", "destination": f"d{i}"} for i in range(n)]
@@ -221,7 +221,7 @@ def test_ten_thousand_destinations_make_one_limit_entry_per_distinct_limit(tmp_p
 
 
 def test_runs_at_once_default_to_one_per_cpu_with_local_spark(tmp_path: Path) -> None:
-    from incsync.automation.concurrency import default_max_concurrent_runs, dagster_yaml
+    from incsync.orchestration.concurrency import default_max_concurrent_runs, dagster_yaml
 
     config = load_config(lake_config(tmp_path))
     assert default_max_concurrent_runs(config, cpus=2) == 2
@@ -236,7 +236,7 @@ def test_runs_at_once_default_to_one_per_cpu_with_local_spark(tmp_path: Path) ->
 
 def test_generated_instance_checks_the_queue_every_second_and_submits_tick_runs_from_threads(tmp_path: Path) -> None:
     """The settings reach a real instance (Dagster validates the file), and a base's own choice wins."""
-    from incsync.automation.concurrency import dagster_yaml, default_max_concurrent_runs
+    from incsync.orchestration.concurrency import dagster_yaml, default_max_concurrent_runs
 
     config = load_config(lake_config(tmp_path))
     repo_yaml = Path(__file__).resolve().parents[2] / "dagster.yaml"

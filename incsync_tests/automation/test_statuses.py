@@ -14,10 +14,10 @@ from dagster._core.events import DagsterEvent, DagsterEventType, JobFailureData,
 from dagster._core.storage.dagster_run import DagsterRun
 from dagster._daemon.monitoring.run_monitoring import monitor_starting_run
 
-from incsync.automation.statuses import StatusError, TransferStatus, counts_by_model, list_transfers
-from incsync.tags import TagError, parse_tags
-from incsync.config_load import load_config
-from incsync.partitions import RECIPIENTS_PARTITIONS
+from incsync.orchestration.statuses import StatusError, TransferStatus, counts_by_model, list_transfers
+from incsync.config.tags import TagError, parse_tags
+from incsync.config.load import load_config
+from incsync.orchestration.partitions import RECIPIENTS_PARTITIONS
 from incsync_tests.support import lake_config
 
 ASSET = dg.AssetKey(["lake", "orders"])

@@ -13,13 +13,13 @@ from pathlib import Path
 
 import pytest
 
-from incsync.fingerprint import model_fingerprint
-from incsync.config_load import load_config
-from incsync.destinations import build_destination
-from incsync.partitions import grid_start, partition_key, split_key
-from incsync.sources import build_source
-from incsync.execute import run_transfer
-from incsync.transfer import TransferOutcome, TransferRequest
+from incsync.core.fingerprint import model_fingerprint
+from incsync.config.load import load_config
+from incsync.destinations.registry import build_destination
+from incsync.core.windows import WindowPartition, grid_start, window_of
+from incsync.sources.registry import build_source
+from incsync.transfer.execute import run_transfer
+from incsync.transfer.request import TransferOutcome, TransferRequest
 
 
 def transfer(config_path: Path, window: str, spark, *, staging_root: Path, scheduled: bool = False) -> TransferOutcome:
@@ -27,7 +27,7 @@ def transfer(config_path: Path, window: str, spark, *, staging_root: Path, sched
     config = load_config(config_path)
     model, recipient = config.model("orders"), config.recipient("acme")
     request = TransferRequest(
-        model=model, recipient=recipient, partition=split_key(model, partition_key(window, "acme")),
+        model=model, recipient=recipient, partition=WindowPartition(window_of(model, window), "acme"),
         grid_start=grid_start(model), lookback_seconds=config.lookback_seconds(model), fingerprint=model_fingerprint(model),
         source=build_source(config.source(model.source)), destination=build_destination(config.destination(recipient.destination)),
         spark=lambda: spark, scheduled=scheduled, retries=config.retries,

@@ -14,8 +14,8 @@ import psycopg
 import pytest
 import yaml
 
-from incsync.crashpoints import PAUSE_ENV, PAUSE_FILE_ENV
-from incsync.destinations.postgres import PostgresDestination
+from incsync.core.crashpoints import PAUSE_ENV, PAUSE_FILE_ENV
+from incsync.destinations.postgres.destination import PostgresDestination
 from incsync.errors import PublishError
 from incsync_tests import arrow_transfer
 from incsync_tests.destination_support import PG_DSN_ENV, Target, destination_env, destination_spec
@@ -148,7 +148,7 @@ def test_a_destination_connection_killed_mid_commit(
         before_raw, before_state = target.raw_rows(), target.state()
         admin = Admin()
         admin.execute(SLOW_COMMIT)  # the commit runs a deferred trigger (a recipient's own): it takes 1.5 s
-        with caplog.at_level(logging.WARNING, logger="incsync.retries"), \
+        with caplog.at_level(logging.WARNING, logger="incsync.transfer.retries"), \
                 Killer(admin.sessions("state = 'active' AND query = 'COMMIT'"), admin.terminate) as killer:
             if attempts == 1:
                 with pytest.raises(PublishError, match="nothing was committed"):

@@ -20,13 +20,13 @@ from dagster._core.events import DagsterEvent, DagsterEventType
 from dagster._core.remote_origin import RegisteredCodeLocationOrigin, RemoteJobOrigin, RemoteRepositoryOrigin
 from dagster._core.storage.dagster_run import DagsterRun
 
-from incsync.automation.liveness import REAPER_SENSOR, STALE_AFTER, process_tag, reap
-from incsync.tags import HEARTBEAT_TAG, PROCESS_TAG
-from incsync.automation.statuses import TransferStatus, list_transfers
-from incsync.cli import main
-from incsync.config_load import load_config
-from incsync.crashpoints import PAUSE_ENV, PAUSE_FILE_ENV
-from incsync.staging_folders import claim
+from incsync.orchestration.liveness import REAPER_SENSOR, STALE_AFTER, process_tag, reap
+from incsync.config.tags import HEARTBEAT_TAG, PROCESS_TAG
+from incsync.orchestration.statuses import TransferStatus, list_transfers
+from incsync.cli.main import main
+from incsync.config.load import load_config
+from incsync.core.crashpoints import PAUSE_ENV, PAUSE_FILE_ENV
+from incsync.staging.folders import claim
 from incsync_tests.support import delta_rows, lake_config, order, ts, write_table
 
 ASSET = dg.AssetKey(["lake", "orders"])
@@ -58,7 +58,7 @@ def _status(instance, config, run_id: str) -> TransferStatus:
 def test_the_reaper_sensor_orphans_dead_runs_and_leaves_live_ones(
     tmp_path: Path, dagster_instance, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from incsync.automation.triggers import automation
+    from incsync.orchestration.triggers import automation
 
     config_file = lake_config(tmp_path)
     config = load_config(config_file)

@@ -9,10 +9,10 @@ import psycopg.errors
 import pytest
 import yaml
 
-from incsync.config import RetryPolicy
-from incsync.config_load import load_config
+from incsync.config.model import RetryPolicy
+from incsync.config.load import load_config
 from incsync.errors import ConfigError, PublishError, SourceError, ValidationError
-from incsync.retries import transient_cause, with_retries
+from incsync.transfer.retries import transient_cause, with_retries
 from incsync_tests.support import lake_config
 
 
@@ -61,7 +61,7 @@ def test_a_transient_error_is_retried_with_backoff_and_logged_without_secrets(ca
         return "done"
 
     policy = RetryPolicy(attempts=3, backoff_seconds=0.5, max_backoff_seconds=0.75)
-    with caplog.at_level(logging.WARNING, logger="incsync.retries"):
+    with caplog.at_level(logging.WARNING, logger="incsync.transfer.retries"):
         assert with_retries(step, policy=policy, what="read of source app for model orders, recipient acme",
                             before_retry=lambda: cleanups.append(1), sleep=waits.append) == "done"
     assert (len(calls), len(cleanups), waits) == (3, 2, [0.5, 0.75])

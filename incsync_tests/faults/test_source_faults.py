@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from incsync.config_load import load_config
-from incsync.destinations import build_destination
+from incsync.config.load import load_config
+from incsync.destinations.registry import build_destination
 from incsync_tests.faults.support import Killer, pg_sessions, pg_terminate, transfer
 from incsync_tests.jdbc_support import jdbc_config, maria_database, mariadb_cli, pg_database
 from incsync_tests.support import delta_rows, ts
@@ -81,7 +81,7 @@ def test_a_source_connection_killed_mid_read_is_retried_and_the_transfer_is_exac
         (_seed_pg if vendor == "postgres" else _seed_maria)(db)
         file = _config(tmp_path, db, PG_SLOW if vendor == "postgres" else MARIA_SLOW, attempts=3)
         find, kill = (pg_sessions(db, PG_SPARK_READ), pg_terminate(db)) if vendor == "postgres" else (_maria_reads(db), _maria_kill)
-        with caplog.at_level(logging.WARNING, logger="incsync.retries"), Killer(find, kill, times=1) as killer:
+        with caplog.at_level(logging.WARNING, logger="incsync.transfer.retries"), Killer(find, kill, times=1) as killer:
             outcome = transfer(file, "2024-01-01", spark, staging_root=_staging())
         assert len(killer.killed) == 1
         retries = [r.getMessage() for r in caplog.records if "retry 1 of 2" in r.getMessage()]

@@ -1,1 +1,0 @@
-"""Automation: the recipient sensor, per-model schedules, run tags, concurrency limits, transfer statuses."""

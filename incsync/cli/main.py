@@ -1,0 +1,234 @@
+"""The `incsync` command: its parser and entry point, and the worker that runs its transfers resident.
+The commands themselves live in cli_transfer, cli_validate, cli_operations and the *_cmd modules."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import sys
+from pathlib import Path
+
+# Standard library, incsync.errors, incsync.paths and the command modules (which import the same) only at
+# import time: `incsync transfer --worker` stays a thin client.
+from incsync.cli.operations import cmd_dagster_yaml, cmd_demo, cmd_janitor, cmd_spark_server
+from incsync.cli.transfer import Resident, cmd_transfer, cmd_transfers
+from incsync.cli.validate import cmd_validate
+from incsync.errors import ConfigError, IncsyncError, InputError
+from incsync.paths import config_path
+
+
+def run_transfer_request(transfer: dict[str, object], *, config: str, resident: Resident) -> int:
+    """Run a worker's transfer request as ``incsync transfer`` would (same output, same exit status)."""
+    args = argparse.Namespace(
+        model=transfer["model"], recipient=transfer["recipients"] or None, window=transfer["window"],
+        backfill=transfer["backfill"], full_refresh=transfer["full_refresh"], tag=transfer["tags"] or None,
+        worker=None, config=config, func=cmd_transfer, json=transfer["json"], dry_run=False, from_=transfer["from"],
+        to=transfer["to"], debug=False,
+    )
+    return _run(args, resident=resident)
+
+
+def cmd_worker(args: argparse.Namespace) -> int:
+    from incsync.worker.server import serve
+    from incsync.worker.client import default_socket
+
+    file = config_path(args.config)
+    socket_path = Path(args.socket) if args.socket else default_socket(file)
+    print(f"starting an incsync worker for {file.resolve()} on {socket_path} ...", flush=True)
+    serve(file, socket_path, run=run_transfer_request, warm=not args.no_warm, announce=lambda text: print(text, flush=True))
+    return 0
+
+
+class UsageError(InputError):
+    """The command line itself is wrong (an unknown command or option, a missing argument)."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse whose mistakes are one line naming the fix (exit status 2), not a usage dump."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        import difflib
+        import re
+
+        choice = re.match(r"argument (\S+): invalid choice: '([^']*)' \(choose from (.*)\)", message)
+        if choice and self._commands() and choice.group(2) not in self._commands() and "'validate'" in choice.group(3):
+            typed = choice.group(2)
+            close = difflib.get_close_matches(typed, self._commands(), n=1)
+            hint = f'did you mean "{close[0]}"?' if close else f"one of: {', '.join(self._commands())}"
+            raise UsageError(f'"{typed}" is not an incsync command — {hint} (`incsync --help` lists them)')
+        raise UsageError(f"{self.prog}: {message} — see `{self.prog} --help`")
+
+    def _commands(self) -> list[str]:
+        for action in self._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                return list(action.choices)
+        return []
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("incsync")
+    except PackageNotFoundError:  # pragma: no cover - run from a checkout without installing
+        return "unknown"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="incsync", description="Incremental per-recipient data transfer on Dagster.",
+                     epilog="Add --debug anywhere to see tracebacks. Docs: README.md and docs/config.md.")
+    parser.add_argument("--version", action="version", version=f"incsync {_version()}")
+    parser.add_argument("--debug", action="store_true", help="show tracebacks and Dagster's and Spark's output")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    p = sub.add_parser("validate", help="check the configuration file")
+    p.add_argument("-c", "--config", help="config file (default $INCSYNC_CONFIG or incsync.yaml)")
+    p.add_argument("--connect", action="store_true", help="also reach every source and destination")
+    p.add_argument("--json", action="store_true", help="one JSON object on standard output")
+    p.set_defaults(func=cmd_validate)
+
+    p = sub.add_parser("transfer", help="materialize a model for its recipients through Dagster")
+    p.add_argument("model")
+    p.add_argument("--recipient", action="append",
+                   help="a recipient id (repeatable; default: every enabled recipient)")
+    group = p.add_mutually_exclusive_group()
+    group.add_argument("--window", help="one window partition key, e.g. 2024-03-01")
+    group.add_argument("--backfill", action="store_true", help="every window from the recipient's start")
+    p.add_argument("--from", dest="from_", metavar="WHEN",
+                   help="backfill from the window holding WHEN (a window key or ISO date/time)")
+    p.add_argument("--to", metavar="WHEN", help="backfill up to the window holding WHEN, inclusive")
+    p.add_argument("--full-refresh", action="store_true", help="reload the recipient's model from its start")
+    p.add_argument("--allow-mass-delete", action="store_true",
+                   help="deletes: remove orphaned rows even past the model's max_delete_fraction (run here, not via --worker)")
+    p.add_argument("--tag", action="append", help="run tag key=value (repeatable)")
+    p.add_argument("--dry-run", action="store_true",
+                   help="print the plan (recipients, windows, bounds, estimated rows) and write nothing")
+    p.add_argument("--json", action="store_true", help="one JSON object on standard output instead of lines")
+    p.add_argument("--worker", metavar="SOCKET",
+                   help="hand the transfer to the `incsync worker` at SOCKET (default $INCSYNC_WORKER; unset: run here)")
+    p.add_argument("-c", "--config")
+    p.set_defaults(func=cmd_transfer)
+
+    p = sub.add_parser("worker", help="keep Dagster and Spark loaded; `transfer --worker` hands it transfers")
+    p.add_argument("-c", "--config")
+    p.add_argument("--socket", help="Unix socket to listen on (default .incsync-worker.sock beside the config file)")
+    p.add_argument("--no-warm", action="store_true", help="do not start Spark before the first request")
+    p.set_defaults(func=cmd_worker)
+
+    p = sub.add_parser("janitor", help="remove object-storage files no manifest lists, once older than a grace period")
+    p.add_argument("--destination", help="one object_storage destination (default: every one)")
+    p.add_argument("--grace-seconds", type=float, default=6 * 3600,
+                   help="keep younger files: they may belong to a transfer still publishing (default 21600)")
+    p.add_argument("--dry-run", action="store_true", help="list the files, remove nothing")
+    p.add_argument("-c", "--config")
+    p.set_defaults(func=cmd_janitor)
+
+    p = sub.add_parser("transfers", help="list transfers with their status, mode, counts, duration and error")
+    p.add_argument("--recipient")
+    p.add_argument("--status", help="PENDING, RUNNING, SUCCESS, ERROR, PARTIAL_FAILURE, CANCELLED, KILLED, EXPIRED, ORPHANED")
+    p.add_argument("--tag", action="append", help="key=value (repeatable)")
+    p.add_argument("--limit", type=int, default=200)
+    p.add_argument("--json", action="store_true", help="one JSON array on standard output")
+    p.add_argument("-c", "--config")
+    p.set_defaults(func=cmd_transfers)
+
+    p = sub.add_parser("dagster-yaml", help="dagster.yaml with run concurrency limits from the config's max_concurrent_transfers")
+    p.add_argument("-c", "--config")
+    p.add_argument("--base", help="dagster.yaml to start from (default: none)")
+    p.add_argument("-o", "--output", help="write here instead of standard output")
+    p.set_defaults(func=cmd_dagster_yaml)
+
+    p = sub.add_parser("spark-server", help="run a local Spark Connect server that keeps Spark warm across runs")
+    p.add_argument("--port", type=int, default=15002)
+    p.add_argument("--master", default="local[*]", help="local[*], or a cluster such as spark://host:7077")
+    p.add_argument("--driver-host", help="address the cluster's executors reach this driver at (default: loopback "
+                   "for a local master, this host's name otherwise)")
+    p.add_argument("--bind-address", help="address the driver listens on (e.g. 0.0.0.0 for a cluster)")
+    p.add_argument("--log", help="file for the server's output")
+    p.set_defaults(func=cmd_spark_server)
+
+    p = sub.add_parser("demo", help="build a sample source and transfer it to a few recipients")
+    p.add_argument("--workdir", default="demo")
+    p.add_argument("--rows", type=int, default=120_000)
+    p.set_defaults(func=cmd_demo)
+    # Subcommands defined in their own modules, each with add_parser(sub).
+    from incsync.cli.handover import add_parser as add_transfer_ownership
+    from incsync.cli.init import add_parser as add_init
+    from incsync.cli.state import add_parser as add_state
+
+    add_transfer_ownership(sub)
+    from incsync.cli.integrity import add_parsers as add_integrity
+
+    add_integrity(sub)
+    add_state(sub)
+    add_init(sub)
+    return parser
+
+
+# Commands whose Dagster and Spark output goes to a log file (see cli_output.Chatter).
+QUIET_COMMANDS = {"transfer", "transfers", "state", "validate", "demo", "transfer-ownership", "verify", "repair"}
+
+
+def run_command(argv: list[str], *, resident: Resident | None = None) -> int:
+    """Run one command line; ``resident`` (from a worker) supplies loaded definitions and instance."""
+    debug = "--debug" in argv
+    argv = [a for a in argv if a != "--debug"]  # accepted anywhere on the line
+    try:
+        args = build_parser().parse_args(argv)
+    except UsageError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    args.debug = debug
+    return _run(args, resident=resident)
+
+
+def _run(args: argparse.Namespace, *, resident: Resident | None) -> int:
+    from incsync.cli.output import Chatter, config_problem_lines, log_dir
+
+    args.resident = resident
+    debug = getattr(args, "debug", False)
+    chatter = None
+    quiet = getattr(args, "command", None) in QUIET_COMMANDS and not (args.command == "validate" and not args.connect)
+    if resident is None and not debug and quiet:
+        chatter = Chatter(log_dir(config_path(getattr(args, "config", None))), args.command)
+    code = 1
+    try:
+        with chatter or contextlib.nullcontext():
+            try:
+                code = args.func(args)
+            except ConfigError as exc:
+                for line in config_problem_lines(exc):
+                    print(f"error: {line}", file=sys.stderr)
+                code = 2
+            except InputError as exc:
+                print(f"error: {exc}", file=sys.stderr)
+                code = 2
+            except IncsyncError as exc:
+                print(f"error: {exc}", file=sys.stderr)
+                code = 1
+            except KeyboardInterrupt:
+                print("interrupted", file=sys.stderr)
+                code = 130
+            except Exception as exc:  # noqa: BLE001 - an unexpected error: one line, the traceback with --debug
+                if debug or resident is not None:
+                    raise
+                import logging
+
+                logging.getLogger("incsync.cli.main").debug("unexpected error", exc_info=True)  # to the log file
+                first = (str(exc).strip().splitlines() or [""])[0]
+                print(f"error: {type(exc).__name__}: {first} (rerun with --debug for the traceback)", file=sys.stderr)
+                code = 1
+    except OSError as exc:  # the log folder itself could not be created
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    if code and chatter is not None and chatter.has_output:
+        print(f"Dagster's and Spark's output: {chatter.path}", file=sys.stderr)
+    return code
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_command(sys.argv[1:] if argv is None else argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

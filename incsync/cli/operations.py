@@ -1,0 +1,74 @@
+"""Commands that set up and look after where incsync runs: `janitor` (object-storage files no manifest
+lists), `dagster-yaml` (run concurrency limits), `spark-server` (a warm Spark Connect server) and `demo`."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+
+from incsync.errors import ConfigError
+from incsync.paths import config_path
+
+
+def cmd_janitor(args: argparse.Namespace) -> int:
+    from incsync.config.destinations import ObjectStorageDestinationConfig
+    from incsync.config.load import load_config
+    from incsync.destinations.object_storage.janitor import janitor
+
+    file = config_path(args.config)
+    config = load_config(file)
+    targets = [d for d in config.destinations if isinstance(d, ObjectStorageDestinationConfig)]
+    if args.destination:
+        targets = [d for d in targets if d.name == args.destination]
+        if not targets:
+            known = ", ".join(d.name for d in config.destinations if isinstance(d, ObjectStorageDestinationConfig))
+            raise ConfigError(str(file), [f'--destination: "{args.destination}" is not an object_storage destination; known: [{known}]'])
+    verb = "would remove" if args.dry_run else "removed"
+    for destination in targets:
+        removed = janitor(destination.path, grace_seconds=args.grace_seconds, dry_run=args.dry_run,
+                          storage_options=destination.storage_options)
+        for path in removed:
+            print(f"{verb} {path}")
+        print(f"{destination.name}: {verb} {len(removed)} unmanifested file(s) older than {args.grace_seconds:g} s")
+    return 0
+
+
+def cmd_dagster_yaml(args: argparse.Namespace) -> int:
+    from incsync.orchestration.concurrency import dagster_yaml
+    from incsync.config.load import load_config
+
+    home = Path(args.output).parent if args.output else (Path(os.environ["DAGSTER_HOME"]) if os.environ.get("DAGSTER_HOME") else None)
+    text = dagster_yaml(load_config(args.config), Path(args.base) if args.base else None, dagster_home=home)
+    if args.output:
+        Path(args.output).write_text(text)
+        print(f"wrote {args.output}")
+    else:
+        print(text, end="")
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from incsync.cli.demo import run_demo
+
+    return run_demo(Path(args.workdir), rows=args.rows)
+
+
+def cmd_spark_server(args: argparse.Namespace) -> int:
+    import signal
+
+    from incsync.spark.server import remote_url, start_server, stop_server
+
+    print(f"starting a Spark Connect server ({args.master}) on 127.0.0.1:{args.port} ...", flush=True)
+    driver = {"spark.driver.host": args.driver_host, "spark.driver.bindAddress": args.bind_address}
+    process = start_server(port=args.port, master=args.master, log_file=Path(args.log) if args.log else None,
+                           extra_conf={k: v for k, v in driver.items() if v})
+    print(f"ready: add to incsync.yaml\n  spark:\n    spark.remote: \"{remote_url(args.port)}\"\nCtrl-C stops it.", flush=True)
+    try:
+        signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+        process.wait()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        stop_server(process)
+    return 0

@@ -1,0 +1,75 @@
+"""The file's destinations: Delta tables, a PostgreSQL schema or Parquet files with manifests (``kind`` chooses)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import ConfigDict, Field
+
+from incsync.config.base import StrictModel
+
+
+class DeltaDestinationConfig(StrictModel):
+    """One Delta Lake table per model under ``path`` (``<path>/<model>``)."""
+
+    name: str = Field(description="Destination name, referenced by recipients.")
+    kind: Literal["delta"] = Field(description="`delta`.")
+    path: str = Field(
+        description="Folder (or storage URL) of the recipient's tables; relative paths are relative to the file.",
+    )
+    storage_options: dict[str, str] = Field(
+        default_factory=dict,
+        description="Object-store settings in delta-rs's names (aws_region, aws_endpoint_url, ...); a secret is "
+        "`<name>_env: VARIABLE`, never its value (docs/storage.md).",
+    )
+    max_concurrent_transfers: int = Field(default=1, ge=1, description="At most this many runs publish here at once.")
+    target_file_size: int = Field(
+        default=4 << 20, ge=1 << 16,
+        description="Bytes per data file (delta.targetFileSize), set when the table is created: many files let "
+        "a MERGE rewrite only those holding changed keys.",
+    )
+
+
+class PostgresDestinationConfig(StrictModel):
+    """A PostgreSQL schema; the DSN comes from an environment variable."""
+
+    name: str = Field(description="Destination name, referenced by recipients.")
+    kind: Literal["postgres"] = Field(description="`postgres`.")
+    dsn_env: str = Field(
+        description="Name of the environment variable holding the connection string (postgresql://...).",
+    )
+    schema_name: str = Field(alias="schema", description="Target schema, created when missing.")
+    max_concurrent_transfers: int = Field(default=1, ge=1, description="At most this many runs publish here at once.")
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+
+class ObjectStorageDestinationConfig(StrictModel):
+    """Parquet files plus manifests under a prefix."""
+
+    name: str = Field(description="Destination name, referenced by recipients.")
+    kind: Literal["object_storage"] = Field(description="`object_storage`.")
+    path: str = Field(
+        description="Prefix (folder or storage URL) of the Parquet files and manifests; may be shared by recipients.",
+    )
+    disable_manifest: bool = Field(
+        default=False,
+        description="Write no manifests (readers then cannot tell committed files from others).",
+    )
+    storage_options: dict[str, str] = Field(
+        default_factory=dict,
+        description="Object-store settings in delta-rs's names (aws_region, aws_endpoint_url, ...); a secret is "
+        "`<name>_env: VARIABLE`, never its value (docs/storage.md).",
+    )
+    signing_key_env: str | None = Field(
+        default=None,
+        description="Name of the variable holding the path of an Ed25519 PEM private key: manifests then carry "
+        "`signature` and `signature_public_key` (read_manifested(public_key=...) verifies them).",
+    )
+    max_concurrent_transfers: int = Field(default=1, ge=1, description="At most this many runs publish here at once.")
+
+
+DestinationConfig = Annotated[
+    DeltaDestinationConfig | PostgresDestinationConfig | ObjectStorageDestinationConfig,
+    Field(discriminator="kind"),
+]

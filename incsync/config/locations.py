@@ -1,0 +1,157 @@
+"""Where a destination physically writes, so `validate` compares destinations by location, not by name.
+
+Local paths are made absolute and resolved (``..``, symlinks, trailing slashes, ``file://``); storage URLs
+are normalised (scheme aliases, bucket case, key prefix); PostgreSQL destinations are (server, port,
+database, schema) from the DSN in their environment variable. Secrets never enter a location.
+"""
+
+from __future__ import annotations
+
+import os
+import posixpath
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+from urllib.parse import unquote, urlsplit
+
+if TYPE_CHECKING:
+    from incsync.config.model import IncsyncConfig
+    from incsync.config.destinations import DestinationConfig
+
+_SCHEME_ALIASES = {"s3a": "s3", "s3n": "s3", "abfs": "abfss", "wasb": "wasbs", "gcs": "gs"}
+_LOOPBACK = {"", "localhost", "127.0.0.1", "::1", "[::1]"}
+
+
+@dataclass(frozen=True)
+class Location:
+    """A destination's root as a comparable key, and how to show it (never with a secret)."""
+
+    kind: str  # "path" (a local folder or a storage URL: roots may nest) or "postgres"
+    key: str
+    shown: str
+    note: str | None = None  # why the comparison was partial (e.g. the DSN's variable is unset)
+
+
+def local_path(path: str, base: Path) -> str:
+    """An absolute, normalised, symlink-resolved path; ``file://`` URLs are local paths."""
+    if path.startswith("file:"):
+        parts = urlsplit(path)
+        path = unquote(parts.path) if parts.netloc in ("", "localhost") else f"//{parts.netloc}{unquote(parts.path)}"
+    p = Path(path).expanduser()
+    return os.path.realpath(p if p.is_absolute() else base / p)
+
+
+def storage_url(url: str) -> str:
+    """``scheme://bucket/prefix`` with the scheme's aliases folded, the bucket lower-cased and the prefix
+    normalised (no ``.``/``..``, repeated or trailing slashes)."""
+    parts = urlsplit(url)
+    scheme = parts.scheme.lower()
+    scheme = _SCHEME_ALIASES.get(scheme, scheme)
+    prefix = "/" + posixpath.normpath(unquote(parts.path).lstrip("/")) if parts.path.strip("/") else ""
+    return f"{scheme}://{parts.netloc.lower()}{prefix.rstrip('/')}"
+
+
+def _postgres(dsn_env: str, schema: str) -> Location:
+    dsn = os.environ.get(dsn_env)
+    if dsn is None:
+        return Location(
+            "postgres", f"env:{dsn_env}/{schema}", f"${dsn_env} schema {schema}",
+            note=f"${dsn_env} is not set, so its destinations were compared by variable name and schema only",
+        )
+    from psycopg.conninfo import conninfo_to_dict
+
+    try:
+        info = conninfo_to_dict(dsn)
+    except Exception:  # noqa: BLE001 - its message may quote the DSN: never show it
+        return Location(
+            "postgres", f"env:{dsn_env}/{schema}", f"${dsn_env} schema {schema}",
+            note=f"${dsn_env} is not a PostgreSQL connection string, so it was compared by variable name and schema only",
+        )
+    host = str(info.get("host") or info.get("hostaddr") or os.environ.get("PGHOST", "")).lower()
+    host = "localhost" if host in _LOOPBACK or host.startswith("/") else host  # a socket folder is this machine
+    port = str(info.get("port") or os.environ.get("PGPORT") or "5432")
+    user = info.get("user") or os.environ.get("PGUSER") or ""
+    database = str(info.get("dbname") or os.environ.get("PGDATABASE") or user)
+    return Location("postgres", f"{host}:{port}/{database}/{schema}", f"postgresql://{host}:{port}/{database} schema {schema}")
+
+
+def location(destination: DestinationConfig, base: Path) -> Location:
+    """Where ``destination`` writes; relative paths are taken against ``base`` (the config file's folder)."""
+    if destination.kind == "postgres":
+        return _postgres(destination.dsn_env, destination.schema_name)  # type: ignore[union-attr]
+    path = destination.path  # type: ignore[union-attr]
+    if "://" in path and not path.startswith("file:"):
+        key = storage_url(path)
+    else:
+        key = local_path(path, base)
+    return Location("path", key, key)
+
+
+def shared_location_problems(cfg: IncsyncConfig, base: Path) -> list[str]:
+    """One problem per pair of destinations of different recipients that write to one place.
+
+    Equal roots are refused except object-storage prefixes (each recipient's keys are disjoint there);
+    roots nested inside each other are always refused.
+    """
+    return _check(cfg, base)[0]
+
+
+def location_notes(cfg: IncsyncConfig, base: Path) -> list[str]:
+    """What the comparison could not see (e.g. an unset DSN variable), for `incsync validate` to print."""
+    return _check(cfg, base)[1]
+
+
+def _parents(key: str) -> list[str]:
+    """The folders (or URL prefixes) that hold ``key``, nearest first."""
+    out = []
+    while True:
+        parent = key.rsplit("/", 1)[0] if "://" in key else posixpath.dirname(key)
+        if not parent or parent == key or parent.endswith(":/") or parent == "/":
+            return out
+        out.append(parent)
+        key = parent
+
+
+_last_check: tuple[IncsyncConfig, Path, tuple[list[str], list[str]]] | None = None
+
+
+def _check(cfg: IncsyncConfig, base: Path) -> tuple[list[str], list[str]]:
+    """Problems and notes of one config, computed once (validation asks for both)."""
+    global _last_check
+    if _last_check is not None and _last_check[0] is cfg and _last_check[1] == base:
+        return _last_check[2]
+    result = _compare(cfg, base)
+    _last_check = (cfg, base, result)
+    return result
+
+
+def _compare(cfg: IncsyncConfig, base: Path) -> tuple[list[str], list[str]]:
+    users: dict[str, list[str]] = {}
+    for r in cfg.recipients:
+        users.setdefault(r.destination, []).append(r.id)
+    index = {d.name: i for i, d in enumerate(cfg.destinations)}
+    located = [(d, location(d, base)) for d in cfg.destinations if users.get(d.name)]
+    notes = sorted({loc.note for _, loc in located if loc.note})
+    by_key: dict[tuple[str, str], list[tuple[DestinationConfig, Location]]] = {}
+    for d, loc in located:
+        by_key.setdefault((loc.kind, loc.key), []).append((d, loc))
+    problems: list[str] = []
+
+    def clash(a: DestinationConfig, b: DestinationConfig, shown: str, how: str) -> None:
+        ra, rb = ", ".join(users[a.name]), ", ".join(users[b.name])
+        problems.append(
+            f'destinations[{index[b.name]}]: "{b.name}" (recipient {rb}) {how} "{a.name}" (recipient {ra}): {shown}; '
+            f"a {b.kind} destination holds one recipient's copy, so give \"{b.name}\" a location of its own"
+        )
+
+    for (kind, key), group in by_key.items():
+        first, loc = group[0]
+        for other, _ in group[1:]:
+            if first.kind == other.kind == "object_storage":
+                continue  # one prefix, keys per recipient by design
+            clash(first, other, loc.shown, "writes to the same location as")
+        if kind == "path":
+            for parent in _parents(key):
+                for outer, _ in by_key.get(("path", parent), []):
+                    clash(outer, first, f"{key} lies inside {parent}", "writes inside the location of")
+    return problems, notes

@@ -1,0 +1,262 @@
+"""The configuration file's model: the whole file, its models and recipients, and the retry policy.
+
+Secrets are never in the file, only the names of the environment variables that hold them. Sources are
+``incsync.config.sources``, destinations ``incsync.config.destinations``, what every section shares
+``incsync.config.base``. Reading a file (environment, paths, the recipients table) is
+``incsync.config.load``; the checks across fields are ``incsync.config.checks``.
+"""
+
+from __future__ import annotations
+
+from functools import cached_property
+from typing import Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from incsync.config.base import ID_PATTERN, ID_RE, StrictModel
+from incsync.config.destinations import DestinationConfig
+from incsync.config.sources import DEFAULT_LOOKBACK_SECONDS, FALLBACK_LOOKBACK_SECONDS, SourceConfig
+
+
+class ModelConfig(StrictModel):
+    """One logical table shared with every recipient."""
+
+    model_name: str = Field(
+        description="Name of the model: the asset, the destination table and the job are named after it.",
+    )
+    source: str = Field(description="Name of the source it reads.")
+    source_table: str | None = Field(
+        default=None,
+        description="`table` or `schema.table`, as the database spells it (or set `source_query`).",
+    )
+    source_query: str | None = Field(
+        default=None,
+        description="A SELECT run as pasted, wrapped with the tenant and time bounds (or set `source_table`).",
+    )
+    columns: list[str] | None = Field(default=None, description="Columns to transfer; default: all.")
+    primary_key: list[str] = Field(
+        min_length=1,
+        description="Column(s) identifying a row; upserts and validation use them.",
+    )
+    last_modified_column: str = Field(description="Timestamp column set on every change; it drives the high watermark.")
+    organization_column: str | None = Field(
+        default=None,
+        description="Tenant column: a recipient's rows are those whose value equals its `id_in_provider_system`.",
+    )
+    tenancy: Literal["column", "schema"] = Field(
+        default="column",
+        description="`column` (one table for all tenants, split by `organization_column`) or `schema` (one schema per tenant).",
+    )
+    last_modified_timezone: str | None = Field(
+        default=None, description="IANA zone of a last-modified column stored without zone."
+    )
+    max_transfer_time_window_seconds: int = Field(
+        default=86_400, gt=0,
+        description="Window size: whole minutes dividing an hour, whole hours dividing a day, or 86400.",
+    )
+    min_start_time_epoch: int = Field(
+        ge=0,
+        description="Epoch seconds of the first data to transfer; windows start here.",
+    )
+    frequency: str = Field(default="*/15 * * * *", description="Cron of the model's schedule (UTC).")
+    lookback_seconds: int | None = Field(
+        default=None, ge=0,
+        description="Overrides the source's lookback for this model.",
+    )
+    max_rows_per_batch: int = Field(
+        default=1_000_000, ge=1,
+        description="A transfer over many windows is read once and committed in batches of at most this many "
+        "rows, split at window boundaries (a window is never split).",
+    )
+    max_horizon_lag_seconds: int | None = Field(default=None, ge=0, description="Overrides the source's.")
+    column_types: dict[str, str] | None = Field(
+        default=None,
+        description="Column -> type to read it as, overriding the faithful default (docs/types.md): text, boolean, "
+        "smallint, integer, bigint, real, double, date, time or decimal(p,s).",
+    )
+    deletes: Literal["none", "hard", "soft"] = Field(
+        default="none",
+        description="Rows deleted at the source: kept (none), deleted (hard) or stamped _incsync_deleted_at (soft) "
+        "in the destination, by `incsync repair` and the integrity check's repair.",
+    )
+    is_deleted_column: str | None = Field(
+        default=None,
+        description="A soft-delete flag of the source (e.g. is_deleted): transferred like any other column, so a "
+        "row the source marks deleted arrives marked, with its last-modified change.",
+    )
+    max_delete_fraction: float = Field(
+        default=0.1, ge=0, le=1,
+        description="A repair that would remove more than this fraction of a recipient's rows stops unless "
+        "--allow-mass-delete.",
+    )
+    integrity_check: Literal["manual", "after_transfer", "schedule"] = Field(
+        default="manual",
+        description="When the model's Dagster asset check `integrity` (verify) runs: when launched (UI, "
+        "`incsync verify`), also after each transfer, or also on its own `integrity_check_cron`.",
+    )
+    integrity_check_cron: str = Field(default="0 3 * * *", description="Cron of the check's own schedule.")
+    integrity_sampling_rate: float = Field(default=1.0, gt=0, le=1, description="Fraction of buckets the check reads.")
+    integrity_repair: bool = Field(
+        default=False,
+        description="When the check finds a recipient's copy wrong, repair it at once (`incsync repair`: only the "
+        "wrong keys; max_delete_fraction still applies). The check still reports what it found.",
+    )
+
+    @model_validator(mode="after")
+    def _shape(self) -> ModelConfig:
+        if (self.source_table is None) == (self.source_query is None):
+            raise ValueError("set exactly one of `source_table` and `source_query`")
+        if self.tenancy == "column" and not self.organization_column:
+            raise ValueError('set `organization_column` (the tenant column) or `tenancy: schema`')
+        if self.tenancy == "schema" and self.organization_column:
+            raise ValueError("`organization_column` and `tenancy: schema` exclude each other: keep one")
+        return self
+
+    @property
+    def selected_columns(self) -> list[str] | None:
+        return list(self.columns) if self.columns else None
+
+
+class RecipientConfig(StrictModel):
+    """One customer: a dynamic partition key and where its copy lives."""
+
+    id: str = Field(
+        pattern=ID_PATTERN,
+        description="Recipient id: letters, digits, _ and -; the recipient partition key.",
+    )
+    id_in_provider_system: str = Field(
+        description="The recipient's tenant value (organization_column) or schema name (tenancy: schema).",
+    )
+    destination: str = Field(description="Name of the destination holding its copy.")
+    default_full_refresh_min_start_time_epoch: int | None = Field(
+        default=None, ge=0,
+        description="Overrides the model's min_start_time_epoch for this recipient.",
+    )
+    enabled: bool = Field(
+        default=True,
+        description="false: no schedule, no sensor backfill; its partitions are removed.",
+    )
+    tags: dict[str, str] = Field(
+        default_factory=dict,
+        description="key: value pairs carried as run tags (incsync/tag/<key>), e.g. tier: gold.",
+    )
+
+    @field_validator("tags")
+    @classmethod
+    def _tags(cls, tags: dict[str, str]) -> dict[str, str]:
+        for key, value in tags.items():
+            if not ID_RE.match(key) or not ID_RE.match(str(value)):
+                raise ValueError(f'tag {key}={value} is invalid: keys and values must match {ID_PATTERN}')
+        return tags
+
+
+class RecipientsFromConfig(StrictModel):
+    """A table of recipients (columns: the recipient fields), read through a postgres source."""
+
+    source: str = Field(description="A source of vendor postgres whose credentials read the table.")
+    table: str = Field(description="`table` or `schema.table`.")
+    refresh_seconds: int = Field(default=30, ge=0, description="Read the table again after this long (0: every time).")
+
+
+class RetryPolicy(StrictModel):
+    """How often a source read or a destination publish is tried when it fails with a transient error."""
+
+    attempts: int = Field(
+        default=3, ge=1, le=20,
+        description="Tries in all (1: no retry) of a source read or a destination publish that fails with a "
+        "transient error (connection killed or reset, server restarting, serialization failure, deadlock, too "
+        "many connections). Errors that cannot heal (authentication, missing table, types, validation) fail at once.",
+    )
+    backoff_seconds: float = Field(
+        default=2.0, ge=0, le=600, description="Wait before the first retry; each later retry waits twice as long."
+    )
+    max_backoff_seconds: float = Field(default=30.0, ge=0, le=3600, description="The longest wait between two tries.")
+
+    def delay(self, retry: int) -> float:
+        """The wait before retry number ``retry`` (1-based)."""
+        return min(self.max_backoff_seconds, self.backoff_seconds * 2 ** (retry - 1))
+
+
+def _listed(names: list[str], most: int = 20) -> str:
+    """``a, b, c`` (the first ``most``, then ``...``): 10,000 recipients make no readable message."""
+    return ", ".join(names[:most]) + (", ..." if len(names) > most else "")
+
+
+class IncsyncConfig(StrictModel):
+    """The whole file."""
+
+    sources: list[SourceConfig] = Field(
+        default_factory=list,
+        description="Where the data comes from: lake folders or databases (`vendor`).",
+    )
+    destinations: list[DestinationConfig] = Field(
+        default_factory=list,
+        description="Where each recipient's copy lives: `delta`, `postgres` or `object_storage` (`kind`).",
+    )
+    models: list[ModelConfig] = Field(
+        default_factory=list,
+        description="The tables shared with every recipient: one Dagster asset each.",
+    )
+    recipients: list[RecipientConfig] = Field(
+        default_factory=list,
+        description="The customers: each gets its tenant's rows of every model in its own destination.",
+    )
+    staging_dir: str | None = Field(default=None, description="Root of per-transfer staging folders (a path or a URL).")
+    staging_storage_options: dict[str, str] = Field(
+        default_factory=dict, description="storage_options of an object-store `staging_dir` (docs/storage.md)."
+    )
+    recipients_from: RecipientsFromConfig | None = Field(
+        default=None, description="A table of recipients, read beside the `recipients` of the file."
+    )
+    recipients_per_run: int = Field(
+        default=256, ge=1,
+        description="Schedules, the sensor and the CLI launch one run per this many recipients of a model; "
+        "the run reads them with one query and publishes each recipient's rows to its own destination.",
+    )
+    spark: dict[str, str] = Field(default_factory=dict, description="Extra Spark settings (spark.master, ...).")
+    retries: RetryPolicy = Field(
+        default_factory=RetryPolicy,
+        description="Retries of source reads and destination publishes that fail with a transient error "
+        "(e.g. `retries: {attempts: 3, backoff_seconds: 2}`).",
+    )
+
+    def source(self, name: str) -> SourceConfig:
+        for s in self.sources:
+            if s.name == name:
+                return s
+        raise KeyError(f'unknown source "{name}"; known: {_listed([s.name for s in self.sources])}')
+
+    def destination(self, name: str) -> DestinationConfig:
+        found = self._destinations_by_name.get(name)
+        if found is None:
+            raise KeyError(f'unknown destination "{name}"; known: {_listed(list(self._destinations_by_name))}')
+        return found
+
+    def model(self, name: str) -> ModelConfig:
+        for m in self.models:
+            if m.model_name == name:
+                return m
+        raise KeyError(f'unknown model "{name}"; known: {", ".join(m.model_name for m in self.models)}')
+
+    def recipient(self, rid: str) -> RecipientConfig:
+        found = self._recipients_by_id.get(rid)
+        if found is None:
+            raise KeyError(f'unknown recipient "{rid}"; known: {_listed([r.id for r in self.recipients])}')
+        return found
+
+    @cached_property
+    def _recipients_by_id(self) -> dict[str, RecipientConfig]:
+        return {r.id: r for r in self.recipients}
+
+    @cached_property
+    def _destinations_by_name(self) -> dict[str, DestinationConfig]:
+        return {d.name: d for d in self.destinations}
+
+    def lookback_seconds(self, model: ModelConfig) -> int:
+        """Model override, else source override, else the vendor default."""
+        if model.lookback_seconds is not None:
+            return model.lookback_seconds
+        source = self.source(model.source)
+        if source.lookback_seconds is not None:
+            return source.lookback_seconds
+        return DEFAULT_LOOKBACK_SECONDS.get(source.vendor, FALLBACK_LOOKBACK_SECONDS)

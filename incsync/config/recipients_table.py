@@ -1,0 +1,96 @@
+"""Recipients kept in a database table (``recipients_from``) instead of, or beside, the config file.
+
+The table has one row per recipient with the file's recipient fields as columns: ``id``,
+``id_in_provider_system``, ``destination`` (required), ``enabled``, ``tags`` (a JSON object),
+``default_full_refresh_min_start_time_epoch`` (optional). It is read with the source's own
+credentials and validated exactly like the file's recipients; ``resources.cached_config`` reads it
+again every ``refresh_seconds``, so the sensor sees new rows on its next tick.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import TYPE_CHECKING, Any
+
+from incsync.errors import ConfigError
+
+if TYPE_CHECKING:
+    from incsync.config.sources import JdbcSourceConfig
+
+REQUIRED = ("id", "id_in_provider_system", "destination")
+OPTIONAL = ("enabled", "tags", "default_full_refresh_min_start_time_epoch")
+WHERE = "recipients_from"
+
+
+def recipients_source(data: dict[str, Any], *, path: str) -> dict[str, Any] | None:
+    """The source mapping ``data["recipients_from"]`` reads through (None when it is not set), checked to be
+    a postgres source; the caller validates it as a ``JdbcSourceConfig`` for ``read_recipient_rows``."""
+    spec = data.get(WHERE)
+    if not spec:
+        return None
+    if not isinstance(spec, dict) or not spec.get("source") or not spec.get("table"):
+        raise ConfigError(path, [f"{WHERE}: set `source` (a postgres source) and `table` (e.g. public.incsync_recipients)"])
+    sources = {s.get("name"): s for s in data.get("sources") or [] if isinstance(s, dict)}
+    source = sources.get(spec["source"])
+    if source is None or source.get("vendor") != "postgres":
+        raise ConfigError(path, [
+            f'{WHERE}.source: "{spec["source"]}" must name a source of vendor postgres (known: {", ".join(map(str, sources))})'
+        ])
+    return source
+
+
+def read_recipient_rows(config: JdbcSourceConfig, table: str, *, path: str) -> list[dict[str, Any]]:
+    """The rows of ``table``, read through the source ``config``, as recipient mappings."""
+    from incsync.core.vendor_sql import postgres_target
+
+    target = postgres_target(config.jdbc_url)
+    if target is None:
+        raise ConfigError(path, [f"{WHERE}.source: {config.name}'s jdbc_url must be jdbc:postgresql://host[:port]/database"])
+    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)?", table):
+        raise ConfigError(path, [f'{WHERE}.table: "{table}" must be `table` or `schema.table`'])
+    import psycopg
+    from psycopg import sql
+
+    password = config.password()
+    try:
+        with psycopg.connect(
+            **target, user=config.user, password=password.get_secret_value() if password else None,
+            connect_timeout=10, autocommit=True, application_name="incsync",
+            options="-c default_transaction_read_only=on",
+        ) as conn:
+            cursor = conn.execute(sql.SQL("SELECT * FROM {} ORDER BY 1").format(sql.Identifier(*table.split("."))))
+            names = [c.name for c in cursor.description or []]
+            rows = cursor.fetchall()
+    except psycopg.Error as exc:
+        detail = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ConfigError(path, [f"{WHERE}: cannot read {table} through source {config.name}: {detail}"]) from None
+    missing = [c for c in REQUIRED if c not in names]
+    if missing:
+        raise ConfigError(path, [f"{WHERE}: table {table} lacks the column(s) {', '.join(missing)}; it needs {', '.join(REQUIRED)}"])
+    out = []
+    for row in rows:
+        values = dict(zip(names, row))
+        entry = {k: values[k] for k in (*REQUIRED, *OPTIONAL) if k in values and values[k] is not None}
+        for key in REQUIRED:
+            entry[key] = str(entry[key]) if key in entry else entry.get(key)
+        if isinstance(entry.get("tags"), str):
+            try:
+                entry["tags"] = json.loads(entry["tags"])
+            except json.JSONDecodeError:
+                pass  # validation then names the row and the field
+        out.append(entry)
+    return out
+
+
+def rename_row_problems(problems: list[str], *, first_row: int, table: str, ids: list[str]) -> list[str]:
+    """``recipients[i]`` of a table row becomes ``recipients_from (<table>, row id "x")`` in the messages."""
+
+    def name(match: re.Match[str]) -> str:
+        i = int(match.group(1))
+        if i < first_row:
+            return match.group(0)
+        rid = ids[i - first_row] if i - first_row < len(ids) else "?"
+        return f'recipients_from ({table}, row id "{rid}")'
+
+    return [re.sub(r"recipients\[(\d+)\]", name, p) for p in problems]

@@ -1,0 +1,109 @@
+"""The MERGE commits of a Delta publish: an incremental upsert that rewrites no unchanged row, and the
+fixes of a repair or of removals (deleted, or stamped ``_incsync_deleted_at``) in one commit."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+from deltalake import CommitProperties, DeltaTable
+
+from incsync.config.model import ModelConfig
+from incsync.destinations.base import DELETED_AT, Removals
+from incsync.destinations.delta.batch import batch_reader, batch_table
+from incsync.errors import SchemaError
+from incsync.staging.batch import StagedBatch
+from incsync.destinations.types import changed_kinds, delta_form
+
+
+def _quote(column: str) -> str:
+    return '"' + column.replace('"', '""') + '"'
+
+
+def merge(dt: DeltaTable, *, model: ModelConfig, batch: StagedBatch, props: CommitProperties) -> None:
+    """Upsert the batch with the last-modified tie-break; a commit without data when nothing changed."""
+    changed = changed_kinds(pa.schema(dt.schema().to_arrow()), delta_form(batch.schema))
+    if changed:
+        raise SchemaError(
+            f"model {model.model_name}: {'; '.join(changed)} (docs/types.md says how each source type arrives); "
+            "run a full refresh (--full-refresh) to rewrite the table with the new types"
+        )
+    before = dt.version()
+    on = " AND ".join(f"t.{_quote(c)} = s.{_quote(c)}" + _key_range(batch, c) for c in model.primary_key)
+    (
+        dt.merge(batch_reader(batch), predicate=on, source_alias="s", target_alias="t", merge_schema=True, commit_properties=props)
+        .when_matched_update_all(predicate=_newer_or_different(batch, model, existing=dt.schema().to_arrow().names))
+        .when_not_matched_insert_all()
+        .execute()
+    )
+    if dt.version() == before:
+        # Nothing changed: still record the transfer, in a commit of its own with no data.
+        dt.create_write_transaction([], mode="append", schema=dt.schema(), commit_properties=props)
+
+
+def merge_fixes(
+    dt: DeltaTable, *, model: ModelConfig, batch: StagedBatch, props: CommitProperties,
+    removals: Removals | None, force: bool,
+) -> None:
+    """One MERGE commit: the batch's rows upserted (``force``: whatever their dates) and the removals'
+    keys deleted, or stamped ``_incsync_deleted_at`` (the column is added by this same commit).
+
+    Hard: an ``_incsync_op`` column tells upserts from removals and never reaches the table. Soft: the
+    stamp itself does (set on removal rows only), so the source carries no other extra column."""
+    rows = batch_table(batch)
+    names = list(rows.schema.names)
+    soft = removals is not None and removals.mode == "soft"
+    marker = DELETED_AT if soft else "_incsync_op"
+    marker_type = pa.timestamp("us", tz="UTC") if soft else pa.string()
+    source = rows.append_column(pa.field(marker, marker_type), pa.nulls(rows.num_rows, marker_type))
+    if removals is not None and removals.rows:
+        keys = removals.keys.select(list(model.primary_key))
+        gone = {n: pa.nulls(keys.num_rows, rows.schema.field(n).type) for n in names}
+        for c in model.primary_key:
+            gone[c] = keys[c].cast(rows.schema.field(c).type)
+        value = removals.at if soft else "remove"
+        gone[marker] = pa.array([value] * keys.num_rows, marker_type)
+        source = pa.concat_tables([source, pa.table(gone, schema=source.schema)])
+    columns = {_quote(n): f"s.{_quote(n)}" for n in names}
+    if soft and DELETED_AT in dt.schema().to_arrow().names:
+        columns[_quote(DELETED_AT)] = "NULL"  # a key back at the source is no longer deleted
+    removal, upsert_only = f"s.{_quote(marker)} IS NOT NULL", f"s.{_quote(marker)} IS NULL"
+    on = " AND ".join(f"t.{_quote(c)} = s.{_quote(c)}" for c in model.primary_key)
+    merger = dt.merge(source, predicate=on, source_alias="s", target_alias="t", commit_properties=props,
+                      merge_schema=soft)  # soft: the stamp column joins the table in this commit
+    if soft:
+        merger = merger.when_matched_update({_quote(DELETED_AT): f"s.{_quote(DELETED_AT)}"},
+                                            predicate=f"{removal} AND t.{_quote(DELETED_AT)} IS NULL"
+                                            if DELETED_AT in dt.schema().to_arrow().names else removal)
+    else:
+        merger = merger.when_matched_delete(predicate=removal)
+    upsert = upsert_only + ("" if force else f" AND ({_newer_or_different(batch, model, existing=names)})")
+    before = dt.version()
+    merger.when_matched_update(columns, predicate=upsert).when_not_matched_insert(columns, predicate=upsert_only).execute()
+    if dt.version() == before:
+        dt.create_write_transaction([], mode="append", schema=dt.schema(), commit_properties=props)
+
+
+def _key_range(batch: StagedBatch, column: str) -> str:
+    """`` AND t.k >= min AND t.k <= max`` of the batch's integer key: delta-rs prunes the files no
+    changed key can be in before it joins (it still copies every row of each file it rewrites)."""
+    if batch.rows == 0 or not pa.types.is_integer(batch.schema.field(column).type):
+        return ""
+    import pyarrow.compute as pc
+
+    bounds = pc.min_max(batch.table(columns=[column])[column])
+    low, high = bounds["min"].as_py(), bounds["max"].as_py()
+    if low is None:
+        return ""
+    return f" AND t.{_quote(column)} >= {int(low)} AND t.{_quote(column)} <= {int(high)}"
+
+
+def _newer_or_different(batch: StagedBatch, model: ModelConfig, *, existing: list[str]) -> str:
+    """A row is replaced by a newer one, or by one as new whose values differ: replaying a batch (or
+    a no-change lookback re-read) updates no row, so the MERGE rewrites no file and makes no commit.
+    A column the table does not have yet (added at the source) differs where the batch holds a value."""
+    lm = _quote(model.last_modified_column)
+    others = [c for c in batch.schema.names if c not in model.primary_key and c != model.last_modified_column]
+    if not others:
+        return f"s.{lm} > t.{lm}"
+    differ = " OR ".join(f"(s.{_quote(c)} IS DISTINCT FROM t.{_quote(c)})" if c in existing else f"(s.{_quote(c)} IS NOT NULL)"
+                         for c in others)
+    return f"s.{lm} > t.{lm} OR (s.{lm} = t.{lm} AND ({differ}))"

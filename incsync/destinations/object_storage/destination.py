@@ -1,0 +1,262 @@
+"""Object storage destination: Parquet files moved into place, then a manifest written last, atomically.
+
+Layout under the prefix (keys in manifests are relative to it)::
+
+    <model>/recipient=<id>/dt=<date>/<transfer_id>-<n>.parquet      data files
+    _manifests/<model>/dt=<date>/manifest_<transfer_id>.json         one per transfer: the commit point
+    _manifests/<model>/_latest/recipient=<id>.json                   hint: the newest manifest of a recipient
+
+The manifest's atomic rename commits a transfer; files no manifest lists are invisible to
+``read_manifested`` and removed by ``janitor`` once older than its grace period. With
+``disable_manifest`` the same records go to ``_incsync/transfers/`` instead (incsync still needs them
+for the high watermark), and readers see files as they land. Transfers append, so rows re-read by the
+lookback appear once per transfer that read them; a FULL_REFRESH manifest supersedes all earlier ones.
+
+Each manifest carries ``reader_schema``: the schema a reader gets combining it with the committed
+manifests before it (a widening promotes the column). A batch whose type change is no widening is
+refused until a full refresh, so no manifest is ever published that readers cannot combine.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import pyarrow as pa
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
+
+from incsync.config.model import ModelConfig, RecipientConfig
+from incsync.config.destinations import ObjectStorageDestinationConfig
+from incsync.core.crashpoints import crash_point
+from incsync.destinations.base import (
+    FULL_REFRESH,
+    REPAIR,
+    Destination,
+    DestinationState,
+    Removals,
+    TransferRecord,
+    reset_reason,
+)
+from incsync.destinations.object_storage.manifests import (
+    TransferLog,
+    committed_manifests,
+    new_manifest,
+    schema_from_text,
+    sha256_checksum,
+)
+from incsync.destinations.ownership import METADATA_KEY as OWNER_KEY
+from incsync.destinations.ownership import OWNER_FILE, Owner, check_owner, now_iso, owner_of
+from incsync.errors import PublishError
+from incsync.storage.filesystems import resolve_options
+from incsync.core.lease import lost_lease
+from incsync.core.schema_change import SchemaDiff, arrow_diff, change_metadata, incompatible_error
+from incsync.staging.batch import StagedBatch
+from incsync.storage.files import open_store
+
+
+class ObjectStorageDestination(Destination):
+    """Parquet + manifests under a prefix: a local folder, ``file://`` or an object store (``s3://``, ...)."""
+
+    kind = "object_storage"
+
+    def __init__(self, config: ObjectStorageDestinationConfig):
+        self.config = config
+        self.name = config.name
+        self.storage_options = resolve_options(config.storage_options, f"destinations[{config.name}].storage_options")
+        self.store = open_store(config.path, self.storage_options)
+        self.root = self.store.uri()
+        self.log = TransferLog(self.store, private=config.disable_manifest)
+
+    def _prefix(self, model: ModelConfig, recipient: RecipientConfig) -> str:
+        return f"{model.model_name}/recipient={recipient.id}"
+
+    def _data_keys(self, model: ModelConfig, recipient: RecipientConfig) -> set[str]:
+        """The Parquet keys under the recipient's prefix, in one listing."""
+        found = self.store.list(self._prefix(model, recipient), recursive=True)
+        return {self.store.relative(f.path) for f in found if f.type == pafs.FileType.File and f.path.endswith(".parquet")}
+
+    def read_state(self, *, model: ModelConfig, recipient: RecipientConfig) -> DestinationState:
+        """The newest manifest, checked against the files: manifests or data files deleted mean a re-sync."""
+        manifest = self.log.newest(model.model_name, recipient.id)
+        where = f"prefix {self.store.uri(self._prefix(model, recipient))}"
+        stamp = self.owner(model, recipient)
+        moved = stamp.moved_reason(manifest["transfer_id"] if manifest else None) if stamp else None
+        if moved:
+            record = TransferRecord(**manifest["transfer_record"]) if manifest else None
+            return DestinationState(last_transfer=record, version=str(manifest["sequence"]) if manifest else None,
+                                    reset_reason=f"destination_reset: {moved}")
+        if manifest is None:
+            pointer = self.log.pointer(model.model_name, recipient.id)
+            if self.store.exists(pointer):
+                return DestinationState(reset_reason=f"destination_reset: the manifests of {where} were deleted "
+                                        f"({self.store.uri(pointer)} names one that is gone)")
+            has_data = bool(self._data_keys(model, recipient))
+            return DestinationState(reset_reason=reset_reason(where, None, has_data=has_data))
+        present = self._data_keys(model, recipient)
+        gone = [k for k in self._live_files(model, recipient, manifest) if k not in present]
+        missing = f"{len(gone)} data file(s) of manifest {manifest['manifest_file_key']} are missing (e.g. {gone[0]})" if gone else None
+        record = TransferRecord(**manifest["transfer_record"])
+        return DestinationState(last_transfer=record, version=str(manifest["sequence"]),
+                                reset_reason=reset_reason(where, record, has_data=True, missing=missing))
+
+    def publish(
+        self,
+        *,
+        model: ModelConfig,
+        recipient: RecipientConfig,
+        batch: StagedBatch,
+        record: TransferRecord,
+        expected: DestinationState,
+        removals: Removals | None = None,
+    ) -> dict[str, object]:
+        with self.log.lock(model.model_name, recipient.id):
+            current = self.read_state(model=model, recipient=recipient)
+            if current.version != expected.version:
+                now = current.last_transfer.transfer_id if current.last_transfer else None
+                was = expected.last_transfer.transfer_id if expected.last_transfer else None
+                raise lost_lease(model=model.model_name, recipient=recipient.id, where=self.root, read=was, now=now)
+            previous = self._reader_schema(model, recipient)
+            refresh = record.transfer_type == FULL_REFRESH
+            change = SchemaDiff() if previous is None else arrow_diff(previous, batch.schema)
+            if change.incompatible and not refresh:
+                raise incompatible_error(
+                    f"model {model.model_name}, recipient {recipient.id}", f"{self.root} (its earlier manifests)",
+                    change.incompatible, model=model.model_name, recipient=recipient.id,
+                )
+            combined = batch.schema if previous is None or refresh else pa.unify_schemas(
+                [previous, batch.schema], promote_options="permissive")
+            # A full refresh supersedes the earlier manifests: columns the source dropped are gone, not kept.
+            metadata = change_metadata(change, replace(change, dropped=()) if refresh else change, replaced=refresh)
+            me = owner_of(model, recipient)
+            stamp = self.owner(model, recipient)
+            check_owner(stamp, me, where=self._where(model, recipient))
+            try:
+                if stamp is None:  # first transfer (or one written before stamps): stamped before its manifest
+                    self._stamp(me, previous=None, reason=f"first transfer {record.transfer_id}")
+                return {**self._publish(model=model, recipient=recipient, batch=batch, record=record,
+                                        sequence=int(expected.version or 0) + 1, reader_schema=combined,
+                                        schema_metadata=metadata, removals=removals), OWNER_KEY: recipient.id}
+            except OSError as exc:
+                raise PublishError(
+                    f"model {model.model_name}, recipient {recipient.id}: writing to {self.root} failed and no manifest "
+                    f"was written, so readers see nothing of this transfer: {exc}"
+                ) from exc
+
+    def _reader_schema(self, model: ModelConfig, recipient: RecipientConfig) -> pa.Schema | None:
+        """What a reader of (model, recipient)'s committed manifests gets; None before the first."""
+        newest = self.log.newest(model.model_name, recipient.id)
+        if newest is None:
+            return None
+        if "reader_schema" in newest:
+            return schema_from_text(newest["reader_schema"])
+        # Manifests from before reader_schema: unify their files' schemas once.
+        manifests = committed_manifests(self.store, model.model_name, recipient.id, private=self.config.disable_manifest)
+        schemas = [pq.read_schema(self.store.path(f["data_file_key"]), filesystem=self.store.fs)
+                   for m in manifests for f in m["files"]]
+        return pa.unify_schemas(schemas, promote_options="permissive") if schemas else None
+
+    def _live_files(self, model: ModelConfig, recipient: RecipientConfig, newest: dict) -> list[str]:
+        """The data files a reader of (model, recipient) reads: the newest manifest's, plus those the
+        pointer lists for the manifests since the last full refresh (rebuilt from the manifests when the
+        pointer is behind, after a crash, or was written before it kept the list)."""
+        keys = [f["data_file_key"] for f in newest["files"]]
+        if newest["transfer_type"] == FULL_REFRESH:
+            return keys
+        hint = self.log.load(self.log.pointer(model.model_name, recipient.id)) or {}
+        if hint.get("sequence") == newest["sequence"] and "live_files" in hint:
+            return hint["live_files"]
+        if hint.get("sequence") == newest["sequence"] - 1 and "live_files" in hint:
+            return hint["live_files"] + keys
+        manifests = committed_manifests(self.store, model.model_name, recipient.id, private=self.config.disable_manifest)
+        return [f["data_file_key"] for m in manifests for f in m["files"]]
+
+    def _stamp_path(self, model: str, recipient: str) -> str:
+        return f"{model}/recipient={recipient}/{OWNER_FILE}"
+
+    def _where(self, model: ModelConfig, recipient: RecipientConfig) -> str:
+        return f"object-storage prefix {self.store.uri(self._prefix(model, recipient))} (destination {self.name})"
+
+    def owner(self, model: ModelConfig, recipient: RecipientConfig) -> Owner | None:
+        try:
+            return Owner.from_json(self.store.read_text(self._stamp_path(model.model_name, recipient.id)))
+        except FileNotFoundError:
+            return None
+
+    def _stamp(self, owner: Owner, *, previous: Owner | None, reason: str) -> None:
+        path = self._stamp_path(owner.model, owner.recipient)
+        try:
+            history = json.loads(self.store.read_text(path)).get("history", [])
+        except FileNotFoundError:
+            history = []
+        history.append({"owner": json.loads(owner.to_json()), "previous": json.loads(previous.to_json()) if previous else None,
+                        "reason": reason, "at": now_iso()})
+        self.store.write(path, json.dumps({**json.loads(owner.to_json()), "history": history}, indent=1))
+
+    def transfer_ownership(self, *, model: ModelConfig, recipient: RecipientConfig, reason: str) -> Owner | None:
+        with self.log.lock(model.model_name, recipient.id):
+            previous = self.owner(model, recipient)
+            last = self.log.newest(model.model_name, recipient.id)
+            new = replace(owner_of(model, recipient), moved=last["transfer_id"] if last else "")
+            self._stamp(new, previous=previous, reason=reason)
+        return previous
+
+    def _publish(
+        self, *, model: ModelConfig, recipient: RecipientConfig, batch: StagedBatch, record: TransferRecord, sequence: int,
+        reader_schema: pa.Schema, schema_metadata: dict[str, object], removals: Removals | None = None,
+    ) -> dict[str, object]:
+        date = record.committed_at[:10]
+        folder = f"{self._prefix(model, recipient)}/dt={date}"
+        deletes = self._delete_files(model, batch, record, folder, removals)
+        files = []
+        source = batch.filesystem
+        for n, staged in enumerate(batch.files):
+            target = f"{folder}/{record.transfer_id}-{n:05d}.parquet"
+            entry = {"sha256_checksum": sha256_checksum(source, str(staged)),
+                     "row_count": pq.read_metadata(str(staged), filesystem=source).num_rows}
+            self.store.put_file(source, str(staged), target, move=True)
+            files.append({"data_file_key": target, **entry})
+        crash_point("mid_publish")
+        key = self.log.key(model.model_name, date, record.transfer_id)
+        manifest = new_manifest(
+            store=self.store, key=key, model=model.model_name, recipient=recipient.id, record=record, sequence=sequence,
+            files=files, schema=batch.schema, reader_schema=reader_schema, schema_metadata=schema_metadata, deletes=deletes,
+        )
+        if self.config.signing_key_env:
+            from incsync.destinations.object_storage.signing import load_private_key, sign_manifest
+
+            manifest = sign_manifest(manifest, load_private_key(self.config.signing_key_env, destination=self.name))
+        # The commit point: a key only this transfer writes, visible whole or not at all (docs/storage.md).
+        self.store.write_once(key, json.dumps(manifest, indent=1, sort_keys=True))
+        crash_point("after_manifest")
+        pointer = {"manifest_file_key": key, "sequence": sequence, "transfer_id": record.transfer_id,
+                   "live_files": self._live_files(model, recipient, manifest)}
+        self.store.write(self.log.pointer(model.model_name, recipient.id), json.dumps(pointer))
+        return {"manifest_file_key": key, "files_written": len(files), **schema_metadata}
+
+    def _delete_files(
+        self, model: ModelConfig, batch: StagedBatch, record: TransferRecord, folder: str, removals: Removals | None,
+    ) -> dict[str, object]:
+        """The keys this transfer replaces (a repair's rows) or removes, as one Parquet file its manifest lists:
+        readers drop earlier manifests' rows of those keys (``read_manifested``)."""
+        pk = list(model.primary_key)
+        parts = []
+        if record.transfer_type == REPAIR and batch.rows:
+            parts.append(batch.table(columns=pk))
+        if removals is not None and removals.rows:
+            parts.append(pa.table({c: removals.keys[c].cast(batch.schema.field(c).type) if c in batch.schema.names
+                                   else removals.keys[c] for c in pk}))
+        if not parts:
+            return {}
+        keys = pa.concat_tables(parts)
+        target = f"{folder}/{record.transfer_id}-delete-00000.parquet"
+        self.store.mkdir(folder)
+        pq.write_table(keys, self.store.path(target), filesystem=self.store.fs)
+        entry = {"data_file_key": target, "sha256_checksum": sha256_checksum(self.store.fs, self.store.path(target)),
+                 "row_count": keys.num_rows}
+        mode = removals.mode if removals is not None else "hard"
+        return {"delete_files": [entry], "delete_mode": mode,
+                "deleted_at": removals.at.isoformat() if removals is not None and removals.at else None,
+                "replaced_rows": batch.rows if record.transfer_type == REPAIR else 0,
+                "removed_rows": removals.rows if removals is not None else 0}
+

@@ -1,0 +1,72 @@
+"""Loading a staged batch into the publish's temporary stage table by COPY: as CSV where every column allows."""
+
+from __future__ import annotations
+
+import io
+import json
+from collections.abc import Iterator
+
+import psycopg
+import pyarrow as pa
+import pyarrow.csv as pacsv
+from psycopg import sql
+
+from incsync.core.crashpoints import crash_point
+from incsync.destinations.postgres.types import jsonish
+from incsync.staging.batch import StagedBatch
+
+STAGE_TABLE = "_incsync_stage"
+STAGE = sql.Identifier("pg_temp", STAGE_TABLE)  # qualified, so a user table of that name is never touched
+
+
+def load_stage(conn: psycopg.Connection, batch: StagedBatch, wanted: dict[str, str]) -> None:
+    """(Re)create the stage table with the columns ``wanted`` (name → PostgreSQL type) and COPY the batch in."""
+    conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(STAGE))
+    conn.execute(
+        sql.SQL("CREATE TABLE {} ({})").format(
+            STAGE, sql.SQL(", ").join(sql.SQL("{} {}").format(sql.Identifier(c), sql.SQL(t)) for c, t in wanted.items())
+        )
+    )
+    if not batch.files:
+        return
+    columns = sql.SQL(", ").join(map(sql.Identifier, wanted))
+    if _csv_safe(batch.schema) and "bytea" not in wanted.values():
+        # Arrow writes the CSV in C: ~10x faster than adapting row by row. Quoting every value keeps
+        # empty strings apart from NULLs (unquoted empty fields), and JSON text's 'null' apart from NULL.
+        options = pacsv.WriteOptions(include_header=False, quoting_style="all_valid")
+        with conn.cursor() as cur, cur.copy(sql.SQL("COPY {} ({}) FROM STDIN (FORMAT csv)").format(STAGE, columns)) as copy:
+            for record_batch in batch.reader():
+                sink = io.BytesIO()
+                pacsv.write_csv(_csv_storage(record_batch), sink, options)
+                copy.write(sink.getvalue())
+                crash_point("mid_copy")
+        return
+    json_columns = [i for i, f in enumerate(batch.schema) if jsonish(f)]
+    with conn.cursor() as cur, cur.copy(sql.SQL("COPY {} ({}) FROM STDIN").format(STAGE, columns)) as copy:
+        for row in _rows(batch, json_columns):
+            copy.write_row(row)
+
+
+def _csv_safe(schema: pa.Schema) -> bool:
+    """Every column is one Arrow's CSV writer can write as PostgreSQL reads it: no nested values (they
+    become JSON in Python), and extension types (JSON text) only over string storage."""
+    def plain(t: pa.DataType) -> bool:
+        if isinstance(t, pa.ExtensionType):
+            return pa.types.is_string(t.storage_type) or pa.types.is_large_string(t.storage_type)
+        return not pa.types.is_nested(t)
+    return all(plain(f.type) for f in schema)
+
+
+def _csv_storage(record_batch: pa.RecordBatch) -> pa.Table:
+    """The batch with extension columns (e.g. ``arrow.json``) as their string storage, which the CSV writer takes."""
+    columns = [c.storage if isinstance(c.type, pa.ExtensionType) else c for c in record_batch.columns]
+    return pa.Table.from_arrays(columns, names=record_batch.schema.names)
+
+
+def _rows(batch: StagedBatch, json_columns: list[int]) -> Iterator[list[object]]:
+    reader = batch.reader()
+    for record_batch in reader:
+        columns = [col.to_pylist() for col in record_batch.columns]
+        for i in json_columns:
+            columns[i] = [None if v is None else json.dumps(v, default=str) for v in columns[i]]
+        yield from (list(r) for r in zip(*columns, strict=True))

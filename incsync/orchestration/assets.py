@@ -1,0 +1,149 @@
+"""One asset per model, partitioned by window × recipient, downstream of its source table."""
+
+
+import dagster as dg
+from pydantic import Field
+
+from incsync.orchestration.liveness import mark_running
+from incsync.config.model import IncsyncConfig, ModelConfig, RecipientConfig
+from incsync.orchestration.dagster_compat import DEFER_ASSET_EVENTS_TAG, defers_asset_events, report_planned
+from incsync.destinations.registry import Destination
+from incsync.core.fingerprint import model_fingerprint
+from incsync.core.windows import grid_start
+from incsync.orchestration.partitions import model_partitions, split_key
+from incsync.orchestration.resources import destination_resource_key, source_resource_key
+from incsync.spark.session import SparkWarmUp
+from incsync.config.tags import ALLOW_MASS_DELETE_TAG, FULL_REFRESH_TAG, MODE_TAG
+from incsync.transfer.request import TransferRequest
+
+IO_MANAGER_KEY = "incsync_io_manager"
+# UI backfills batch up to this many (window, recipient) partitions into one run: the run reads each
+# recipient's contiguous windows once and its recipients with one query, and records every partition
+# with its own metadata (see execute.py). 10,000 recipients x one window: 10 runs.
+MAX_PARTITIONS_PER_RUN = 1024
+
+
+class TransferRunConfig(dg.Config):
+    """Run configuration of a model's transfers."""
+
+    full_refresh: bool = Field(default=False, description="Reload the recipient's model from its start.")
+
+
+def source_asset_key(model: ModelConfig) -> dg.AssetKey:
+    """``<source>/tables/<source>.<table>``: the lineage graph labels a node by its key's last part, so the
+    source table reads ``app_db.public.orders`` beside the model ``orders``, never the same name twice."""
+    if model.source_table:
+        return dg.AssetKey([model.source, "tables", f"{model.source}.{model.source_table}"])
+    return dg.AssetKey([model.source, "queries", f"{model.source}.{model.model_name}_query"])
+
+
+def model_job(model: ModelConfig):  # noqa: ANN201 - an unresolved asset job
+    """The model's job, named after the model: the UI lists runs under ``orders``, not ``__ASSET_JOB``."""
+    return dg.define_asset_job(
+        name=model.model_name, selection=[model_asset_key(model)], partitions_def=model_partitions(model),
+        description=f"Transfers of model {model.model_name} to its recipients.",
+        # incsync reports the run's asset events itself: planned when the step starts, landed commits once a second.
+        run_tags={DEFER_ASSET_EVENTS_TAG: "true"},
+    )
+
+
+def model_description(config: IncsyncConfig, model: ModelConfig) -> str:
+    what = f"table `{model.source_table}`" if model.source_table else "a source query"
+    tenants = (f"split by tenant column `{model.organization_column}`" if model.organization_column
+               else "one source schema per recipient")
+    window = model.max_transfer_time_window_seconds
+    grid = "daily" if window == 86_400 else (f"{window // 3600}-hour" if window % 3600 == 0 else f"{window // 60}-minute")
+    return (
+        f"Each recipient's copy of {what} from source `{model.source}`, {tenants}. "
+        f"Primary key: {', '.join(model.primary_key)}; changes tracked by `{model.last_modified_column}` "
+        f"(lookback {config.lookback_seconds(model)} s); {grid} windows; schedule `{model.frequency}` (UTC)."
+    )
+
+
+def model_asset_key(model: ModelConfig) -> dg.AssetKey:
+    return dg.AssetKey([model.source, model.model_name])
+
+
+def source_specs(config: IncsyncConfig) -> list[dg.AssetSpec]:
+    """External assets for the source tables, so lineage shows source table → model."""
+    specs: dict[dg.AssetKey, dg.AssetSpec] = {}
+    for model in config.models:
+        key = source_asset_key(model)
+        vendor = config.source(model.source).vendor
+        description = (
+            f"Table `{model.source_table}` of source `{model.source}` ({vendor}), read by model {model.model_name}."
+            if model.source_table else f"Source query of model {model.model_name} on source `{model.source}` ({vendor}):\n\n"
+            f"```sql\n{model.source_query}\n```"
+        )
+        specs[key] = dg.AssetSpec(key=key, group_name=model.source, description=description, kinds={vendor},
+                                  metadata={"source": model.source, "vendor": vendor})
+    return list(specs.values())
+
+
+def build_model_asset(config: IncsyncConfig, model: ModelConfig) -> dg.AssetsDefinition:
+    destination_keys = {destination_resource_key(d.kind) for d in config.destinations}
+    lookback = config.lookback_seconds(model)
+    code_version = model_fingerprint(model)
+
+    @dg.asset(
+        key=model_asset_key(model),
+        group_name=model.source,
+        partitions_def=model_partitions(model),
+        code_version=code_version,
+        deps=[source_asset_key(model)],
+        io_manager_key=IO_MANAGER_KEY,
+        backfill_policy=dg.BackfillPolicy.multi_run(max_partitions_per_run=MAX_PARTITIONS_PER_RUN),
+        required_resource_keys={"spark", "incsync", source_resource_key(model.source), *destination_keys},
+        kinds={"spark", *sorted({d.kind for d in config.destinations})[:2]},  # Dagster shows at most 3
+        description=model_description(config, model),
+        metadata={
+            "primary_key": ", ".join(model.primary_key), "lookback_seconds": lookback,
+            "last_modified_column": model.last_modified_column,
+            "window_seconds": model.max_transfer_time_window_seconds, "schedule": model.frequency,
+        },
+    )
+    def _transfer(context: dg.AssetExecutionContext, config: TransferRunConfig) -> list[TransferRequest]:
+        resources = context.resources
+        tags = context.run.tags
+        mark_running(context.instance, context.run_id)  # a process that dies now leaves an ORPHANED run, not a RUNNING one
+        scheduled = tags.get(MODE_TAG) == "incremental"
+        full_refresh = config.full_refresh or tags.get(FULL_REFRESH_TAG, "").lower() == "true"
+        source = getattr(resources, source_resource_key(model.source)).client()
+        keys = context.partition_keys  # Dagster builds this list anew on each access
+        if defers_asset_events(context.run):
+            report_planned(context, keys)  # the model's job: incsync reports the run's asset events itself
+        spark = SparkWarmUp(resources.spark)
+        if keys:
+            spark.start()
+        retries = resources.incsync.config.retries
+        allow_mass_delete = tags.get(ALLOW_MASS_DELETE_TAG, "").lower() == "true"
+        requests = []
+        # Per recipient, not per window partition: a year-long backfill of 200 recipients is 79,200 keys.
+        cells: dict[str, tuple[RecipientConfig, Destination]] = {}
+        for key in sorted(keys):
+            cell = split_key(model, key)
+            if cell.recipient_id not in cells:
+                recipient = resources.incsync.recipient(cell.recipient_id)
+                kind = resources.incsync.config.destination(recipient.destination).kind
+                cells[cell.recipient_id] = (recipient, getattr(resources, destination_resource_key(kind)).client(recipient.destination))
+            recipient, destination = cells[cell.recipient_id]
+            requests.append(
+                TransferRequest(
+                    model=model,
+                    recipient=recipient,
+                    partition=cell,
+                    grid_start=grid_start(model),
+                    lookback_seconds=lookback,
+                    fingerprint=code_version,
+                    source=source,
+                    destination=destination,
+                    spark=spark.get,
+                    scheduled=scheduled,
+                    full_refresh=full_refresh,
+                    retries=retries,
+                    allow_mass_delete=allow_mass_delete,
+                )
+            )
+        return requests
+
+    return _transfer

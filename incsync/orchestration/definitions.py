@@ -1,0 +1,89 @@
+"""Builds the Dagster Definitions of a configuration file (assets, resources, automation)."""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+
+import dagster as dg
+
+from incsync.orchestration.assets import IO_MANAGER_KEY, build_model_asset, model_job, source_specs
+from incsync.orchestration.triggers import automation
+from incsync.paths import config_path
+from incsync.config.load import load_config
+from incsync.orchestration.dagster_compat import tune_sqlite_storage
+from incsync.orchestration.io_manager import TransferIOManager
+from incsync.orchestration.resources import (
+    DestinationKindResource,
+    IncsyncConfigResource,
+    SourceResource,
+    default_staging_dir,
+    destination_resource_key,
+    source_resource_key,
+    spark_resource,
+)
+from incsync.sources.jdbc.connect import driver_jars, driver_packages
+
+
+EXAMPLE_CONFIG = Path(__file__).resolve().parents[2] / "examples" / "lake-to-delta" / "incsync.yaml"
+
+
+def config_for_code_location(*, cwd: Path | None = None, example: Path = EXAMPLE_CONFIG) -> str | None:
+    """The file a code location loads: None (``$INCSYNC_CONFIG`` or ./incsync.yaml) when either is there,
+    else the shipped example, else a ConfigError saying exactly what to set."""
+    from incsync.errors import ConfigError
+    from incsync.paths import CONFIG_ENV_VAR, DEFAULT_CONFIG_FILE
+
+    if os.environ.get(CONFIG_ENV_VAR) or ((cwd or Path.cwd()) / DEFAULT_CONFIG_FILE).exists():
+        return None
+    if example.exists():
+        logging.getLogger(__name__).warning(
+            "incsync: %s is not set and there is no %s here, so the example %s is loaded; "
+            "export %s=/path/to/incsync.yaml to load yours", CONFIG_ENV_VAR, DEFAULT_CONFIG_FILE, example, CONFIG_ENV_VAR,
+        )
+        return str(example)
+    raise ConfigError(DEFAULT_CONFIG_FILE, [
+        f"file not found; export {CONFIG_ENV_VAR}=/path/to/incsync.yaml before `dagster dev` "
+        f"(or write one here with `incsync init`)"
+    ])
+
+
+def build_definitions(path: str | os.PathLike[str] | None = None) -> dg.Definitions:
+    tune_sqlite_storage()  # every process that runs transfers loads these definitions
+    file = str(config_path(path).resolve())
+    config = load_config(file)
+    resources: dict[str, object] = {
+        "spark": spark_resource(
+            config.spark, extra_jars=driver_jars(config.sources), packages=driver_packages(config.sources)
+        ),
+        "incsync": IncsyncConfigResource(config_path=file),
+        IO_MANAGER_KEY: TransferIOManager(
+            staging_dir=default_staging_dir(config), staging_storage_options=dict(config.staging_storage_options)
+        ),
+    }
+    for source in config.sources:
+        resources[source_resource_key(source.name)] = SourceResource(config_path=file, source_name=source.name)
+    for kind in sorted({d.kind for d in config.destinations}):
+        resources[destination_resource_key(kind)] = DestinationKindResource(config_path=file, kind=kind)
+    # One job per model, named after it: the CLI, the sensor, the schedules and backfills launched from
+    # the job's page all run it (runs listed as ``orders``, not ``__ASSET_JOB``).
+    jobs = {m.model_name: model_job(m) for m in config.models}
+    sensors, schedules = automation(file, config, jobs)
+    from incsync.orchestration.triggers import automation_running
+    from incsync.orchestration.checks import build_check_schedule, build_integrity_check
+
+    status = dg.DefaultScheduleStatus.RUNNING if automation_running() else dg.DefaultScheduleStatus.STOPPED
+    schedules = [*schedules, *(build_check_schedule(m, default_status=status) for m in config.models
+                               if m.integrity_check == "schedule")]
+    return dg.Definitions(
+        assets=[*source_specs(config), *(build_model_asset(config, m) for m in config.models)],
+        asset_checks=[build_integrity_check(m) for m in config.models],
+        resources=resources,
+        sensors=sensors,
+        schedules=schedules,
+        jobs=list(jobs.values()),
+        # One process per run: its Spark session serves every model and partition of the run.
+        executor=dg.in_process_executor,
+    )
+

@@ -1,0 +1,235 @@
+"""The IO manager: plans the run's partitions into transfers and publishes them (see ``execute``)."""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import dagster as dg
+from pydantic import Field, PrivateAttr
+
+from incsync.transfer import progress
+from incsync.orchestration.dagster_compat import add_partition_metadata, defers_asset_events, report_materialized
+from incsync.errors import IncsyncError
+from incsync.transfer.execute import SpanFailure, TransferFailures, execute
+from incsync.orchestration.metadata import transfer_metadata
+from incsync.orchestration.partitions import dagster_key
+from incsync.storage.files import staging_root
+from incsync.orchestration.slots import holder_name, holding, instance_backend, run_slots
+from incsync.config.tags import ERROR_TAG
+from incsync.transfer.request import TransferOutcome, TransferRequest
+
+
+class TransferIOManager(dg.ConfigurableIOManager):
+    """Runs the output's (window, recipient) partitions as coalesced transfers; every partition gets
+    its own materialization with exact metadata, and a failure fails only the partitions it touched."""
+
+    staging_dir: str = Field(description="Root of the per-transfer staging folders: a local path or an object-store URL.")
+    staging_storage_options: dict[str, str] = Field(
+        default_factory=dict, description="storage_options of an object-store staging_dir (secrets as `<name>_env`)."
+    )
+    _instance: dg.DagsterInstance | None = PrivateAttr(default=None)
+
+    def setup_for_execution(self, context: dg.InitResourceContext) -> None:
+        self._instance = context.instance  # the run's: transfer slots and the error tag live there
+
+    def _run_instance(self) -> dg.DagsterInstance:
+        if self._instance is None:
+            raise IncsyncError("the transfer IO manager publishes only inside a Dagster run (it has no instance)")
+        return self._instance
+
+    def handle_output(self, context: dg.OutputContext, obj: list[TransferRequest]) -> None:
+        single = len(context.asset_partition_keys) <= 1
+        # A run of the model's job (its partitions planned when the step started, ``assets``): each
+        # commit's windows are materialized within a second of landing, so a long backfill shows its progress;
+        # otherwise (an asset-page backfill, ``dg.materialize``) Dagster materializes every partition
+        # when the step ends.
+        deferred = defers_asset_events(self._run_instance().get_run_by_id(context.run_id))
+        committed: list[tuple[TransferRequest, dict[str, dg.MetadataValue]]] = []
+        landed = _Landed(context)
+
+        def on_commit(request: TransferRequest, outcome: TransferOutcome) -> None:
+            metadata = transfer_metadata(outcome, destination=request.destination.name, path=destination_path(request))
+            if outcome.first_of_commit:  # one line per commit: every event costs a write to the event log
+                context.log.info(
+                    "transfer %s committed %s rows of recipient %s from window %s (%s window(s) in the transfer), "
+                    "high watermark %s",
+                    outcome.record.transfer_id, outcome.commit_rows, request.recipient.id, request.partition.window_key,
+                    outcome.windows_in_transfer, outcome.record.high_watermark,
+                )
+            committed.append((request, metadata))
+            progress.committed(request.model.model_name, request.recipient.id, request.partition.window_key,
+                               outcome.record.rows_transferred)
+            if deferred:
+                landed.add(
+                    (request.recipient.id, outcome.record.transfer_id, outcome.batch),
+                    dg.AssetMaterialization(asset_key=context.asset_key, partition=str(dagster_key(request.partition)), metadata=metadata),
+                    last_of_commit=outcome.last_of_commit,
+                )
+            elif single:
+                context.add_output_metadata(metadata)
+
+        root = staging_root(self.staging_dir, self.staging_storage_options)
+        with _transfer_slots(context, obj, self._run_instance()):
+            try:
+                failures = execute(obj, staging_root=root, on_commit=on_commit)
+            finally:
+                landed.flush()  # whatever committed is reported, however the run ends
+        if not failures:
+            if not single and not deferred:
+                add_partition_metadata(context, {str(dagster_key(r.partition)): md for r, md in committed})
+            return
+        if not single and not deferred:
+            _record_committed(context, committed)
+        error = _combined(failures)
+        tag_error(self._run_instance(), context.run_id, error)
+        raise transfer_failure(obj[0].model.model_name, failures) from error
+
+    def load_input(self, context: dg.InputContext) -> None:
+        raise IncsyncError(
+            f"asset {context.asset_key.to_user_string()} is published to each recipient's destination; "
+            "read it there (Delta table, PostgreSQL schema or manifests), not as a Dagster input"
+        )
+
+
+# How often a run reports the commits that landed since its last report: each report is one batch in
+# the event log. A fan-out run of 256 recipients lands a commit every few tenths of a second, and a
+# batch per commit cost as much time as the publishes themselves (S benchmark, November 2026).
+REPORT_INTERVAL_SECONDS = 1.0
+
+
+class _Landed:
+    """The materializations of committed windows, reported in batches at most every
+    ``REPORT_INTERVAL_SECONDS``, never a commit's windows apart."""
+
+    def __init__(self, context: dg.OutputContext) -> None:
+        self._context = context
+        self._open: dict[tuple[str, str, str | None], list[dg.AssetMaterialization]] = {}
+        self._ready: list[dg.AssetMaterialization] = []
+        self._reported_at = time.monotonic()
+
+    def add(self, commit: tuple[str, str, str | None], materialization: dg.AssetMaterialization, *, last_of_commit: bool) -> None:
+        self._open.setdefault(commit, []).append(materialization)
+        if last_of_commit:
+            self._ready += self._open.pop(commit)
+            if time.monotonic() - self._reported_at >= REPORT_INTERVAL_SECONDS:
+                self.flush()
+
+    def flush(self) -> None:
+        pending = self._ready + [m for ms in self._open.values() for m in ms]
+        self._ready, self._open = [], {}
+        if pending:
+            report_materialized(self._context, pending)
+        self._reported_at = time.monotonic()
+
+
+@contextmanager
+def _transfer_slots(context: dg.OutputContext, requests: list[TransferRequest], instance: dg.DagsterInstance) -> Iterator[None]:
+    """Hold the run's transfer slots (``incsync.orchestration.slots``) while it reads and publishes."""
+    configs = {c.name: c for r in requests for c in [getattr(r.destination, "config", None)] if c is not None}
+    sources = {c.name: c for r in requests for c in [getattr(r.source, "config", None)] if c is not None}
+    if not requests or not configs:
+        yield
+        return
+    slots = run_slots(model=requests[0].model.model_name, destinations=list(configs.values()), sources=list(sources.values()))
+    holder = holder_name(context.run_id)
+
+    def notify(message: str) -> None:
+        context.log.warning(message)
+        print(f"incsync: {message}", file=sys.stderr, flush=True)  # the command line's user sees it too
+
+    with holding(slots, instance_backend(instance, holder), holder=holder, notify=notify):
+        context.log.info("transfer slots taken: %s", ", ".join(s.key for s in slots))
+        try:
+            yield
+        finally:
+            context.log.info("transfer slots released")
+
+
+def _combined(failures: list[SpanFailure]) -> BaseException:
+    """One incsync error is raised as itself; anything else, or several, becomes one error naming each recipient."""
+    if len(failures) == 1 and isinstance(failures[0].error, IncsyncError):
+        return failures[0].error
+    lines = [f"{f.recipient_id}: {type(f.error).__name__}: {f.error}" for f in failures]
+    recipients = sorted({f.recipient_id for f in failures})
+    head = f"recipient {recipients[0]} failed" if len(failures) == 1 else f"{len(recipients)} recipients failed, the others committed"
+    error = TransferFailures(f"{head}:\n  " + "\n  ".join(lines))
+    error.__cause__ = failures[0].error
+    return error
+
+
+def transfer_failure(model: str, failures: list[SpanFailure]) -> dg.Failure:
+    """The run's failure as Dagster shows it: for each recipient that failed, the windows it did not
+    commit and why (raised as is, not wrapped in "Error occurred while handling output")."""
+    windows: dict[str, list[str]] = {}
+    lines = []
+    for f in failures:
+        keys = sorted(r.partition.window_key for r in f.requests)
+        windows.setdefault(f.recipient_id, []).extend(keys)
+        lines.append(f"model {model}, recipient {f.recipient_id}, {_windows_text(keys)}: {_reason(f.error, model, f.recipient_id)}")
+    recipients = sorted(windows)
+    if len(lines) == 1:
+        description, error = lines[0], f"{type(failures[0].error).__name__}: {failures[0].error}"
+    else:
+        description = f"model {model}: {len(recipients)} recipient(s) failed:\n  " + "\n  ".join(lines)
+        error = "\n".join(f"{f.recipient_id}: {type(f.error).__name__}: {f.error}" for f in failures)
+    return dg.Failure(description=description, metadata={
+        "model": model,
+        "recipient": ", ".join(recipients),
+        "windows": dg.MetadataValue.json({rid: sorted(windows[rid]) for rid in recipients}),
+        "error": error,
+    })
+
+
+def _reason(error: BaseException, model: str, recipient: str) -> str:
+    """The error's class and message, without the "model m, recipient r: " the line names already."""
+    text = str(error)
+    for named in (f"model {model}, recipient {recipient}: ", f"model {model}: "):
+        text = text.removeprefix(named)
+    return f"{type(error).__name__}: {text}"
+
+
+def _windows_text(keys: list[str]) -> str:
+    if not keys:
+        return "every window committed"
+    if len(keys) == 1:
+        return f"window {keys[0]} not committed"
+    return f"windows {keys[0]} .. {keys[-1]} ({len(keys)}) not committed"
+
+
+def destination_path(request: TransferRequest) -> str | None:
+    """Where the recipient's copy of the model is: a Delta table, an object-storage folder (None: a database)."""
+    root = getattr(getattr(request.destination, "config", None), "path", None)
+    if not root:
+        return None
+    model, recipient = request.model.model_name, request.recipient.id
+    kind = getattr(request.destination, "kind", "")
+    return f"{root.rstrip('/')}/{model}" + (f"/recipient={recipient}" if kind == "object_storage" else "")
+
+
+MAX_TAG_VALUE = 255
+
+
+def first_line(error: BaseException) -> str:
+    text = f"{type(error).__name__}: {error}".strip()
+    return text.splitlines()[0] if text else type(error).__name__
+
+
+def tag_error(instance: dg.DagsterInstance, run_id: str, error: BaseException) -> None:
+    """Tag the run with its error's first line (``incsync transfers`` shows it without reading the run's events)."""
+    try:
+        line = first_line(error)
+        if len(line) > MAX_TAG_VALUE:
+            line = line[: MAX_TAG_VALUE - 1] + "…"
+        instance.add_run_tags(run_id, {ERROR_TAG: line})
+    except Exception:  # noqa: BLE001 - the tag is a convenience; the run's failure is what matters
+        pass
+
+
+def _record_committed(context: dg.OutputContext, committed: list[tuple[TransferRequest, dict[str, dg.MetadataValue]]]) -> None:
+    """A run covering several partitions failed part-way: the windows committed before the failure
+    stay committed, so say so, and a backfill retried from failure resumes at the failed window."""
+    for request, metadata in committed:
+        context.log_event(dg.AssetMaterialization(asset_key=context.asset_key, partition=str(dagster_key(request.partition)), metadata=metadata))

@@ -1,0 +1,161 @@
+"""Transfers whose process died: found, marked ORPHANED, their staging removed (faults item 7).
+
+Every run that executes a transfer carries ``incsync/process`` (host, pid and the process's start time,
+so a reused pid is not taken for the run) and a heartbeat tag it refreshes while it runs. The CLI and
+the worker tag a run when they launch it; the asset body tags every run, daemon-launched ones included.
+``reap`` marks a run still in progress ORPHANED when its process is gone (this host) or its heartbeat
+is older than ``STALE_AFTER`` (another host); it runs at every ``incsync transfers`` and
+``incsync transfer``, and every 30 s in the Dagster daemon (the ``incsync_reaper`` sensor). The run
+failure releases the run's concurrency slots (the tag limits count in-progress runs only); a
+destination's own lease never outlives its holder (PostgreSQL's advisory lock is per transaction,
+the other locks are ``flock``s the OS drops), and staging the dead process held is removed.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import socket
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import dagster as dg
+
+from incsync.orchestration.dagster_compat import report_run_orphaned
+from incsync.config.tags import HEARTBEAT_TAG, PROCESS_TAG
+
+log = logging.getLogger(__name__)
+
+HEARTBEAT_SECONDS = 30
+STALE_AFTER = 100  # seconds without a heartbeat before a run of another host counts as dead
+IN_PROGRESS = [dg.DagsterRunStatus.STARTING, dg.DagsterRunStatus.STARTED, dg.DagsterRunStatus.CANCELING]
+REAPER_SENSOR = "incsync_reaper"
+LOCK_GRACE_SECONDS = 60  # a lock file without its folder is left this long (a transfer may be creating it)
+
+
+def _start_ticks(pid: int) -> str | None:
+    """The process's start time in clock ticks since boot (None: no such process)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return stat.rsplit(")", 1)[1].split()[19]  # field 22; the command name may hold spaces
+
+
+def process_tag(pid: int | None = None) -> str:
+    pid = os.getpid() if pid is None else pid
+    return f"{socket.gethostname()}:{pid}:{_start_ticks(pid) or '?'}"
+
+
+@dataclass(frozen=True)
+class Liveness:
+    alive: bool | None  # None: cannot tell (another host without a heartbeat)
+    why: str
+
+
+def liveness(tags: dict[str, str], *, now: float | None = None) -> Liveness:
+    """Whether the process running a run with these tags is still there."""
+    tag = tags.get(PROCESS_TAG)
+    if tag:
+        host, pid, ticks = (tag.rsplit(":", 2) + ["", ""])[:3]
+        if host == socket.gethostname() and pid.isdigit():
+            current = _start_ticks(int(pid))
+            if current is None:
+                return Liveness(False, f"its process {pid} on {host} is gone")
+            if ticks not in ("?", current):
+                return Liveness(False, f"its process {pid} on {host} is gone (the pid now belongs to another process)")
+            return Liveness(True, f"process {pid} on {host} runs")
+    beat = tags.get(HEARTBEAT_TAG)
+    if beat is None:
+        return Liveness(None, "no heartbeat")
+    age = (time.time() if now is None else now) - float(beat)
+    if age > STALE_AFTER:
+        return Liveness(False, f"its last heartbeat ({tag or 'unknown process'}) is {age:.0f} s old")
+    return Liveness(True, f"heartbeat {age:.0f} s ago")
+
+
+def mark_running(instance: dg.DagsterInstance, run_id: str) -> None:
+    """Tag the run with this process and a heartbeat the process refreshes until the run ends."""
+    instance.add_run_tags(run_id, {PROCESS_TAG: process_tag(), HEARTBEAT_TAG: f"{time.time():.0f}"})
+    threading.Thread(target=_beat, args=(instance, run_id), name=f"incsync-heartbeat-{run_id[:8]}", daemon=True).start()
+
+
+def _beat(instance: dg.DagsterInstance, run_id: str) -> None:
+    while True:
+        time.sleep(HEARTBEAT_SECONDS)
+        try:
+            run = instance.get_run_by_id(run_id)
+            if run is None or run.status not in IN_PROGRESS:
+                return
+            instance.add_run_tags(run_id, {HEARTBEAT_TAG: f"{time.time():.0f}"})
+        except Exception:  # noqa: BLE001 - a missed beat is retried; the run must not fail for it
+            log.debug("heartbeat of run %s failed", run_id, exc_info=True)
+
+
+def reap(instance: dg.DagsterInstance, *, staging_root: Path | None = None, now: float | None = None) -> list[str]:
+    """Mark in-progress runs whose process died as failed (ORPHANED); remove abandoned staging.
+
+    Returns the run ids marked.
+    """
+    marked = []
+    for record in instance.get_run_records(dg.RunsFilter(statuses=IN_PROGRESS)):
+        run = record.dagster_run
+        state = liveness(run.tags, now=now)
+        if state.alive is not False:
+            continue
+        current = instance.get_run_by_id(run.run_id)
+        if current is None or current.status not in IN_PROGRESS:
+            continue  # it ended while we looked
+        message = (f"incsync: transfer run {run.run_id} was still {run.status.value} but {state.why}; "
+                   "marked ORPHANED. What it committed stays committed, nothing else was published: run it again.")
+        report_run_orphaned(instance, current, message)
+        log.warning("%s", message)
+        marked.append(run.run_id)
+    if staging_root is not None:
+        remove_abandoned_staging(staging_root)
+    return marked
+
+
+def remove_abandoned_staging(root: Path) -> list[Path]:
+    """Remove staging folders no live transfer holds, and lock files left without their folder."""
+    from incsync.staging.folders import remove_if_abandoned
+    from incsync.core.transfer_id import TRANSFER_ID_PATTERN
+
+    if not root.is_dir():
+        return []
+    ours = re.compile(rf".+-{TRANSFER_ID_PATTERN}")  # <model>-<recipient>-<id> and <model>-fanout-<id>
+    removed = []
+    for path in sorted(root.iterdir()):
+        if path.is_dir() and ours.fullmatch(path.name) and remove_if_abandoned(path):
+            removed.append(path)
+    for lock in sorted(root.glob("*.lock")):
+        folder = lock.with_name(lock.name.removesuffix(".lock"))
+        if not ours.fullmatch(folder.name):
+            continue
+        try:
+            old = time.time() - lock.stat().st_mtime > LOCK_GRACE_SECONDS
+        except FileNotFoundError:
+            continue
+        if not folder.exists() and old and remove_if_abandoned(folder):
+            removed.append(lock)
+    for path in removed:
+        log.warning("removed staging %s left by an interrupted transfer", path)
+    return removed
+
+
+def build_reaper_sensor(staging_root: str, *, default_status: dg.DefaultSensorStatus = dg.DefaultSensorStatus.RUNNING) -> dg.SensorDefinition:
+    @dg.sensor(
+        name=REAPER_SENSOR,
+        minimum_interval_seconds=30,
+        default_status=default_status,
+        description="Marks transfers whose process died ORPHANED and removes their staging "
+        "(CLI and worker runs have no Dagster run monitoring).",
+    )
+    def reaper(context: dg.SensorEvaluationContext) -> dg.SkipReason:
+        marked = reap(context.instance, staging_root=Path(staging_root))
+        return dg.SkipReason(f"marked {len(marked)} run(s) ORPHANED: {', '.join(marked)}" if marked else "no dead transfer")
+
+    return reaper

@@ -1,0 +1,93 @@
+"""Materialization metadata keys (DESIGN step 9), defined once."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+import dagster as dg
+
+from incsync.core.horizon import FUTURE_DATED_ROWS, HELD_BACK_SECONDS, HORIZON, HORIZON_WARNING, SOURCE_HORIZON
+from incsync.transfer.request import TransferOutcome, high_watermark_epoch
+
+ROWS_TRANSFERRED = "rows_transferred"
+DELTA_ROWS_TRANSFERRED = "delta_rows_transferred"
+HIGH_WATERMARK = "high_watermark"
+HIGH_WATERMARK_EPOCH = "high_watermark_epoch_seconds"
+WINDOW_START = "window_start"
+WINDOW_END = "window_end"
+LOWER_BOUND = "lower_bound"
+UPPER_BOUND = "upper_bound"
+LOOKBACK_SECONDS = "lookback_seconds"
+TRANSFER_ID = "transfer_id"
+TRANSFER_TYPE = "transfer_type"
+FULL_REFRESH_REASON = "full_refresh_reason"
+DESTINATION = "destination"
+STAGED_BYTES = "staged_bytes"
+DURATION_SECONDS = "duration_seconds"
+RECIPIENT = "recipient"
+COLUMN_SCHEMA = "dagster/column_schema"
+TRANSFER_WINDOWS = "transfer_windows"  # windows the transfer (one read) covered
+TRANSFER_BATCH = "transfer_batch"  # "k/n": the commit holding this window, when the transfer was split
+HIGH_WATERMARK_EXACT = "high_watermark_exact"  # ISO 8601 with microseconds: the UI shows timestamps to the second
+DESTINATION_PATH = "destination_path"
+ROW_COUNT = "dagster/row_count"
+HORIZON_HELD_BACK_SECONDS = HELD_BACK_SECONDS  # the horizon's keys are defined once, in incsync.core.horizon
+
+
+def _ts(iso: str) -> dg.MetadataValue:
+    return dg.MetadataValue.timestamp(datetime.fromisoformat(iso))
+
+
+def transfer_metadata(outcome: TransferOutcome, *, destination: str, path: str | None = None) -> dict[str, dg.MetadataValue]:
+    """The materialization's metadata; ``path``: where the recipient's copy is (Delta table, storage prefix)."""
+    record = outcome.record
+    hw = record.high_watermark
+    hw_epoch = high_watermark_epoch(record)
+    metadata: dict[str, dg.MetadataValue] = {
+        ROWS_TRANSFERRED: dg.MetadataValue.int(record.rows_transferred),
+        DELTA_ROWS_TRANSFERRED: dg.MetadataValue.int(record.delta_rows_transferred),
+        HIGH_WATERMARK: dg.MetadataValue.timestamp(hw) if hw is not None else dg.MetadataValue.null(),
+        HIGH_WATERMARK_EPOCH: dg.MetadataValue.int(hw_epoch) if hw_epoch is not None else dg.MetadataValue.null(),
+        HIGH_WATERMARK_EXACT: dg.MetadataValue.text(hw.isoformat()) if hw is not None else dg.MetadataValue.null(),
+        ROW_COUNT: dg.MetadataValue.int(record.rows_transferred),
+        WINDOW_START: _ts(record.window_start),
+        WINDOW_END: _ts(record.window_end),
+        LOWER_BOUND: _ts(record.lower_bound),
+        UPPER_BOUND: _ts(record.upper_bound),
+        LOOKBACK_SECONDS: dg.MetadataValue.int(record.lookback_seconds),
+        TRANSFER_ID: dg.MetadataValue.text(record.transfer_id),
+        TRANSFER_TYPE: dg.MetadataValue.text(record.transfer_type),
+        DESTINATION: dg.MetadataValue.text(destination),
+        RECIPIENT: dg.MetadataValue.text(record.recipient_id),
+        STAGED_BYTES: dg.MetadataValue.int(outcome.staged_bytes),
+        DURATION_SECONDS: dg.MetadataValue.float(round(outcome.duration_seconds, 3)),
+    }
+    if path:
+        metadata[DESTINATION_PATH] = dg.MetadataValue.path(path)
+    if outcome.columns:
+        metadata[COLUMN_SCHEMA] = dg.MetadataValue.table_schema(
+            dg.TableSchema(columns=[dg.TableColumn(name=name, type=kind) for name, kind in outcome.columns])
+        )
+    if outcome.windows_in_transfer > 1:
+        metadata[TRANSFER_WINDOWS] = dg.MetadataValue.int(outcome.windows_in_transfer)
+    if outcome.batch:
+        metadata[TRANSFER_BATCH] = dg.MetadataValue.text(outcome.batch)
+    if outcome.full_refresh_reason:
+        metadata[FULL_REFRESH_REASON] = dg.MetadataValue.text(outcome.full_refresh_reason)
+    metadata.update(horizon_metadata(record.extra))
+    for key, value in outcome.destination_metadata.items():
+        metadata[key] = dg.MetadataValue.int(value) if isinstance(value, int) else dg.MetadataValue.text(str(value))
+    return metadata
+
+
+def horizon_metadata(extra: dict[str, str]) -> dict[str, dg.MetadataValue]:
+    """The safe horizon's facts (DESIGN step 6), from the transfer record where the transfer put them."""
+    metadata: dict[str, dg.MetadataValue] = {}
+    if SOURCE_HORIZON in extra:
+        metadata[SOURCE_HORIZON] = _ts(extra[SOURCE_HORIZON])
+        metadata[HORIZON] = dg.MetadataValue.text(extra[HORIZON])
+        metadata[HORIZON_HELD_BACK_SECONDS] = dg.MetadataValue.float(float(extra[HELD_BACK_SECONDS]))
+        metadata[FUTURE_DATED_ROWS] = dg.MetadataValue.int(int(extra[FUTURE_DATED_ROWS]))
+    if HORIZON_WARNING in extra:
+        metadata[HORIZON_WARNING] = dg.MetadataValue.text(extra[HORIZON_WARNING])
+    return metadata

@@ -1,0 +1,104 @@
+"""The recipient sensor: keeps the "recipients" dynamic partitions equal to the enabled recipients
+of the registry and launches each new recipient's initial backfill."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from datetime import datetime
+
+import dagster as dg
+
+from incsync.config.tags import BACKFILL
+from incsync.core.windows import initial_backfill_span
+from incsync.core.bounds import UTC
+from incsync.config.model import IncsyncConfig, ModelConfig, RecipientConfig
+from incsync.orchestration.assets import model_job
+from incsync.orchestration.launch import plan_runs
+from incsync.core.windows import window_key_for
+from incsync.orchestration.partitions import RECIPIENTS_PARTITIONS, recipients_partitions
+from incsync.orchestration.resources import cached_config
+
+RECIPIENT_SENSOR = "incsync_recipients"
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+def initial_backfill_requests(
+    config: IncsyncConfig,
+    models: Sequence[ModelConfig],
+    recipients: Sequence[RecipientConfig],
+    now: datetime,
+    *,
+    registered: Sequence[str],
+) -> list[dg.RunRequest]:
+    """Per model, runs covering each new recipient's windows from its start to the open window, many
+    recipients to a run (see ``launch``): one read per run, one Spark session."""
+    requests = []
+    for model in models:
+        windows = {}
+        for recipient in recipients:
+            span = initial_backfill_span(model, recipient, now)
+            if span is not None:
+                windows[recipient.id] = (window_key_for(model, span[0]), window_key_for(model, span[1]))
+        specs = plan_runs(
+            config, model, recipients, windows=windows, registered=registered, mode=BACKFILL,
+            run_key_prefix=f"initial:{now.isoformat()}",
+        )
+        requests += [spec.run_request() for spec in specs]
+    return requests
+
+
+def build_recipient_sensor(
+    config_path: str,
+    models: Sequence[ModelConfig],
+    *,
+    default_status: dg.DefaultSensorStatus = dg.DefaultSensorStatus.RUNNING,
+    clock: Callable[[], datetime] = _now,
+    jobs: Sequence[dg.UnresolvedAssetJobDefinition] | None = None,
+) -> dg.SensorDefinition:
+    """Reads the registry on every tick (the file is re-read when it changed) and asks the instance
+    only for what is missing, so a tick stays cheap with thousands of recipients.
+
+    ``jobs`` are the models' jobs (``assets.model_job``) the Definitions hold; each run request names
+    its model's, so the runs are listed under the model's name, not an anonymous asset job."""
+    models = list(models)
+    jobs = list(jobs) if jobs is not None else [model_job(m) for m in models]
+
+    @dg.sensor(
+        name=RECIPIENT_SENSOR,
+        minimum_interval_seconds=30,
+        default_status=default_status,
+        jobs=jobs,
+        description="Adds and removes recipient partitions as the registry changes; "
+        "launches each new recipient's initial backfill from its start.",
+    )
+    def recipients_sensor(context: dg.SensorEvaluationContext) -> dg.SensorResult | dg.SkipReason:
+        config = cached_config(config_path)
+        enabled = [r for r in config.recipients if r.enabled]
+        order = context.instance.get_dynamic_partitions(RECIPIENTS_PARTITIONS)
+        registered = set(order)
+        added = [r for r in enabled if r.id not in registered]
+        removed = sorted(registered - {r.id for r in enabled})
+        if not added and not removed:
+            return dg.SkipReason(f"{len(registered)} recipients registered, none added or removed")
+        now = clock()
+        partition_requests: list[dg.AddDynamicPartitionsRequest | dg.DeleteDynamicPartitionsRequest] = []
+        if added:
+            partition_requests.append(recipients_partitions.build_add_request([r.id for r in added]))
+        if removed:
+            partition_requests.append(recipients_partitions.build_delete_request(removed))
+        context.log.info(
+            "%s recipients added (%s), %s removed (%s)",
+            len(added), ", ".join(r.id for r in added[:10]), len(removed), ", ".join(removed[:10]),
+        )
+        return dg.SensorResult(
+            # The add request appends the new recipients in this order, so the runs' recipient ranges hold.
+            run_requests=initial_backfill_requests(
+                config, models, added, now, registered=[r for r in order if r not in removed] + [r.id for r in added]
+            ),
+            dynamic_partitions_requests=partition_requests,
+        )
+
+    return recipients_sensor

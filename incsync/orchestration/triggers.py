@@ -1,0 +1,48 @@
+"""Everything the automation package adds to the Definitions: the recipient sensor and one schedule per model."""
+
+from __future__ import annotations
+
+import os
+
+import dagster as dg
+
+from incsync.orchestration.assets import model_job
+from incsync.orchestration.liveness import build_reaper_sensor
+from incsync.orchestration.schedules import build_model_schedule
+from incsync.orchestration.sensors import build_recipient_sensor
+from incsync.config.model import IncsyncConfig
+from incsync.errors import ConfigError
+from incsync.orchestration.resources import default_staging_dir
+
+# "running" (default): the sensor and schedules start with the daemon; "stopped": turn them on in the UI.
+AUTOMATION_ENV_VAR = "INCSYNC_AUTOMATION"
+
+
+def automation_running() -> bool:
+    value = os.environ.get(AUTOMATION_ENV_VAR, "running").lower()
+    if value not in ("running", "stopped"):
+        raise ConfigError("environment", [f'{AUTOMATION_ENV_VAR}: "{value}" must be "running" or "stopped"'])
+    return value == "running"
+
+
+def automation(
+    config_path: str, config: IncsyncConfig, jobs: dict[str, dg.UnresolvedAssetJobDefinition] | None = None
+) -> tuple[list[dg.SensorDefinition], list[dg.ScheduleDefinition]]:
+    """``jobs``: the models' jobs by model name (``assets.model_job``), shared by the sensor and the
+    schedules so Dagster sees one job per name."""
+    running = automation_running()
+    sensor_status = dg.DefaultSensorStatus.RUNNING if running else dg.DefaultSensorStatus.STOPPED
+    schedule_status = dg.DefaultScheduleStatus.RUNNING if running else dg.DefaultScheduleStatus.STOPPED
+    if not config.models:
+        return [], []
+    jobs = jobs if jobs is not None else {m.model_name: model_job(m) for m in config.models}
+    sensors = [
+        build_recipient_sensor(
+            config_path, config.models, default_status=sensor_status, jobs=[jobs[m.model_name] for m in config.models]
+        ),
+        build_reaper_sensor(default_staging_dir(config), default_status=sensor_status),
+    ]
+    schedules = [
+        build_model_schedule(config_path, m, default_status=schedule_status, job=jobs[m.model_name]) for m in config.models
+    ]
+    return sensors, schedules

@@ -1,0 +1,85 @@
+"""The Spark session's settings: defaults, the OS's JDBC driver jars, the file's overrides; and a
+session started in the background while a run does its other I/O."""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Protocol
+
+from incsync.core.vendor_sql import DRIVERS
+from incsync.spark.cluster import driver_address
+
+JDBC_DRIVER_JARS = tuple(dict.fromkeys(driver.os_jar for driver in DRIVERS.values()))
+
+SPARK_DEFAULTS: dict[str, str] = {
+    "spark.master": "local[*]",
+    "spark.app.name": "incsync",
+    "spark.ui.enabled": "false",
+    "spark.sql.session.timeZone": "UTC",
+    "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
+    "spark.sql.shuffle.partitions": "4",
+    "spark.sql.sources.partitionOverwriteMode": "dynamic",
+    "spark.ui.showConsoleProgress": "false",
+    "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile=file:{Path(__file__).with_name('log4j2.properties')}",
+}
+
+
+def spark_config(
+    overrides: dict[str, str] | None = None, *, extra_jars: Sequence[str] = (), packages: Sequence[str] = ()
+) -> dict[str, str]:
+    """Defaults plus the OS's JDBC driver jars (no Maven download needed), the sources' own driver
+    jars and Maven packages, plus the file's settings. ``spark.jars`` also ships the drivers to a
+    cluster's executors. The driver stays on 127.0.0.1 unless the master runs executors elsewhere
+    (``spark_cluster``)."""
+    # Spark's Python workers (staging to an object store runs in them) take PYSPARK_PYTHON, else the
+    # PATH's python3, which lacks incsync's packages; a cluster's own setting wins.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    conf = dict(SPARK_DEFAULTS)
+    conf.update(driver_address(overrides or {}))
+    jars = [j for j in JDBC_DRIVER_JARS if Path(j).exists()] + [j for j in extra_jars if j not in JDBC_DRIVER_JARS]
+    if jars:
+        conf["spark.jars"] = ",".join(jars)
+    if packages:
+        conf["spark.jars.packages"] = ",".join(packages)
+    conf.update(overrides or {})
+    if "spark.remote" in conf:  # Spark Connect: the server owns master, jars and driver settings
+        conf = {k: v for k, v in conf.items() if k in ("spark.remote", "spark.app.name") or k.startswith("spark.sql.")}
+    return conf
+
+
+class _SessionSource(Protocol):
+    @property
+    def spark_session(self) -> Any: ...
+
+
+class SparkWarmUp:
+    """The run's Spark session, started in a thread while the run does its other I/O.
+
+    A run of many recipients reads their destinations' states, takes their transfer slots and asks the
+    source for its horizon before the first Spark read; a local JVM takes 10-30 s to start, so starting
+    it at the top of the step overlaps the two. ``get()`` waits for the warm-up; if the warm-up failed,
+    it tries again in the caller's thread, so the caller sees the real error.
+    """
+
+    def __init__(self, resource: _SessionSource):
+        self._resource = resource
+        self._lock = threading.Lock()
+
+    def start(self) -> SparkWarmUp:
+        threading.Thread(target=self._warm, name="incsync-spark-warm-up", daemon=True).start()
+        return self
+
+    def _warm(self) -> None:
+        try:
+            self.get()
+        except Exception:  # noqa: BLE001 - get() in the caller's thread raises it again, where it belongs
+            logging.getLogger(__name__).debug("Spark warm-up failed; the first read starts it again", exc_info=True)
+
+    def get(self):
+        with self._lock:
+            return self._resource.spark_session

@@ -1,0 +1,232 @@
+"""Stage a batch once as Parquet from Spark: its writes, the faithful types of its files, the staged-count check."""
+
+from __future__ import annotations
+
+import re
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from urllib.parse import unquote
+from typing import TYPE_CHECKING
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.fs as pafs
+
+from incsync.errors import StagingError
+from incsync.staging.batch import StagedBatch, file_ref, files_dataset, files_size, filesystem_of, stage_arrow
+from incsync.storage.files import StoragePath
+from incsync.staging.type_conversion import ConversionError, column_plans, convert_table, faithful_schema
+from incsync.core.typemap import FINITE_MARK, ColumnPlan
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+
+def stage(df: DataFrame | pa.Table, path: Path | StoragePath, *, known_empty: bool = False, collect: bool = False) -> StagedBatch:
+    """Write ``df`` once (UTC microsecond timestamps) and describe the files.
+
+    An Arrow table (from a source read without Spark) is written as one Parquet file. ``known_empty``
+    (the source said no row is in bounds) skips Spark's write job: the batch is empty, with the schema
+    Spark's empty Parquet file would have had. ``collect`` (the source counted a small batch) brings the
+    rows through Arrow and writes them here, with that same schema, instead of running a write job.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if isinstance(df, pa.Table):
+        return stage_arrow(df, path)
+    plans = column_plans(df)
+    if known_empty:
+        path.mkdir(parents=True, exist_ok=True)
+        return StagedBatch(path=path, files=(), schema=faithful_schema(spark_parquet_schema(df), plans), rows=0, bytes=0)
+    if collect:
+        schema = spark_parquet_schema(df)
+        with _out_of_range(plans):
+            collected = df.toArrow()
+        table = convert_table(collected.cast(schema), plans)
+        return stage_arrow(table, path, schema=faithful_schema(schema, plans))
+    with _out_of_range(plans):
+        written = write_through_arrow(df, path) if isinstance(path, StoragePath) else write_observed(df, path)
+    fs = filesystem_of(path)
+    files = tuple(sorted(file_ref(p) for p in path.glob("*.parquet")))
+    if any(plan.arrow for plan in plans.values()):
+        _convert_files(files, plans, fs)
+    schema = faithful_schema(_utc_schema(df, files_dataset(files, fs).schema if files else None), plans)
+    rows = files_dataset(files, fs, schema).count_rows() if files else 0
+    check_staged_rows(path, extracted=written, staged=rows)
+    return StagedBatch(path=path, files=files, schema=schema, rows=rows, bytes=files_size(files, fs))
+
+
+def write_through_arrow(df: DataFrame, path: StoragePath, *, partition_by: str | None = None) -> int:
+    """Write ``df`` as Parquet under ``path`` on an object store, from Spark's tasks through pyarrow.
+
+    Spark reaches ``s3://`` only with the Hadoop S3 connector (hadoop-aws jars), which this installation
+    lacks; each task writes its rows itself (``mapInArrow``), so executors on other hosts stage straight to
+    the object store. ``partition_by`` splits the files into ``<column>=<value>/`` folders, as Spark's
+    ``partitionBy`` does. Returns the rows written.
+    """
+    from urllib.parse import quote
+
+    schema = spark_parquet_schema(df)  # UTC microsecond timestamps, as Spark's own Parquet files
+    fs, root, run = path.fs, path.path, uuid.uuid4().hex[:12]
+    body = pa.schema([f for f in schema if f.name != partition_by])
+
+    def write(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        import pyarrow.compute as pc
+        import pyarrow.parquet as pq
+        from pyspark import TaskContext
+
+        task = TaskContext.get().partitionId()
+        writers: dict[str, pq.ParquetWriter] = {}
+        rows = 0
+        try:
+            for batch in batches:
+                batch = batch.cast(schema)
+                rows += batch.num_rows
+                if partition_by is None:
+                    parts = {"": batch}
+                else:
+                    text = batch.column(partition_by)
+                    parts = {
+                        str(v): batch.filter(pc.equal(text, v)).drop_columns([partition_by])
+                        for v in pc.unique(text).to_pylist()
+                    }
+                for value, part in parts.items():
+                    if value not in writers:
+                        folder = f"{root}/{partition_by}={quote(value, safe='')}" if partition_by else root
+                        writers[value] = pq.ParquetWriter(f"{folder}/part-{task:05d}-{run}.parquet", body,
+                                                          filesystem=fs, coerce_timestamps="us")
+                    writers[value].write_batch(part)
+        finally:
+            for writer in writers.values():
+                writer.close()
+        yield pa.RecordBatch.from_pydict({"rows": [rows]}, schema=pa.schema([("rows", pa.int64())]))
+
+    return sum(r["rows"] for r in df.mapInArrow(write, "rows long").collect())
+
+
+def write_observed(df: DataFrame, path: Path, *, partition_by: str | None = None) -> int | None:
+    """Write ``df`` as Parquet under ``path`` and return how many rows Spark wrote (None: not observable)."""
+    from pyspark.sql import Observation
+    from pyspark.sql import functions as F
+
+    observation = Observation("incsync_staged")
+    writer = df.observe(observation, F.count(F.lit(1)).alias("rows")).write.mode("overwrite")
+    writer = writer.option("outputTimestampType", "TIMESTAMP_MICROS")
+    (writer.partitionBy(partition_by) if partition_by else writer).parquet(str(path))
+    try:
+        return int(observation.get["rows"])
+    except Exception:  # noqa: BLE001 - an engine without observations: the staged count stands alone
+        return None
+
+
+def check_staged_rows(path: Path, *, extracted: int | None, staged: int) -> None:
+    """The rows this process finds staged must be the rows Spark wrote: executors that write to a
+    folder the driver cannot see (a cluster without shared staging) must fail, never publish nothing."""
+    if extracted is not None and extracted != staged:
+        raise StagingError(
+            f"staging {path}: Spark wrote {extracted} row(s) but {staged} are visible here; nothing was published. "
+            "Spark's executors and this process must share the staging folder: set `staging_dir` (or "
+            "INCSYNC_STAGING_DIR) to storage both can reach."
+        )
+
+
+TENANT_PARTITION = "__incsync_tenant"
+
+
+def stage_by_tenant(
+    df: DataFrame, path: Path | StoragePath, column: str, *, known_empty: bool = False, collect: bool = False
+) -> tuple[pa.Schema, dict[str, StagedBatch]]:
+    """Stage a fan-out read once, split by the tenant column's text: the schema, and a batch per tenant value.
+
+    Spark writes the split itself (``partitionBy`` on a text copy of the column, so the files keep the
+    column as it was); a small read collected through Arrow is split here. Every later step reads only
+    its tenant's files.
+    """
+    path.mkdir(parents=True, exist_ok=True)
+    plans = column_plans(df)
+    if known_empty:
+        return faithful_schema(spark_parquet_schema(df), plans), {}
+    if collect:
+        spark_schema = spark_parquet_schema(df)
+        with _out_of_range(plans):
+            collected = df.toArrow()
+        table = convert_table(collected.cast(spark_schema), plans)
+        schema = faithful_schema(spark_schema, plans)
+        text = pc.cast(table[column], pa.string())
+        return schema, {
+            str(value): stage_arrow(table.filter(pc.equal(text, value)), path / f"t{i:05d}", schema=schema)
+            for i, value in enumerate(pc.unique(text).to_pylist())
+        }
+    from pyspark.sql import functions as F
+
+    tagged = df.withColumn(TENANT_PARTITION, F.col(column).cast("string"))
+    with _out_of_range(plans):
+        if isinstance(path, StoragePath):
+            written = write_through_arrow(tagged, path, partition_by=TENANT_PARTITION)
+        else:
+            written = write_observed(tagged, path, partition_by=TENANT_PARTITION)
+    fs = filesystem_of(path)
+    folders = sorted((p for p in path.glob(f"{TENANT_PARTITION}=*") if p.is_dir()), key=str)
+    files = {f: tuple(sorted(file_ref(p) for p in f.glob("*.parquet"))) for f in folders}
+    if any(plan.arrow for plan in plans.values()):
+        _convert_files(tuple(f for parts in files.values() for f in parts), plans, fs)
+    first = next((parts[0] for parts in files.values() if parts), None)
+    schema = faithful_schema(_utc_schema(df, files_dataset((first,), fs).schema if first else None), plans)
+    batches = {}
+    for folder, parts in files.items():
+        rows = files_dataset(parts, fs, schema).count_rows() if parts else 0
+        value = unquote(folder.name.split("=", 1)[1])  # Spark escapes path characters as %XX
+        batches[value] = StagedBatch(path=folder, files=parts, schema=schema, rows=rows, bytes=files_size(parts, fs))
+    check_staged_rows(path, extracted=written, staged=sum(b.rows for b in batches.values()))
+    return schema, batches
+
+
+@contextmanager
+def _out_of_range(plans: dict[str, ColumnPlan]) -> Iterator[None]:
+    """Spark's reader overflows on dates it cannot hold (PostgreSQL 'infinity'): say which columns may hold one."""
+    try:
+        yield
+    except Exception as exc:
+        marked = re.search(rf'{FINITE_MARK} column (.*?) holds (.*?) at key ([^"]*)', str(exc))
+        if marked and plans:
+            column, value, key = marked.groups()
+            plan = plans.get(column)
+            raise ConversionError(
+                f'model {next(iter(plans.values())).model}: column "{column}" '
+                f"({plan.vendor if plan else 'postgres'} {plan.source_type if plan else 'timestamp'}) holds {value!r} "
+                f"(key {key}), which no date or timestamp type outside PostgreSQL holds; nothing was published. "
+                f'Set `column_types: {{"{column}": text}}` on the model to transfer it as its text.'
+            ) from None
+        suspects = [p for p in plans.values() if "date" in p.source_type.lower() or "timestamp" in p.source_type.lower()]
+        if not suspects or "long overflow" not in str(exc).lower():
+            raise
+        names = ", ".join(p.name for p in suspects)
+        raise ConversionError(
+            f"model {suspects[0].model}: a value of date/timestamp column(s) [{names}] is outside what Spark can "
+            "represent (PostgreSQL 'infinity' / '-infinity', or a year past 9999); nothing was published. "
+            f'Read such a column as text with `column_types: {{"{suspects[0].name}": text}}` on the model.'
+        ) from None
+
+
+def _convert_files(files: tuple[Path, ...] | tuple[str, ...], plans: dict[str, ColumnPlan], fs: pafs.FileSystem) -> None:
+    """Rewrite Spark's files with the planned Arrow types (only batches that have such columns pay this)."""
+    import pyarrow.parquet as pq
+
+    for file in files:
+        table = convert_table(pq.read_table(str(file), filesystem=fs), plans).replace_schema_metadata(None)  # Spark's schema is stale
+        pq.write_table(table, str(file), coerce_timestamps="us", filesystem=fs)
+
+
+def _utc_schema(df: DataFrame, file_schema: pa.Schema | None) -> pa.Schema:
+    if file_schema is not None:
+        return file_schema.remove_metadata()
+    return spark_parquet_schema(df)
+
+
+def spark_parquet_schema(df: DataFrame) -> pa.Schema:
+    """The Arrow schema of the Parquet files Spark writes for ``df``: UTC timestamps, Spark's nullability."""
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    return pa.schema([pa.field(f.name, f.type, f.nullable) for f in to_arrow_schema(df.schema, timezone="UTC")])
+

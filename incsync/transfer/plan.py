@@ -1,0 +1,124 @@
+"""Transfer plans: which (window, recipient) partitions of a run become one read, and how the rows
+of that read are attributed back to windows and split into commits. Pure: no Spark, no I/O.
+
+DESIGN "Transfer plans": windows are the unit of bookkeeping, not of execution. Per recipient, each
+maximal run of contiguous windows is one transfer (a *span*); its rows are split into batches only by
+size, at window boundaries, so every window lies in exactly one commit and a retry resumes at the
+first window whose commit did not land.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Generic, Protocol, TypeVar
+
+import numpy as np
+
+from incsync.core.bounds import to_micros
+
+
+class HasWindow(Protocol):
+    @property
+    def recipient_id(self) -> str: ...
+    @property
+    def start(self) -> datetime: ...
+    @property
+    def end(self) -> datetime: ...
+
+
+W = TypeVar("W", bound=HasWindow)
+
+
+@dataclass(frozen=True)
+class Span(Generic[W]):
+    """Contiguous windows of one recipient, read as one transfer ``[L(first), U(last))``."""
+
+    recipient_id: str
+    windows: tuple[W, ...]
+
+    @property
+    def start(self) -> datetime:
+        return self.windows[0].start
+
+    @property
+    def end(self) -> datetime:
+        return self.windows[-1].end
+
+
+def coalesce(cells: Sequence[W], *, whole_recipient: frozenset[str] = frozenset()) -> list[Span[W]]:
+    """Group cells by recipient and split each recipient's sorted windows where they stop touching.
+
+    Recipients in ``whole_recipient`` (a full refresh: one transfer from the start, published once)
+    get one span over all their windows, gaps included. Order: recipients as first seen, spans by time.
+    """
+    by_recipient: dict[str, list[W]] = {}
+    for cell in cells:
+        by_recipient.setdefault(cell.recipient_id, []).append(cell)
+    spans: list[Span[W]] = []
+    for rid, group in by_recipient.items():
+        group = sorted({(c.start, c.end): c for c in group}.values(), key=lambda c: c.start)
+        if rid in whole_recipient:
+            spans.append(Span(rid, tuple(group)))
+            continue
+        run: list[W] = [group[0]]
+        for cell in group[1:]:
+            if cell.start == run[-1].end:
+                run.append(cell)
+            else:
+                spans.append(Span(rid, tuple(run)))
+                run = [cell]
+        spans.append(Span(rid, tuple(run)))
+    return spans
+
+
+def window_starts(windows: Sequence[HasWindow]) -> list[int]:
+    return [to_micros(w.start) for w in windows]
+
+
+@dataclass(frozen=True)
+class WindowCounts:
+    """Rows (and rows newer than the previous HW) whose last-modified counts in each window."""
+
+    rows: tuple[int, ...]
+    delta_rows: tuple[int, ...]
+    max_micros: tuple[int | None, ...]  # greatest last-modified per window, None when empty
+
+
+def count_by_window(
+    windows: Sequence[HasWindow], last_modified_micros: Sequence[int] | np.ndarray, *, delta_after_micros: int | None
+) -> WindowCounts:
+    """Attribute each row to its window: the first window also takes the lookback overlap below it, the
+    last anything above it. ``delta_after_micros`` None: every row is new."""
+    starts = np.asarray(window_starts(windows), dtype=np.int64)
+    values = np.asarray(last_modified_micros, dtype=np.int64)
+    n = len(starts)
+    index = np.clip(np.searchsorted(starts, values, side="right") - 1, 0, n - 1)
+    rows = np.bincount(index, minlength=n)
+    newer = values > delta_after_micros if delta_after_micros is not None else np.ones(len(values), dtype=bool)
+    delta = np.bincount(index[newer], minlength=n)
+    top = np.full(n, np.iinfo(np.int64).min, dtype=np.int64)
+    np.maximum.at(top, index, values)
+    return WindowCounts(
+        rows=tuple(int(x) for x in rows),
+        delta_rows=tuple(int(x) for x in delta),
+        max_micros=tuple(int(t) if c else None for t, c in zip(top, rows)),
+    )
+
+
+def plan_batches(rows_per_window: Sequence[int], max_rows: int) -> list[range]:
+    """Consecutive window index ranges, each holding at most ``max_rows`` rows unless one window alone
+    holds more (a window is never split: it is the resume point). Empty windows join the batch they
+    follow, so they cost no commit of their own; at least one batch, so an empty span is recorded."""
+    if max_rows < 1:
+        raise ValueError("max_rows must be at least 1")
+    batches: list[range] = []
+    first, held = 0, 0
+    for i, n in enumerate(rows_per_window):
+        if n and held and held + n > max_rows:
+            batches.append(range(first, i))
+            first, held = i, 0
+        held += n
+    batches.append(range(first, len(rows_per_window)))
+    return batches

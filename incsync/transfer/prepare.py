@@ -1,0 +1,90 @@
+"""Prepare a span before anything is read: destination state, bounds, transfer id, staging folder (DESIGN steps 1-2)."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+from datetime import datetime
+from pathlib import Path
+
+from incsync.core.bounds import UTC, Bounds, compute_bounds, epoch_seconds_floor, from_epoch, recipient_start
+from incsync.config.model import ModelConfig
+from incsync.destinations.base import DestinationState
+from incsync.transfer.retries import with_retries
+from incsync.staging.folders import remove_stale_staging
+from incsync.core.transfer_id import new_transfer_id
+from incsync.core.windows import open_window_end
+from incsync.transfer.request import PreparedSpan, TransferRequest
+
+log = logging.getLogger(__name__)
+
+
+def full_refresh_reason(request: TransferRequest, state: DestinationState) -> str | None:
+    if request.full_refresh:
+        return "requested"
+    if state.reset_reason:  # data and transfer log disagree: never continue from a stale HW
+        return state.reset_reason
+    if state.last_transfer is not None and state.last_transfer.fingerprint != request.fingerprint:
+        return f"model_changed ({state.last_transfer.fingerprint} -> {request.fingerprint})"
+    return None
+
+
+def span_bounds(requests: Sequence[TransferRequest], state: DestinationState) -> tuple[Bounds, datetime | None, str | None]:
+    """The span's bounds from the destination's state: (bounds, the HW it continues from, full refresh reason)."""
+    first, last = requests[0], requests[-1]
+    recipient = first.recipient
+    model = first.model
+    start_r = recipient_start(model, recipient)
+    reason = full_refresh_reason(first, state)
+    if reason:
+        previous_hw = None
+        upper = max(last.partition.end, open_window_end(model, datetime.now(UTC)))
+        bounds = Bounds(lower=min(start_r, upper), upper=upper, lookback_seconds=first.lookback_seconds, reason="full_refresh")
+    else:
+        previous_hw = state.high_watermark
+        bounds = compute_bounds(
+            window_start=first.partition.start,
+            window_end=last.partition.end,
+            grid_start=first.grid_start,
+            recipient_start=start_r,
+            high_watermark=previous_hw,
+            lookback_seconds=first.lookback_seconds,
+            scheduled=first.scheduled,
+        )
+        if first.scheduled and state.last_transfer is None and first.partition.start > max(start_r, first.grid_start):
+            # A schedule tick finds no transfer record past the recipient's first window: a destination
+            # wiped whole (folder, schema or prefix deleted) or a recipient whose backfill never ran.
+            # Reading only this tick's windows would leave everything before them out, silently.
+            reason = "no_transfer_record (the destination holds no transfer: re-synced from the recipient's start)"
+    if reason and bounds.reason != "full_refresh":
+        previous_hw = None
+        upper = max(last.partition.end, open_window_end(model, datetime.now(UTC)))
+        bounds = Bounds(lower=min(start_r, upper), upper=upper, lookback_seconds=first.lookback_seconds, reason="full_refresh")
+    return bounds, previous_hw, reason
+
+
+def prepare(requests: Sequence[TransferRequest], *, staging_root: Path) -> PreparedSpan:
+    """Read the destination's state and bound the span: ``[L(first window), U(last window))``.
+
+    A full refresh reads ``[start, end of the open window)``: one transfer, published once.
+    """
+    first, last = requests[0], requests[-1]
+    model, recipient = first.model, first.recipient
+    state = with_retries(
+        lambda: first.destination.read_state(model=model, recipient=recipient), policy=first.retries,
+        what=f"reading destination {first.destination.name} for model {model.model_name}, recipient {recipient.id}",
+    )
+    bounds, previous_hw, reason = span_bounds(requests, state)
+    remove_stale_staging(staging_root, model, recipient)
+    transfer_id = new_transfer_id()
+    staging = staging_root / f"{model.model_name}-{recipient.id}-{transfer_id}"
+    log.info(
+        "transfer %s: model %s recipient %s, %s window(s) [%s, %s), bounds [%s, %s) (%s)",
+        transfer_id, model.model_name, recipient.id, len(requests), first.partition.start, last.partition.end,
+        bounds.lower, bounds.upper, bounds.reason,
+    )
+    return PreparedSpan(
+        requests=tuple(requests), state=state, bounds=bounds, previous_hw=previous_hw, reason=reason,
+        transfer_id=transfer_id, staging=staging, started=time.monotonic(),
+    )

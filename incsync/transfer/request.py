@@ -1,0 +1,103 @@
+"""One transfer of (model, recipient, contiguous windows): its id, the request per partition, the span
+prepared for it and the outcome per window (DESIGN "One transfer").
+
+The steps are ``prepare`` (state and bounds), ``extract`` (read and stage once) and ``publish`` (validate,
+attribute rows to windows, commit); ``execute.run_span`` runs them for one span.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from incsync.core.bounds import Bounds, epoch_seconds_floor
+from incsync.config.model import ModelConfig, RecipientConfig, RetryPolicy
+from incsync.destinations.base import Destination, DestinationState, TransferRecord
+from incsync.core.horizon import HorizonCap, SourceHorizon, horizon_cap
+from incsync.core.windows import WindowPartition
+from incsync.sources.base import Source
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+@dataclass
+class TransferRequest:
+    """One (window, recipient) partition of a run; the asset builds them, the IO manager plans and runs them."""
+
+    model: ModelConfig
+    recipient: RecipientConfig
+    partition: WindowPartition
+    grid_start: datetime
+    lookback_seconds: int
+    fingerprint: str
+    source: Source
+    destination: Destination
+    spark: Callable[[], SparkSession]
+    scheduled: bool = False
+    full_refresh: bool = False
+    retries: RetryPolicy = field(default_factory=RetryPolicy)
+    allow_mass_delete: bool = False  # deletes: a removal past the model's max_delete_fraction goes ahead
+
+    @property
+    def recipient_id(self) -> str:
+        return self.recipient.id
+
+    @property
+    def start(self) -> datetime:
+        return self.partition.start
+
+    @property
+    def end(self) -> datetime:
+        return self.partition.end
+
+
+@dataclass(frozen=True)
+class TransferOutcome:
+    """What one window partition of a committed transfer records: its own rows, its batch's commit."""
+
+    record: TransferRecord  # the window's share: its bounds, its rows; HW and id of the commit holding it
+    bounds: Bounds  # the bounds of the commit (batch) that holds the window
+    staged_bytes: int
+    duration_seconds: float
+    full_refresh_reason: str | None
+    destination_metadata: dict[str, object] = field(default_factory=dict)
+    columns: tuple[tuple[str, str], ...] = ()  # (name, Arrow type) of the published batch
+    windows_in_transfer: int = 1
+    batch: str | None = None  # "k/n" when the transfer was split into several commits
+    commit_rows: int = 0  # rows of the commit holding the window (all its windows)
+    first_of_commit: bool = True  # the first window of its commit (one log line per commit, not per window)
+    last_of_commit: bool = True  # the last window of its commit (its windows are reported together)
+
+
+OnCommit = Callable[[TransferRequest, TransferOutcome], None]
+
+
+@dataclass
+class PreparedSpan:
+    """A span's state, bounds and staging folder, decided before anything is read."""
+
+    requests: tuple[TransferRequest, ...]
+    state: DestinationState
+    bounds: Bounds
+    previous_hw: datetime | None
+    reason: str | None
+    transfer_id: str
+    staging: Path
+    started: float
+    horizon: SourceHorizon | None = None  # taken just before the read; the HW never passes its cap
+    cap: HorizonCap | None = None
+
+    def take_horizon(self, horizon: SourceHorizon) -> None:
+        self.horizon, self.cap = horizon, horizon_cap(horizon)
+
+    @property
+    def first(self) -> TransferRequest:
+        return self.requests[0]
+
+
+def high_watermark_epoch(record: TransferRecord) -> int | None:
+    hw = record.high_watermark
+    return None if hw is None else epoch_seconds_floor(hw)

@@ -1,0 +1,118 @@
+"""The worker's protocol and its client: ``incsync transfer --worker SOCKET`` (or ``$INCSYNC_WORKER``) hands
+its request to a resident ``incsync worker`` (``incsync.worker.server``) and prints what it answers. Standard
+library only: the client starts in ~0.05 s.
+
+Protocol (version 3): one JSON request line from the client, ``{"version", "config", "dagster_home",
+"stderr_tty", "stderr_columns", "transfer": {"model", "recipients", "window", "backfill", "full_refresh",
+"tags", "from", "to", "json"}}`` (typed fields, each checked; see ``TRANSFER_FIELDS``), then JSON lines from
+the worker, ``{"out": text}``, ``{"err": text}``, and a last ``{"exit": code}``. When the client's standard
+error is a terminal (``stderr_tty``, ``stderr_columns`` wide), the worker draws its progress line there as
+it would on its own. The worker serves one request at a time (others wait
+in the socket's backlog) and only the configuration file it was started with. The socket is created
+mode 0600: only its owner can hand it work.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sys
+from pathlib import Path
+from typing import Any
+
+from incsync.errors import IncsyncError
+from incsync.paths import config_path, dagster_home
+
+WORKER_ENV_VAR = "INCSYNC_WORKER"
+PROTOCOL_VERSION = 3
+# The typed fields of a transfer request: what `incsync transfer` was asked, never its argv.
+TRANSFER_FIELDS: dict[str, tuple[type, ...]] = {
+    "model": (str,),
+    "recipients": (list,),
+    "window": (str, type(None)),
+    "backfill": (bool,),
+    "full_refresh": (bool,),
+    "tags": (list,),
+    "from": (str, type(None)),
+    "to": (str, type(None)),
+    "json": (bool,),
+}
+MAX_SOCKET_PATH = 107  # sun_path holds 108 bytes, with the terminating NUL
+REQUEST_TIMEOUT_SECONDS = 10.0
+
+
+class WorkerError(IncsyncError):
+    """The worker could not be reached, or refused or dropped the request."""
+
+
+def default_socket(config_file: Path) -> Path:
+    return config_file.resolve().parent / ".incsync-worker.sock"
+
+
+def check_socket_path(path: Path) -> None:
+    if len(os.fsencode(str(path))) > MAX_SOCKET_PATH:
+        raise WorkerError(f"worker socket path {path} is longer than {MAX_SOCKET_PATH} bytes; pass a shorter --socket")
+
+
+def forward(socket_path: str | os.PathLike[str], *, transfer: dict[str, Any], config: str | None) -> int:
+    """Send a transfer request (``TRANSFER_FIELDS``) to the worker at ``socket_path``; relay its output; its exit code."""
+    path = Path(socket_path)
+    config_file = config_path(config).resolve()
+    check_socket_path(path)
+    request = {
+        "version": PROTOCOL_VERSION,
+        "transfer": transfer,
+        "config": str(config_file),
+        "dagster_home": str(dagster_home(config_file).resolve()),
+        "stderr_tty": _is_terminal(sys.stderr),  # the worker then draws its progress line for this terminal
+        "stderr_columns": _columns(sys.stderr),
+    }
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        try:
+            sock.connect(str(path))
+        except (FileNotFoundError, ConnectionRefusedError):
+            raise WorkerError(
+                f"no incsync worker answers at {path}: start one with `incsync worker -c {config_file} --socket {path}`, "
+                f"or run in this process by dropping --worker and unsetting {WORKER_ENV_VAR}"
+            ) from None
+        sock.sendall(json.dumps(request).encode() + b"\n")
+        try:
+            for line in sock.makefile("r", encoding="utf-8"):
+                message = json.loads(line)
+                if "out" in message:
+                    sys.stdout.write(message["out"])
+                    sys.stdout.flush()
+                elif "err" in message:
+                    sys.stderr.write(message["err"])
+                    sys.stderr.flush()
+                elif "exit" in message:
+                    return int(message["exit"])
+        except KeyboardInterrupt:
+            print(
+                "\ninterrupted: the worker carries on with the transfer (a publish is atomic); "
+                "`incsync transfers` shows how it ended",
+                file=sys.stderr,
+            )
+            return 130
+    finally:
+        sock.close()
+    raise WorkerError(
+        f"the incsync worker at {path} closed the connection before the transfer ended (it stopped or crashed); "
+        "whatever it published is complete, see `incsync transfers`"
+    )
+
+
+def _is_terminal(stream: Any) -> bool:
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError):
+        return False
+
+
+def _columns(stream: Any) -> int | None:
+    try:
+        return os.get_terminal_size(stream.fileno()).columns or None
+    except (AttributeError, ValueError, OSError):
+        return None
