@@ -64,3 +64,42 @@ def current_rows(destination: Destination, *, model: ModelConfig, recipient: Rec
     from incsync.destinations.object_storage.reader import latest_versions
 
     return latest_versions(table, list(model.primary_key), model.last_modified_column)
+
+
+def location(destination: Destination, *, model: ModelConfig, recipient: RecipientConfig) -> str:
+    """Where a reader finds the recipient's copy: a Delta table's path, a SQL relation, a manifest prefix."""
+    if destination.kind == "delta":
+        return destination.table_path(model)  # type: ignore[attr-defined]
+    if destination.kind == "postgres":
+        return f'"{destination.schema}"."{model.model_name}"'  # type: ignore[attr-defined]
+    return f"{destination.root.rstrip('/')}/{model.model_name}/recipient={recipient.id}"  # type: ignore[attr-defined]
+
+
+class PublishedCopies:
+    """What a downstream asset receives for a model: each recipient's published copy, read on demand.
+
+    ``location(r)`` says where a reader of the destination finds it; ``read(r)`` returns what the copy
+    holds now (object storage's append log reduced to each key's newest row) as an Arrow table.
+    """
+
+    def __init__(self, model: ModelConfig, copies: dict[str, tuple[RecipientConfig, Destination]]):
+        self.model = model
+        self._copies = copies
+
+    @property
+    def recipients(self) -> list[str]:
+        return sorted(self._copies)
+
+    def _copy(self, recipient_id: str) -> tuple[RecipientConfig, Destination]:
+        try:
+            return self._copies[recipient_id]
+        except KeyError:
+            raise KeyError(f"recipient {recipient_id!r} is not among this input's recipients {self.recipients}") from None
+
+    def location(self, recipient_id: str) -> str:
+        recipient, destination = self._copy(recipient_id)
+        return location(destination, model=self.model, recipient=recipient)
+
+    def read(self, recipient_id: str) -> pa.Table:
+        recipient, destination = self._copy(recipient_id)
+        return current_rows(destination, model=self.model, recipient=recipient)

@@ -59,7 +59,8 @@ def build_definitions(path: str | os.PathLike[str] | None = None) -> dg.Definiti
         ),
         "incsync": IncsyncConfigResource(config_path=file),
         IO_MANAGER_KEY: TransferIOManager(
-            staging_dir=default_staging_dir(config), staging_storage_options=dict(config.staging_storage_options)
+            staging_dir=default_staging_dir(config), staging_storage_options=dict(config.staging_storage_options),
+            config_path=file,
         ),
     }
     for source in config.sources:

@@ -1,4 +1,5 @@
-"""The IO manager: plans the run's partitions into transfers and publishes them (see ``execute``)."""
+"""The IO manager: publishes the run's partitions as coalesced transfers (``transfer.execute``), reports each
+commit's materializations as it lands, and gives downstream assets a reader of the published copies."""
 
 from __future__ import annotations
 
@@ -15,7 +16,10 @@ from incsync.orchestration.dagster_compat import add_partition_metadata, defers_
 from incsync.errors import IncsyncError
 from incsync.transfer.execute import SpanFailure, TransferFailures, execute
 from incsync.orchestration.metadata import transfer_metadata
-from incsync.orchestration.partitions import dagster_key
+from incsync.orchestration.partitions import dagster_key, split_key
+from incsync.orchestration.resources import cached_config
+from incsync.destinations.readers import PublishedCopies
+from incsync.destinations.registry import build_destination
 from incsync.storage.files import staging_root
 from incsync.orchestration.slots import holder_name, holding, instance_backend, run_slots
 from incsync.config.tags import ERROR_TAG
@@ -30,6 +34,7 @@ class TransferIOManager(dg.ConfigurableIOManager):
     staging_storage_options: dict[str, str] = Field(
         default_factory=dict, description="storage_options of an object-store staging_dir (secrets as `<name>_env`)."
     )
+    config_path: str = Field(default="", description="The incsync file: a downstream asset's input reads the copies it names.")
     _instance: dg.DagsterInstance | None = PrivateAttr(default=None)
 
     def setup_for_execution(self, context: dg.InitResourceContext) -> None:
@@ -87,11 +92,29 @@ class TransferIOManager(dg.ConfigurableIOManager):
         tag_error(self._run_instance(), context.run_id, error)
         raise transfer_failure(obj[0].model.model_name, failures) from error
 
-    def load_input(self, context: dg.InputContext) -> None:
-        raise IncsyncError(
-            f"asset {context.asset_key.to_user_string()} is published to each recipient's destination; "
-            "read it there (Delta table, PostgreSQL schema or manifests), not as a Dagster input"
-        )
+    def load_input(self, context: dg.InputContext) -> PublishedCopies:
+        """A reader of each recipient's published copy (a Delta table, a SQL relation, the manifested files):
+        the input's recipients when the downstream asset shares the recipient partitions, else every enabled one."""
+        if not self.config_path:
+            raise IncsyncError(
+                f"asset {context.asset_key.to_user_string()} is read from each recipient's destination, and this IO "
+                "manager was built without config_path; build it with the incsync file's path"
+            )
+        config = cached_config(self.config_path)
+        name = context.asset_key.path[-1]
+        try:
+            model = config.model(name)
+        except KeyError:
+            raise IncsyncError(f"asset {context.asset_key.to_user_string()}: no model {name!r} in {self.config_path}") from None
+        if context.has_partition_key and context.has_asset_partitions:  # never list a whole grid
+            ids = sorted({split_key(model, key).recipient_id for key in context.asset_partition_keys})
+        else:
+            ids = [r.id for r in config.recipients if r.enabled]
+        copies = {}
+        for rid in ids:
+            recipient = config.recipient(rid)
+            copies[rid] = (recipient, build_destination(config.destination(recipient.destination)))
+        return PublishedCopies(model, copies)
 
 
 # How often a run reports the commits that landed since its last report: each report is one batch in
