@@ -39,8 +39,9 @@ from incsync.destinations.registry import build_destination
 from incsync.destinations.readers import read_rows
 from incsync.errors import ValidationError
 from incsync.core.horizon import LOOKBACK_ONLY, TRANSACTIONS, SourceHorizon
-from incsync.core.windows import WindowPartition, grid_start, window_key_for, window_of
-from incsync.transfer.execute import execute, run_transfer
+from incsync.core.windows import WindowPartition, grid_start, window_key_for
+from incsync.core.windows import window_of as window_named
+from incsync.transfer.execute import execute_requests as execute, run_transfer
 from incsync.sources.lake import LakeSource
 from incsync.config.tags import FULL_REFRESH_TAG, MODE_TAG
 from incsync.transfer.request import TransferRequest
@@ -385,7 +386,7 @@ class TransferMachine(RuleBasedStateMachine):
         return TransferRequest(
             model=self.model,
             recipient=self.recipients[rid],
-            partition=WindowPartition(window_of(self.model, window_key), rid),
+            partition=WindowPartition(window_named(self.model, window_key), rid),
             grid_start=grid_start(self.model),
             lookback_seconds=self.config.lookback_seconds(self.model),
             fingerprint=model_fingerprint(self.model),

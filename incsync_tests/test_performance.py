@@ -65,7 +65,7 @@ def test_empty_window_skips_spark_staging_and_is_still_recorded(spark, dagster_i
         from incsync.orchestration.definitions import build_definitions
 
         defs = build_definitions(config)
-        caplog.set_level(logging.INFO, logger="incsync.transfer.extract")
+        caplog.set_level(logging.INFO, logger="incsync.transfer.reads")
         materialize_partition(defs, dagster_instance, window="2024-01-02", recipient="acme", model_key=MODEL_KEY)
         assert "Spark staging skipped" not in caplog.text
         caplog.clear()
@@ -113,7 +113,7 @@ def test_a_collected_small_batch_is_the_batch_spark_writes(spark, tmp_path):
 
 
 def test_small_and_large_jdbc_windows_land_the_same_rows(spark, dagster_instance, tmp_path, monkeypatch):
-    import incsync.transfer.extract
+    import incsync.transfer.reads
 
     with pg_database() as db:
         db.execute(ORDERS)
@@ -126,11 +126,11 @@ def test_small_and_large_jdbc_windows_land_the_same_rows(spark, dagster_instance
         from incsync.orchestration.definitions import build_definitions
 
         defs = build_definitions(config)
-        monkeypatch.setattr(incsync.transfer.extract, "COLLECT_MAX_ROWS", 299)  # 300 rows: a Spark write job
+        monkeypatch.setattr(incsync.transfer.reads, "COLLECT_MAX_ROWS", 299)  # 300 rows: a Spark write job
         materialize_partition(defs, dagster_instance, window="2024-01-02", recipient="acme", model_key=MODEL_KEY)
         through_spark = delta_rows(tmp_path / "out/acme/orders")
         db.execute("UPDATE orders SET status = 'changed', updated_at = updated_at + interval '1 hour' WHERE id <= 100")
-        monkeypatch.setattr(incsync.transfer.extract, "COLLECT_MAX_ROWS", 300)  # the whole window again: collected
+        monkeypatch.setattr(incsync.transfer.reads, "COLLECT_MAX_ROWS", 300)  # the whole window again: collected
         materialize_partition(defs, dagster_instance, window="2024-01-02", recipient="acme", model_key=MODEL_KEY)
         meta = latest_metadata(dagster_instance, MODEL_KEY)
         assert (meta["rows_transferred"], meta["delta_rows_transferred"]) == (300, 100)

@@ -274,9 +274,9 @@ def test_a_full_refresh_over_many_windows_is_one_transfer_published_once(spark, 
 def test_a_fan_out_staged_by_spark_splits_by_tenant_even_with_path_characters_in_its_values(
     spark, tmp_path: Path, dagster_instance, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import incsync.transfer.execute
+    import incsync.transfer.reads
 
-    monkeypatch.setattr(incsync.transfer.execute, "COLLECT_MAX_ROWS", 0)  # every read goes through Spark's partitioned write
+    monkeypatch.setattr(incsync.transfer.reads, "COLLECT_MAX_ROWS", 0)  # every read goes through Spark's partitioned write
     tenants = {"acme": "org/1 a=b%", "globex": "Org 2", "initech": "org_3"}
     write_table(tmp_path / "src", "orders", [
         order(1, tenants["acme"], ts(1, 1)), order(2, tenants["acme"], ts(2, 1)), order(3, tenants["globex"], ts(2, 2)),

@@ -1,6 +1,9 @@
 """One asset per model, partitioned by window × recipient, downstream of its source table."""
 
 
+from collections.abc import Iterator
+from contextlib import ExitStack
+
 import dagster as dg
 from pydantic import Field
 
@@ -14,6 +17,8 @@ from incsync.orchestration.partitions import model_partitions, split_key
 from incsync.orchestration.resources import destination_resource_key, source_resource_key
 from incsync.spark.session import SparkWarmUp
 from incsync.config.tags import ALLOW_MASS_DELETE_TAG, FULL_REFRESH_TAG, MODE_TAG
+from incsync.orchestration.slots import run_holding
+from incsync.transfer.reads import RunReads, plan_reads
 from incsync.transfer.request import TransferRequest
 
 IO_MANAGER_KEY = "incsync_io_manager"
@@ -102,7 +107,10 @@ def build_model_asset(config: IncsyncConfig, model: ModelConfig) -> dg.AssetsDef
             "window_seconds": model.max_transfer_time_window_seconds, "schedule": model.frequency,
         },
     )
-    def _transfer(context: dg.AssetExecutionContext, config: TransferRunConfig) -> list[TransferRequest]:
+    def _transfer(context: dg.AssetExecutionContext, config: TransferRunConfig) -> Iterator[dg.Output[RunReads]]:
+        """Plan the run's partitions and open their reads through the source resource (lazy DataFrames with
+        their bounds); the IO manager stages, validates and publishes them. The run's transfer slots are
+        held from the first destination state read to the last publish."""
         resources = context.resources
         tags = context.run.tags
         mark_running(context.instance, context.run_id)  # a process that dies now leaves an ORPHANED run, not a RUNNING one
@@ -144,6 +152,15 @@ def build_model_asset(config: IncsyncConfig, model: ModelConfig) -> dg.AssetsDef
                     allow_mass_delete=allow_mass_delete,
                 )
             )
-        return requests
+        # The IO manager releases the slots when it is done (``RunReads.release``); the generator's own
+        # exit only covers a run that fails before its output is handled.
+        slots = ExitStack()
+        slots.enter_context(run_holding(requests, run_id=context.run_id, instance=context.instance, log=context.log))
+        try:
+            reads = plan_reads(requests)
+            reads.release = slots.close
+            yield dg.Output(reads)
+        finally:
+            slots.close()
 
     return _transfer

@@ -3,10 +3,7 @@ commit's materializations as it lands, and gives downstream assets a reader of t
 
 from __future__ import annotations
 
-import sys
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 
 import dagster as dg
 from pydantic import Field, PrivateAttr
@@ -14,16 +11,16 @@ from pydantic import Field, PrivateAttr
 from incsync.transfer import progress
 from incsync.orchestration.dagster_compat import add_partition_metadata, defers_asset_events, report_materialized
 from incsync.errors import IncsyncError
-from incsync.transfer.execute import SpanFailure, TransferFailures, execute
+from incsync.transfer.execute import TransferFailures, execute
+from incsync.transfer.reads import RunReads
 from incsync.orchestration.metadata import transfer_metadata
 from incsync.orchestration.partitions import dagster_key, split_key
 from incsync.orchestration.resources import cached_config
 from incsync.destinations.readers import PublishedCopies
 from incsync.destinations.registry import build_destination
 from incsync.storage.files import staging_root
-from incsync.orchestration.slots import holder_name, holding, instance_backend, run_slots
 from incsync.config.tags import ERROR_TAG
-from incsync.transfer.request import TransferOutcome, TransferRequest
+from incsync.transfer.request import SpanFailure, TransferOutcome, TransferRequest
 
 
 class TransferIOManager(dg.ConfigurableIOManager):
@@ -45,7 +42,8 @@ class TransferIOManager(dg.ConfigurableIOManager):
             raise IncsyncError("the transfer IO manager publishes only inside a Dagster run (it has no instance)")
         return self._instance
 
-    def handle_output(self, context: dg.OutputContext, obj: list[TransferRequest]) -> None:
+    def handle_output(self, context: dg.OutputContext, obj: RunReads) -> None:
+        """Stage, validate and publish the reads the asset opened; report each commit as it lands."""
         single = len(context.asset_partition_keys) <= 1
         # A run of the model's job (its partitions planned when the step started, ``assets``): each
         # commit's windows are materialized within a second of landing, so a long backfill shows its progress;
@@ -77,11 +75,11 @@ class TransferIOManager(dg.ConfigurableIOManager):
                 context.add_output_metadata(metadata)
 
         root = staging_root(self.staging_dir, self.staging_storage_options)
-        with _transfer_slots(context, obj, self._run_instance()):
-            try:
-                failures = execute(obj, staging_root=root, on_commit=on_commit)
-            finally:
-                landed.flush()  # whatever committed is reported, however the run ends
+        try:
+            failures = execute(obj, staging_root=root, on_commit=on_commit)
+        finally:
+            obj.release()  # the run's transfer slots, taken by the asset before it read any state
+            landed.flush()  # whatever committed is reported, however the run ends
         if not failures:
             if not single and not deferred:
                 add_partition_metadata(context, {str(dagster_key(r.partition)): md for r, md in committed})
@@ -90,7 +88,7 @@ class TransferIOManager(dg.ConfigurableIOManager):
             _record_committed(context, committed)
         error = _combined(failures)
         tag_error(self._run_instance(), context.run_id, error)
-        raise transfer_failure(obj[0].model.model_name, failures) from error
+        raise transfer_failure(obj.requests[0].model.model_name, failures) from error
 
     def load_input(self, context: dg.InputContext) -> PublishedCopies:
         """A reader of each recipient's published copy (a Delta table, a SQL relation, the manifested files):
@@ -146,29 +144,6 @@ class _Landed:
         if pending:
             report_materialized(self._context, pending)
         self._reported_at = time.monotonic()
-
-
-@contextmanager
-def _transfer_slots(context: dg.OutputContext, requests: list[TransferRequest], instance: dg.DagsterInstance) -> Iterator[None]:
-    """Hold the run's transfer slots (``incsync.orchestration.slots``) while it reads and publishes."""
-    configs = {c.name: c for r in requests for c in [getattr(r.destination, "config", None)] if c is not None}
-    sources = {c.name: c for r in requests for c in [getattr(r.source, "config", None)] if c is not None}
-    if not requests or not configs:
-        yield
-        return
-    slots = run_slots(model=requests[0].model.model_name, destinations=list(configs.values()), sources=list(sources.values()))
-    holder = holder_name(context.run_id)
-
-    def notify(message: str) -> None:
-        context.log.warning(message)
-        print(f"incsync: {message}", file=sys.stderr, flush=True)  # the command line's user sees it too
-
-    with holding(slots, instance_backend(instance, holder), holder=holder, notify=notify):
-        context.log.info("transfer slots taken: %s", ", ".join(s.key for s in slots))
-        try:
-            yield
-        finally:
-            context.log.info("transfer slots released")
 
 
 def _combined(failures: list[SpanFailure]) -> BaseException:

@@ -19,6 +19,7 @@ import fcntl
 import os
 import re
 import socket
+import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
@@ -180,3 +181,29 @@ def instance_backend(instance: Any, holder: str) -> Backend:
         return PostgresSlots(url, holder)
     return FileSlots(Path(instance.root_directory) / "incsync-slots")
 
+
+@contextmanager
+def run_holding(requests: Sequence[Any], *, run_id: str, instance: Any, log: Any) -> Iterator[None]:
+    """Hold a run's transfer slots while it reads and publishes ``requests`` (one model's partitions).
+
+    A run that has to wait says so in its log and on stderr, where the command line's user sees it.
+    """
+    destinations = {c.name: c for r in requests for c in [getattr(r.destination, "config", None)] if c is not None}
+    sources = {c.name: c for r in requests for c in [getattr(r.source, "config", None)] if c is not None}
+    if not requests or not destinations:
+        yield
+        return
+    slots = run_slots(model=requests[0].model.model_name, destinations=list(destinations.values()),
+                      sources=list(sources.values()))
+    holder = holder_name(run_id)
+
+    def notify(message: str) -> None:
+        log.warning(message)
+        print(f"incsync: {message}", file=sys.stderr, flush=True)
+
+    with holding(slots, instance_backend(instance, holder), holder=holder, notify=notify):
+        log.info("transfer slots taken: %s", ", ".join(s.key for s in slots))
+        try:
+            yield
+        finally:
+            log.info("transfer slots released")

@@ -1,10 +1,9 @@
-"""Execute a run's partitions as a transfer plan: coalesced spans (``run_span`` runs one), fan-out reads, parallel publishes.
+"""Execute a run's reads: stage each once, split a fan-out by tenant, validate and publish every span,
+in parallel within each destination's ``max_concurrent_transfers`` (DESIGN "Transfer plans").
 
-DESIGN "Transfer plans". The partitions of one run become spans (contiguous windows of one
-recipient, see ``plan.coalesce``). The first span of every recipient of a column-tenanted model is
-read by ONE pushed-down query over all of them (each recipient with its own bounds), staged once,
-split by tenant and published to each recipient's destination in parallel, within each
-destination's ``max_concurrent_transfers``. A recipient's failure fails only its own partitions.
+A model's asset body opens the reads (``reads.plan_reads``); its IO manager runs ``execute``. A
+recipient's failure fails only its own partitions; a lost lease starts that recipient's uncommitted
+windows over from fresh state; a recipient's later spans run after its earlier ones committed.
 """
 
 from __future__ import annotations
@@ -13,73 +12,51 @@ import logging
 import threading
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.dataset as ds
 
-from incsync.errors import IncsyncError, LeaseError, SourceError
 from incsync.core.lease import LEASE_ATTEMPTS
-from incsync.transfer.plan import Span, coalesce
-from incsync.transfer.retries import with_retries
-from incsync.transfer.extract import COLLECT_MAX_ROWS, extract_with_retries
-from incsync.transfer.prepare import prepare
-from incsync.transfer.publish import publish_span
-from incsync.staging.batch import StagedBatch, filtered_batch
-from incsync.staging.spark import stage_by_tenant
-from incsync.staging.folders import claim, remove
-from incsync.transfer.request import OnCommit, PreparedSpan, TransferOutcome, TransferRequest
 from incsync.core.transfer_id import new_transfer_id
+from incsync.errors import IncsyncError, LeaseError, SourceError
+from incsync.staging.batch import StagedBatch, filtered_batch
+from incsync.staging.folders import claim, remove, remove_stale_staging
+from incsync.staging.spark import stage, stage_by_tenant
+from incsync.transfer.publish import publish_span
+from incsync.transfer.reads import Read, RunReads, open_span, plan_reads, reopen
+from incsync.transfer.request import OnCommit, PreparedSpan, SpanFailure, TransferOutcome, TransferRequest
+from incsync.transfer.retries import with_retries
 
 log = logging.getLogger(__name__)
 
 MAX_PARALLEL_PUBLISHES = 4
-MAX_PARALLEL_STATE_READS = 8
 
-
-@dataclass(frozen=True)
-class SpanFailure:
-    """A span that did not commit (or not all of it): its uncommitted partitions and why."""
-
-    recipient_id: str
-    requests: tuple[TransferRequest, ...]
-    error: BaseException
 
 
 class TransferFailures(IncsyncError):
     """Recipients of one run failed: several, or one with an error that does not name it."""
 
 
-def execute(requests: Sequence[TransferRequest], *, staging_root: Path, on_commit: OnCommit) -> list[SpanFailure]:
-    """Run every partition of ``requests``; return what failed (empty: all committed)."""
-    if not requests:
-        return []
-    whole = frozenset(r.recipient.id for r in requests if r.full_refresh)
-    spans = coalesce(list(requests), whole_recipient=whole)
-    firsts: list[Span[TransferRequest]] = []
-    later: list[Span[TransferRequest]] = []
-    seen: set[str] = set()
-    for span in spans:
-        (later if span.recipient_id in seen else firsts).append(span)
-        seen.add(span.recipient_id)
-
+def execute(run: RunReads, *, staging_root: Path, on_commit: OnCommit) -> list[SpanFailure]:
+    """Stage and publish every read of ``run``, then the spans that waited; return what failed (empty: all committed)."""
     committed: set[object] = set()
     lock = threading.Lock()
 
-    def tracked(request: TransferRequest, outcome: object) -> None:
+    def tracked(request: TransferRequest, outcome: TransferOutcome) -> None:
         with lock:
             committed.add(request.partition.key)
-            on_commit(request, outcome)  # type: ignore[arg-type]
+            on_commit(request, outcome)
 
-    failures: list[SpanFailure] = []
-    if len(firsts) > 1 and _can_fan_out(firsts):
-        failures += _fan_out(firsts, staging_root=staging_root, on_commit=tracked, committed=committed)
-    else:
-        for span in firsts:
-            failures += _run_alone(span.windows, staging_root=staging_root, on_commit=tracked, committed=committed)
+    failures = list(run.failures)
+    for read in run.reads:
+        if read.fan_out:
+            failures += _publish_fan_out(read, staging_root=staging_root, on_commit=tracked, committed=committed)
+        else:
+            failures += _run_alone(read.spans[0].requests, staging_root=staging_root, on_commit=tracked,
+                                   committed=committed, read=read)
     failed = {f.recipient_id for f in failures}
-    for span in later:  # a recipient's later windows wait for its earlier ones, and fail with them
+    for span in run.later:  # a recipient's later windows wait for its earlier ones, and fail with them
         if span.recipient_id in failed:
             failures.append(SpanFailure(span.recipient_id, span.windows, IncsyncError(
                 f"recipient {span.recipient_id}: not run because an earlier window of this run failed"
@@ -89,14 +66,20 @@ def execute(requests: Sequence[TransferRequest], *, staging_root: Path, on_commi
     return failures
 
 
-def run_span(requests: Sequence[TransferRequest], *, staging_root: Path, on_commit: OnCommit) -> None:
-    """One transfer over contiguous windows of one recipient: prepare, extract, stage once, publish.
+def execute_requests(requests: Sequence[TransferRequest], *, staging_root: Path, on_commit: OnCommit) -> list[SpanFailure]:
+    """Both halves in one call (tools and tests): plan and open the reads, then execute them."""
+    return execute(plan_reads(requests), staging_root=staging_root, on_commit=on_commit)
 
-    The staging folder is removed on the way out, success or not.
-    """
-    span = prepare(requests, staging_root=staging_root)
+
+def run_span(requests: Sequence[TransferRequest], *, staging_root: Path, on_commit: OnCommit, read: Read | None = None) -> None:
+    """One transfer over contiguous windows of one recipient: its read (opened now unless given), staged
+    once, published. The staging folder is removed on the way out, success or not."""
+    read = read or open_span(requests)
+    span = read.spans[0]
+    _assign_staging(span, staging_root)
     with claim(span.staging):
-        batch = extract_with_retries(span)
+        batch = _stage_with_retries(read, lambda r: stage(r.dataframe, span.staging, known_empty=r.known_empty, collect=r.collect),
+                                    folder=span.staging)
         publish_span(span, batch, on_commit=on_commit)
 
 
@@ -107,22 +90,41 @@ def run_transfer(request: TransferRequest, *, staging_root: Path) -> TransferOut
     return outcomes[0]
 
 
+def _assign_staging(span: PreparedSpan, staging_root: Path) -> None:
+    """The span's private staging folder; folders that dead transfers of its (model, recipient) left go first."""
+    model, recipient = span.first.model, span.first.recipient
+    remove_stale_staging(staging_root, model, recipient)
+    span.staging = staging_root / f"{model.model_name}-{recipient.id}-{span.transfer_id}"
+
+
+def _stage_with_retries(read: Read, stage_it, *, folder: Path):  # noqa: ANN001, ANN202 - a staging call and its result
+    """Stage ``read``; after a transient source failure, the folder is emptied and the read asked again."""
+    current = [read]
+
+    def again() -> None:
+        remove(folder)
+        current[0] = reopen(current[0])
+
+    return with_retries(lambda: stage_it(current[0]), policy=read.first.retries, before_retry=again, what=read.what)
+
+
 def _uncommitted(requests: Sequence[TransferRequest], committed: set[object]) -> tuple[TransferRequest, ...]:
     return tuple(r for r in requests if r.partition.key not in committed)
 
 
 def _run_alone(
-    requests: Sequence[TransferRequest], *, staging_root: Path, on_commit: OnCommit, committed: set[object]
+    requests: Sequence[TransferRequest], *, staging_root: Path, on_commit: OnCommit, committed: set[object],
+    read: Read | None = None,
 ) -> list[SpanFailure]:
     """One span with its own read; a lost lease starts the uncommitted windows over from fresh state."""
     rid = requests[0].recipient.id
     remaining = tuple(requests)
     for attempt in range(1, LEASE_ATTEMPTS + 1):
         try:
-            run_span(remaining, staging_root=staging_root, on_commit=on_commit)
+            run_span(remaining, staging_root=staging_root, on_commit=on_commit, read=read)
             return []
         except LeaseError as exc:
-            remaining = _uncommitted(remaining, committed)
+            remaining, read = _uncommitted(remaining, committed), None
             if attempt == LEASE_ATTEMPTS:
                 return [SpanFailure(rid, remaining, exc)]
             log.warning("%s (attempt %s of %s; starting over from the new state)", exc, attempt, LEASE_ATTEMPTS)
@@ -131,55 +133,22 @@ def _run_alone(
     raise AssertionError("unreachable")
 
 
-def _can_fan_out(spans: Sequence[Span[TransferRequest]]) -> bool:
-    first = spans[0].windows[0]
-    return first.model.tenancy == "column" and first.source.supports_fan_out
-
-
-def _fan_out(
-    spans: Sequence[Span[TransferRequest]], *, staging_root: Path, on_commit: OnCommit, committed: set[object]
-) -> list[SpanFailure]:
-    failures: list[SpanFailure] = []
-    prepared: list[PreparedSpan] = []
-
-    def prepare_one(span: Span[TransferRequest]) -> PreparedSpan | SpanFailure:
-        try:
-            return prepare(span.windows, staging_root=staging_root)
-        except Exception as exc:  # noqa: BLE001 - e.g. an unreachable destination fails its recipient only
-            return SpanFailure(span.recipient_id, span.windows, exc)
-
-    # Reading each destination's state is I/O (a Delta log, a PostgreSQL query): overlap them.
-    with ThreadPoolExecutor(max_workers=min(MAX_PARALLEL_STATE_READS, len(spans))) as pool:
-        for result in pool.map(prepare_one, spans):
-            (failures if isinstance(result, SpanFailure) else prepared).append(result)  # type: ignore[arg-type]
-    if not prepared:
-        return failures
-    first = prepared[0].first
-    model, source = first.model, first.source
-    targets = [(p.first.recipient, p.bounds) for p in prepared]
+def _publish_fan_out(read: Read, *, staging_root: Path, on_commit: OnCommit, committed: set[object]) -> list[SpanFailure]:
+    """Stage the shared read once, split by tenant, and publish each recipient's share to its destination."""
+    prepared = read.spans
+    model = read.first.model
     shared = staging_root / f"{model.model_name}-fanout-{new_transfer_id()}"
     with claim(shared):
-        def read() -> tuple[pa.Schema, dict[str, StagedBatch]]:
-            # One safe horizon for the one read, before it: every recipient's HW stays below its cap.
-            horizon = source.horizon(first.spark, model=model, recipient=first.recipient)
-            for span in prepared:
-                span.take_horizon(horizon)
-            count = source.count_rows_many(model=model, targets=targets, cap=COLLECT_MAX_ROWS)
-            df = source.read_many(first.spark(), model=model, targets=targets, rows_hint=count)
-            assert model.organization_column is not None
-            return stage_by_tenant(
-                df, shared, model.organization_column, known_empty=count == 0,
-                collect=count is not None and count <= COLLECT_MAX_ROWS,
-            )
-
+        assert model.organization_column is not None
+        column = model.organization_column
         try:
-            schema, staged = with_retries(
-                read, policy=first.retries, before_retry=lambda: remove(shared),
-                what=f"fan-out read of source {model.source} for model {model.model_name} ({len(prepared)} recipients)",
+            schema, staged = _stage_with_retries(
+                read, lambda r: stage_by_tenant(r.dataframe, shared, column, known_empty=r.known_empty, collect=r.collect),
+                folder=shared,
             )
             _check_tenants(staged, prepared)
         except Exception as exc:  # noqa: BLE001 - the shared read failed: every recipient of it fails
-            return failures + [SpanFailure(p.first.recipient.id, p.requests, exc) for p in prepared]
+            return [SpanFailure(p.first.recipient.id, p.requests, exc) for p in prepared]
         log.info(
             "fan-out read of model %s: %s rows for %s recipients, staged once",
             model.model_name, sum(b.rows for b in staged.values()), len(prepared),
@@ -189,6 +158,7 @@ def _fan_out(
         def publish(span: PreparedSpan) -> SpanFailure | None:
             with limits[span.first.destination.name]:
                 try:
+                    _assign_staging(span, staging_root)
                     with claim(span.staging):
                         publish_span(span, _share_of(staged, schema, span), on_commit=on_commit)
                     return None
@@ -201,7 +171,7 @@ def _fan_out(
                     return SpanFailure(span.first.recipient.id, _uncommitted(span.requests, committed), exc)
 
         with ThreadPoolExecutor(max_workers=min(MAX_PARALLEL_PUBLISHES, len(prepared))) as pool:
-            failures += [f for f in pool.map(publish, prepared) if f is not None]
+            failures = [f for f in pool.map(publish, prepared) if f is not None]
     return failures
 
 

@@ -6,13 +6,11 @@ import logging
 import time
 from collections.abc import Sequence
 from datetime import datetime
-from pathlib import Path
 
 from incsync.core.bounds import UTC, Bounds, compute_bounds, epoch_seconds_floor, from_epoch, recipient_start
 from incsync.config.model import ModelConfig
 from incsync.destinations.base import DestinationState
 from incsync.transfer.retries import with_retries
-from incsync.staging.folders import remove_stale_staging
 from incsync.core.transfer_id import new_transfer_id
 from incsync.core.windows import open_window_end
 from incsync.transfer.request import PreparedSpan, TransferRequest
@@ -64,10 +62,11 @@ def span_bounds(requests: Sequence[TransferRequest], state: DestinationState) ->
     return bounds, previous_hw, reason
 
 
-def prepare(requests: Sequence[TransferRequest], *, staging_root: Path) -> PreparedSpan:
+def prepare(requests: Sequence[TransferRequest]) -> PreparedSpan:
     """Read the destination's state and bound the span: ``[L(first window), U(last window))``.
 
-    A full refresh reads ``[start, end of the open window)``: one transfer, published once.
+    A full refresh reads ``[start, end of the open window)``: one transfer, published once. The span's
+    staging folder is chosen when it is staged (``execute``).
     """
     first, last = requests[0], requests[-1]
     model, recipient = first.model, first.recipient
@@ -76,9 +75,7 @@ def prepare(requests: Sequence[TransferRequest], *, staging_root: Path) -> Prepa
         what=f"reading destination {first.destination.name} for model {model.model_name}, recipient {recipient.id}",
     )
     bounds, previous_hw, reason = span_bounds(requests, state)
-    remove_stale_staging(staging_root, model, recipient)
     transfer_id = new_transfer_id()
-    staging = staging_root / f"{model.model_name}-{recipient.id}-{transfer_id}"
     log.info(
         "transfer %s: model %s recipient %s, %s window(s) [%s, %s), bounds [%s, %s) (%s)",
         transfer_id, model.model_name, recipient.id, len(requests), first.partition.start, last.partition.end,
@@ -86,5 +83,5 @@ def prepare(requests: Sequence[TransferRequest], *, staging_root: Path) -> Prepa
     )
     return PreparedSpan(
         requests=tuple(requests), state=state, bounds=bounds, previous_hw=previous_hw, reason=reason,
-        transfer_id=transfer_id, staging=staging, started=time.monotonic(),
+        transfer_id=transfer_id, started=time.monotonic(),
     )

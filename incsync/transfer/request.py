@@ -1,8 +1,9 @@
 """One transfer of (model, recipient, contiguous windows): its id, the request per partition, the span
 prepared for it and the outcome per window (DESIGN "One transfer").
 
-The steps are ``prepare`` (state and bounds), ``extract`` (read and stage once) and ``publish`` (validate,
-attribute rows to windows, commit); ``execute.run_span`` runs them for one span.
+The steps are ``prepare`` (state and bounds) and ``reads`` (the lazy read), which a model's asset body
+runs, then ``execute`` (stage once) and ``publish`` (validate, attribute rows to windows, commit), which
+its IO manager runs; ``execute.run_span`` runs them all for one span.
 """
 
 from __future__ import annotations
@@ -85,9 +86,9 @@ class PreparedSpan:
     previous_hw: datetime | None
     reason: str | None
     transfer_id: str
-    staging: Path
     started: float
-    horizon: SourceHorizon | None = None  # taken just before the read; the HW never passes its cap
+    staging: Path = Path()  # the transfer's private folder, chosen when the span is staged
+    horizon: SourceHorizon | None = None  # taken before the read; the HW never passes its cap
     cap: HorizonCap | None = None
 
     def take_horizon(self, horizon: SourceHorizon) -> None:
@@ -96,6 +97,15 @@ class PreparedSpan:
     @property
     def first(self) -> TransferRequest:
         return self.requests[0]
+
+
+@dataclass(frozen=True)
+class SpanFailure:
+    """A span that did not commit (or not all of it): its uncommitted partitions and why."""
+
+    recipient_id: str
+    requests: tuple[TransferRequest, ...]
+    error: BaseException
 
 
 def high_watermark_epoch(record: TransferRecord) -> int | None:

@@ -32,7 +32,7 @@ log = logging.getLogger(__name__)
 _NUMERIC_KEYS = ("IntegerType", "LongType", "ShortType", "ByteType", "DecimalType")
 
 
-PARTITIONED_READ_MIN_ROWS = 50_000  # at most the transfer's count cap (extract.COLLECT_MAX_ROWS) + 1
+PARTITIONED_READ_MIN_ROWS = 50_000  # at most the transfer's count cap (reads.COLLECT_MAX_ROWS) + 1
 
 
 class JdbcSource(JdbcConnection, Source):
