@@ -176,15 +176,9 @@ def problem_line(problem: str, lines: dict[str, int]) -> int | None:
     return None
 
 
-_last: tuple[str, dict[str, int]] | None = None
-
-
 def problem_lines(text: str, problems: list[str]) -> list[int | None]:
-    """The line of each problem; the file is read once however many lists of problems ask about it."""
-    global _last
+    """The line of each problem (the file is not read again when there is none)."""
     if not problems:
         return []
-    if _last is None or _last[0] != text:
-        _last = (text, node_lines(text))
-    lines = _last[1]
+    lines = node_lines(text)
     return [problem_line(p, lines) for p in problems]
