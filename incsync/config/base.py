@@ -13,6 +13,11 @@ IDENTIFIER_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 MAX_COLUMN_NAME = 128
 
 
+def listed_names(names: list[str], most: int = 20) -> str:
+    """``a, b, c`` (the first ``most``, then ``...``): 10,000 recipients make no readable message."""
+    return ", ".join(names[:most]) + (", ..." if len(names) > most else "")
+
+
 def column_name_problem(name: str) -> str | None:
     """Why ``name`` cannot be a column name; None when it can. Names are used exactly as spelled (and
     quoted), so mixed case, spaces and reserved words are fine; control characters and empty names are not."""

@@ -4,7 +4,7 @@ exist, windows, schedules, column types), one message per problem."""
 from __future__ import annotations
 
 from incsync.config.model import IncsyncConfig, ModelConfig
-from incsync.config.base import ID_PATTERN, ID_RE, IDENTIFIER_RE, column_name_problem, table_name_problem
+from incsync.config.base import ID_PATTERN, ID_RE, IDENTIFIER_RE, column_name_problem, listed_names, table_name_problem
 from incsync.core.cron import is_valid_cron
 
 
@@ -112,11 +112,11 @@ def cross_check_problems(cfg: IncsyncConfig) -> list[str]:
                 "destination holds one recipient's copy, so give each recipient its own (object_storage may be shared)"
             )
     known_destinations = set(destination_names)
+    known = listed_names(destination_names)  # once: each recipient naming a missing one repeats it
     for i, r in enumerate(cfg.recipients):
         if r.destination not in known_destinations:
             problems.append(
-                f'recipients[{i}].destination: "{r.destination}" is not a configured destination; '
-                f'known: [{", ".join(destination_names)}]'
+                f'recipients[{i}].destination: "{r.destination}" is not a configured destination; known: [{known}]'
             )
     from incsync.spark.cluster import cluster_problems
 

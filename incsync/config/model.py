@@ -13,7 +13,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from incsync.config.base import ID_PATTERN, ID_RE, StrictModel
+from incsync.config.base import ID_PATTERN, ID_RE, StrictModel, listed_names
 from incsync.config.destinations import DestinationConfig
 from incsync.config.sources import DEFAULT_LOOKBACK_SECONDS, FALLBACK_LOOKBACK_SECONDS, SourceConfig
 
@@ -177,11 +177,6 @@ class RetryPolicy(StrictModel):
         return min(self.max_backoff_seconds, self.backoff_seconds * 2 ** (retry - 1))
 
 
-def _listed(names: list[str], most: int = 20) -> str:
-    """``a, b, c`` (the first ``most``, then ``...``): 10,000 recipients make no readable message."""
-    return ", ".join(names[:most]) + (", ..." if len(names) > most else "")
-
-
 class IncsyncConfig(StrictModel):
     """The whole file."""
 
@@ -224,12 +219,12 @@ class IncsyncConfig(StrictModel):
         for s in self.sources:
             if s.name == name:
                 return s
-        raise KeyError(f'unknown source "{name}"; known: {_listed([s.name for s in self.sources])}')
+        raise KeyError(f'unknown source "{name}"; known: {listed_names([s.name for s in self.sources])}')
 
     def destination(self, name: str) -> DestinationConfig:
         found = self._destinations_by_name.get(name)
         if found is None:
-            raise KeyError(f'unknown destination "{name}"; known: {_listed(list(self._destinations_by_name))}')
+            raise KeyError(f'unknown destination "{name}"; known: {listed_names(list(self._destinations_by_name))}')
         return found
 
     def model(self, name: str) -> ModelConfig:
@@ -241,7 +236,7 @@ class IncsyncConfig(StrictModel):
     def recipient(self, rid: str) -> RecipientConfig:
         found = self._recipients_by_id.get(rid)
         if found is None:
-            raise KeyError(f'unknown recipient "{rid}"; known: {_listed([r.id for r in self.recipients])}')
+            raise KeyError(f'unknown recipient "{rid}"; known: {listed_names([r.id for r in self.recipients])}')
         return found
 
     @cached_property
