@@ -13,7 +13,8 @@ from pydantic import Field, PrivateAttr
 from incsync.transfer import progress
 from incsync.orchestration.dagster_compat import add_partition_metadata, defers_asset_events, report_materialized
 from incsync.errors import IncsyncError
-from incsync.transfer.execute import SpanFailure, TransferFailures, execute
+from incsync.transfer.errors import TransferFailures
+from incsync.transfer.execute import SpanFailure, execute
 from incsync.orchestration.metadata import transfer_metadata
 from incsync.orchestration.partitions import dagster_key
 from incsync.storage.files import staging_root

@@ -19,7 +19,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.dataset as ds
 
-from incsync.errors import IncsyncError, LeaseError, SourceError
+from incsync.errors import LeaseError, SourceError
 from incsync.core.lease import LEASE_ATTEMPTS
 from incsync.transfer.plan import Span, coalesce
 from incsync.transfer.retries import with_retries
@@ -45,10 +45,6 @@ class SpanFailure:
     recipient_id: str
     requests: tuple[TransferRequest, ...]
     error: BaseException
-
-
-class TransferFailures(IncsyncError):
-    """Recipients of one run failed: several, or one with an error that does not name it."""
 
 
 def execute(requests: Sequence[TransferRequest], *, staging_root: Path, on_commit: OnCommit) -> list[SpanFailure]:

@@ -15,14 +15,11 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from incsync.errors import ConfigError, IncsyncError
+from incsync.destinations.errors import ManifestIntegrityError
+from incsync.errors import ConfigError
 
 if TYPE_CHECKING:
     from incsync.storage.files import Store
-
-
-class ManifestIntegrityError(IncsyncError):
-    """A manifest's signature or a data file's checksum does not verify: the files were changed after publishing."""
 
 
 def _canonical(manifest: dict) -> bytes:
