@@ -10,7 +10,9 @@ from pathlib import Path
 
 # Standard library, incsync.errors, incsync.paths and the command modules (which import the same) only at
 # import time: `incsync transfer --worker` stays a thin client.
+from incsync.cli.errors import UsageError
 from incsync.cli.operations import cmd_dagster_yaml, cmd_demo, cmd_janitor, cmd_spark_server
+from incsync.cli.parsing import Parser
 from incsync.cli.transfer import Resident, cmd_transfer, cmd_transfers
 from incsync.cli.validate import cmd_validate
 from incsync.errors import ConfigError, IncsyncError, InputError
@@ -39,32 +41,6 @@ def cmd_worker(args: argparse.Namespace) -> int:
     return 0
 
 
-class UsageError(InputError):
-    """The command line itself is wrong (an unknown command or option, a missing argument)."""
-
-
-class _Parser(argparse.ArgumentParser):
-    """argparse whose mistakes are one line naming the fix (exit status 2), not a usage dump."""
-
-    def error(self, message: str) -> None:  # type: ignore[override]
-        import difflib
-        import re
-
-        choice = re.match(r"argument (\S+): invalid choice: '([^']*)' \(choose from (.*)\)", message)
-        if choice and self._commands() and choice.group(2) not in self._commands() and "'validate'" in choice.group(3):
-            typed = choice.group(2)
-            close = difflib.get_close_matches(typed, self._commands(), n=1)
-            hint = f'did you mean "{close[0]}"?' if close else f"one of: {', '.join(self._commands())}"
-            raise UsageError(f'"{typed}" is not an incsync command — {hint} (`incsync --help` lists them)')
-        raise UsageError(f"{self.prog}: {message} — see `{self.prog} --help`")
-
-    def _commands(self) -> list[str]:
-        for action in self._actions:
-            if isinstance(action, argparse._SubParsersAction):
-                return list(action.choices)
-        return []
-
-
 def _version() -> str:
     from importlib.metadata import PackageNotFoundError, version
 
@@ -74,12 +50,12 @@ def _version() -> str:
         return "unknown"
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="incsync", description="Incremental per-recipient data transfer on Dagster.",
-                     epilog="Add --debug anywhere to see tracebacks. Docs: README.md and docs/config.md.")
+def build_parser() -> Parser:
+    parser = Parser(prog="incsync", description="Incremental per-recipient data transfer on Dagster.",
+                    epilog="Add --debug anywhere to see tracebacks. Docs: README.md and docs/config.md.")
     parser.add_argument("--version", action="version", version=f"incsync {_version()}")
     parser.add_argument("--debug", action="store_true", help="show tracebacks and Dagster's and Spark's output")
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    sub = parser.add_commands(dest="command", required=True, metavar="COMMAND")
 
     p = sub.add_parser("validate", help="check the configuration file")
     p.add_argument("-c", "--config", help="config file (default $INCSYNC_CONFIG or incsync.yaml)")
