@@ -1,11 +1,12 @@
 """The `incsync` command: its parser and entry point, and the worker that runs its transfers resident.
-The commands themselves live in cli_transfer, cli_validate, cli_operations and the *_cmd modules."""
+The commands themselves live in the other modules of ``incsync.cli``, one per command family."""
 
 from __future__ import annotations
 
 import argparse
 import contextlib
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 # Standard library, incsync.errors, incsync.paths and the command modules (which import the same) only at
@@ -15,7 +16,7 @@ from incsync.cli.operations import cmd_dagster_yaml, cmd_demo, cmd_janitor, cmd_
 from incsync.cli.parsing import Parser
 from incsync.cli.transfer import Resident, cmd_transfer, cmd_transfers
 from incsync.cli.validate import cmd_validate
-from incsync.errors import ConfigError, IncsyncError, InputError
+from incsync.errors import IncsyncError
 from incsync.paths import config_path
 
 
@@ -25,9 +26,9 @@ def run_transfer_request(transfer: dict[str, object], *, config: str, resident: 
         model=transfer["model"], recipient=transfer["recipients"] or None, window=transfer["window"],
         backfill=transfer["backfill"], full_refresh=transfer["full_refresh"], tag=transfer["tags"] or None,
         worker=None, config=config, func=cmd_transfer, json=transfer["json"], dry_run=False, from_=transfer["from"],
-        to=transfer["to"], debug=False,
+        to=transfer["to"], resident=resident,
     )
-    return _run(args, resident=resident)
+    return run_guarded(lambda: cmd_transfer(args), command="transfer", config=config, resident=resident)
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
@@ -152,36 +153,29 @@ def run_command(argv: list[str], *, resident: Resident | None = None) -> int:
     try:
         args = build_parser().parse_args(argv)
     except UsageError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    args.debug = debug
-    return _run(args, resident=resident)
-
-
-def _run(args: argparse.Namespace, *, resident: Resident | None) -> int:
-    from incsync.cli.output import Chatter, config_problem_lines, log_dir
-
+        return _say(exc)
     args.resident = resident
-    debug = getattr(args, "debug", False)
+    quiet = args.command in QUIET_COMMANDS and not (args.command == "validate" and not args.connect)
+    return run_guarded(lambda: args.func(args), command=args.command, config=getattr(args, "config", None),
+                       debug=debug, quiet=quiet, resident=resident)
+
+
+def run_guarded(action: Callable[[], int], *, command: str, config: str | None, debug: bool = False, quiet: bool = False,
+                resident: Resident | None = None) -> int:
+    """``action()``'s exit status, every error said in one line (``--debug``: with its traceback); ``quiet``: Dagster's
+    and Spark's output to a log file. A worker's requests (``resident``) raise what incsync did not mean to."""
+    from incsync.cli.output import Chatter, log_dir
+
     chatter = None
-    quiet = getattr(args, "command", None) in QUIET_COMMANDS and not (args.command == "validate" and not args.connect)
     if resident is None and not debug and quiet:
-        chatter = Chatter(log_dir(config_path(getattr(args, "config", None))), args.command)
+        chatter = Chatter(log_dir(config_path(config)), command)
     code = 1
     try:
         with chatter or contextlib.nullcontext():
             try:
-                code = args.func(args)
-            except ConfigError as exc:
-                for line in config_problem_lines(exc):
-                    print(f"error: {line}", file=sys.stderr)
-                code = 2
-            except InputError as exc:
-                print(f"error: {exc}", file=sys.stderr)
-                code = 2
+                code = action()
             except IncsyncError as exc:
-                print(f"error: {exc}", file=sys.stderr)
-                code = 1
+                code = _say(exc)
             except KeyboardInterrupt:
                 print("interrupted", file=sys.stderr)
                 code = 130
@@ -199,6 +193,16 @@ def _run(args: argparse.Namespace, *, resident: Resident | None) -> int:
         return 1
     if code and chatter is not None and chatter.has_output:
         print(f"Dagster's and Spark's output: {chatter.path}", file=sys.stderr)
+    return code
+
+
+def _say(exc: IncsyncError) -> int:
+    """Print ``exc`` as the command line says errors; its exit status."""
+    from incsync.cli.output import error_lines
+
+    lines, code = error_lines(exc)
+    for line in lines:
+        print(line, file=sys.stderr)
     return code
 
 

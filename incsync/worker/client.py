@@ -21,8 +21,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from incsync.errors import IncsyncError
 from incsync.paths import config_path, dagster_home
+from incsync.worker.errors import WorkerError
 
 WORKER_ENV_VAR = "INCSYNC_WORKER"
 PROTOCOL_VERSION = 3
@@ -40,10 +40,6 @@ TRANSFER_FIELDS: dict[str, tuple[type, ...]] = {
 }
 MAX_SOCKET_PATH = 107  # sun_path holds 108 bytes, with the terminating NUL
 REQUEST_TIMEOUT_SECONDS = 10.0
-
-
-class WorkerError(IncsyncError):
-    """The worker could not be reached, or refused or dropped the request."""
 
 
 def default_socket(config_file: Path) -> Path:

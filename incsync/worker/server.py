@@ -30,9 +30,9 @@ from incsync.worker.client import (
     REQUEST_TIMEOUT_SECONDS,
     TRANSFER_FIELDS,
     WORKER_ENV_VAR,
-    WorkerError,
     check_socket_path,
 )
+from incsync.worker.errors import WorkerError
 
 if TYPE_CHECKING:
     import dagster as dg
