@@ -14,21 +14,17 @@ from pathlib import Path
 from incsync.cli.errors import UsageError
 from incsync.cli.operations import cmd_dagster_yaml, cmd_demo, cmd_janitor, cmd_spark_server
 from incsync.cli.parsing import Parser
-from incsync.cli.transfer import Resident, cmd_transfer, cmd_transfers
+from incsync.cli.transfer import cmd_transfer, cmd_transfers, run_transfer
 from incsync.cli.validate import cmd_validate
 from incsync.errors import IncsyncError
 from incsync.paths import config_path
+from incsync.worker.command import Resident, TransferCommand
 
 
-def run_transfer_request(transfer: dict[str, object], *, config: str, resident: Resident) -> int:
-    """Run a worker's transfer request as ``incsync transfer`` would (same output, same exit status)."""
-    args = argparse.Namespace(
-        model=transfer["model"], recipient=transfer["recipients"] or None, window=transfer["window"],
-        backfill=transfer["backfill"], full_refresh=transfer["full_refresh"], tag=transfer["tags"] or None,
-        worker=None, config=config, func=cmd_transfer, json=transfer["json"], dry_run=False, from_=transfer["from"],
-        to=transfer["to"], resident=resident,
-    )
-    return run_guarded(lambda: cmd_transfer(args), command="transfer", config=config, resident=resident)
+def run_transfer_request(command: TransferCommand, *, config: str, resident: Resident) -> int:
+    """Run a worker's transfer command as ``incsync transfer`` would (same output, same exit status)."""
+    return run_guarded(lambda: run_transfer(command, config=config, resident=resident), command="transfer",
+                       config=config, resident=resident)
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
