@@ -177,3 +177,13 @@ def test_dagster_stays_in_orchestration() -> None:
 def test_the_io_manager_publishes_without_reading_sources() -> None:
     graph = import_graph()
     assert sorted(t for t in graph["incsync.orchestration.io_manager"] if t.startswith("incsync.sources")) == []
+
+
+def test_no_module_reaches_into_argparse_private_names() -> None:
+    found = sorted(
+        f"{path.relative_to(PACKAGE)}: argparse.{node.attr}"
+        for path in PACKAGE.rglob("*.py")
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.Attribute) and node.attr.startswith("_") and ast.unparse(node.value) == "argparse"
+    )
+    assert found == []

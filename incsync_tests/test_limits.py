@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from incsync.config.tags import TagError, parse_tags
+from incsync.config.errors import TagError
+from incsync.config.tags import parse_tags
 from incsync.config.load import parse_config
 from incsync.errors import ConfigError
 

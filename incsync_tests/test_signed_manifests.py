@@ -15,7 +15,7 @@ from cryptography.hazmat.primitives.serialization import Encoding, NoEncryption,
 
 from incsync import read_manifested
 from incsync.orchestration.definitions import build_definitions
-from incsync.destinations.object_storage.signing import ManifestIntegrityError
+from incsync.destinations.errors import ManifestIntegrityError
 from incsync_tests.support import lake_config, materialize_partition, order, ts, write_table
 
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from incsync.staging.type_conversion import ConversionError
+from incsync.staging.errors import ConversionError
 from incsync_tests.destination_support import KINDS, Target, destination_env
 from incsync_tests.jdbc_support import pg_database
 from incsync_tests.type_support import delta_schema, parquet_schema, pg_destination_rows, rows_by, transfer, write_config

@@ -10,6 +10,7 @@ import argparse
 import getpass
 import logging
 
+from incsync.cli.parsing import Commands
 from incsync.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -39,7 +40,7 @@ def cmd_transfer_ownership(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:
+def add_parser(sub: Commands) -> None:
     p = sub.add_parser("transfer-ownership", help="move a destination's copy of a model to another recipient (logged)")
     p.add_argument("model")
     p.add_argument("--to", dest="recipient", required=True, help="the new owner: its configured destination is re-stamped")

@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from incsync.cli.parsing import Commands
 from incsync.errors import InputError
 
 SOURCES = ("lake", "postgres", "mysql", "mariadb")
@@ -113,7 +114,7 @@ def cmd_init(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:
+def add_parser(sub: Commands) -> None:
     p = sub.add_parser("init", help="write a commented starter configuration")
     p.add_argument("--source", default="postgres", choices=SOURCES, help="the source's vendor (default postgres)")
     p.add_argument("--destination", default="delta", choices=DESTINATIONS, help="the destination's kind (default delta)")

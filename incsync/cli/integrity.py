@@ -6,6 +6,7 @@ import argparse
 import json
 import sys
 
+from incsync.cli.parsing import Commands
 from incsync.errors import ConfigError
 
 
@@ -84,7 +85,7 @@ def cmd_repair(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
-def add_parsers(sub: argparse._SubParsersAction) -> None:
+def add_parsers(sub: Commands) -> None:
     p = sub.add_parser("verify", help="compare recipients' copies with the source, bucket by bucket (integrity check)")
     p.add_argument("model")
     p.add_argument("--recipient", action="append", help="a recipient id (repeatable; default: every enabled recipient)")

@@ -1,31 +1,30 @@
 """The `incsync` command: its parser and entry point, and the worker that runs its transfers resident.
-The commands themselves live in cli_transfer, cli_validate, cli_operations and the *_cmd modules."""
+The commands themselves live in the other modules of ``incsync.cli``, one per command family."""
 
 from __future__ import annotations
 
 import argparse
 import contextlib
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 # Standard library, incsync.errors, incsync.paths and the command modules (which import the same) only at
 # import time: `incsync transfer --worker` stays a thin client.
+from incsync.cli.errors import UsageError
 from incsync.cli.operations import cmd_dagster_yaml, cmd_demo, cmd_janitor, cmd_spark_server
-from incsync.cli.transfer import Resident, cmd_transfer, cmd_transfers
+from incsync.cli.parsing import Parser
+from incsync.cli.transfer import cmd_transfer, cmd_transfers, run_transfer
 from incsync.cli.validate import cmd_validate
-from incsync.errors import ConfigError, IncsyncError, InputError
+from incsync.errors import IncsyncError
 from incsync.paths import config_path
+from incsync.worker.command import Resident, TransferCommand
 
 
-def run_transfer_request(transfer: dict[str, object], *, config: str, resident: Resident) -> int:
-    """Run a worker's transfer request as ``incsync transfer`` would (same output, same exit status)."""
-    args = argparse.Namespace(
-        model=transfer["model"], recipient=transfer["recipients"] or None, window=transfer["window"],
-        backfill=transfer["backfill"], full_refresh=transfer["full_refresh"], tag=transfer["tags"] or None,
-        worker=None, config=config, func=cmd_transfer, json=transfer["json"], dry_run=False, from_=transfer["from"],
-        to=transfer["to"], debug=False,
-    )
-    return _run(args, resident=resident)
+def run_transfer_request(command: TransferCommand, *, config: str, resident: Resident) -> int:
+    """Run a worker's transfer command as ``incsync transfer`` would (same output, same exit status)."""
+    return run_guarded(lambda: run_transfer(command, config=config, resident=resident), command="transfer",
+                       config=config, resident=resident)
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
@@ -39,32 +38,6 @@ def cmd_worker(args: argparse.Namespace) -> int:
     return 0
 
 
-class UsageError(InputError):
-    """The command line itself is wrong (an unknown command or option, a missing argument)."""
-
-
-class _Parser(argparse.ArgumentParser):
-    """argparse whose mistakes are one line naming the fix (exit status 2), not a usage dump."""
-
-    def error(self, message: str) -> None:  # type: ignore[override]
-        import difflib
-        import re
-
-        choice = re.match(r"argument (\S+): invalid choice: '([^']*)' \(choose from (.*)\)", message)
-        if choice and self._commands() and choice.group(2) not in self._commands() and "'validate'" in choice.group(3):
-            typed = choice.group(2)
-            close = difflib.get_close_matches(typed, self._commands(), n=1)
-            hint = f'did you mean "{close[0]}"?' if close else f"one of: {', '.join(self._commands())}"
-            raise UsageError(f'"{typed}" is not an incsync command — {hint} (`incsync --help` lists them)')
-        raise UsageError(f"{self.prog}: {message} — see `{self.prog} --help`")
-
-    def _commands(self) -> list[str]:
-        for action in self._actions:
-            if isinstance(action, argparse._SubParsersAction):
-                return list(action.choices)
-        return []
-
-
 def _version() -> str:
     from importlib.metadata import PackageNotFoundError, version
 
@@ -74,12 +47,12 @@ def _version() -> str:
         return "unknown"
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="incsync", description="Incremental per-recipient data transfer on Dagster.",
-                     epilog="Add --debug anywhere to see tracebacks. Docs: README.md and docs/config.md.")
+def build_parser() -> Parser:
+    parser = Parser(prog="incsync", description="Incremental per-recipient data transfer on Dagster.",
+                    epilog="Add --debug anywhere to see tracebacks. Docs: README.md and docs/config.md.")
     parser.add_argument("--version", action="version", version=f"incsync {_version()}")
     parser.add_argument("--debug", action="store_true", help="show tracebacks and Dagster's and Spark's output")
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    sub = parser.add_commands(dest="command", required=True, metavar="COMMAND")
 
     p = sub.add_parser("validate", help="check the configuration file")
     p.add_argument("-c", "--config", help="config file (default $INCSYNC_CONFIG or incsync.yaml)")
@@ -176,36 +149,29 @@ def run_command(argv: list[str], *, resident: Resident | None = None) -> int:
     try:
         args = build_parser().parse_args(argv)
     except UsageError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    args.debug = debug
-    return _run(args, resident=resident)
-
-
-def _run(args: argparse.Namespace, *, resident: Resident | None) -> int:
-    from incsync.cli.output import Chatter, config_problem_lines, log_dir
-
+        return _say(exc)
     args.resident = resident
-    debug = getattr(args, "debug", False)
+    quiet = args.command in QUIET_COMMANDS and not (args.command == "validate" and not args.connect)
+    return run_guarded(lambda: args.func(args), command=args.command, config=getattr(args, "config", None),
+                       debug=debug, quiet=quiet, resident=resident)
+
+
+def run_guarded(action: Callable[[], int], *, command: str, config: str | None, debug: bool = False, quiet: bool = False,
+                resident: Resident | None = None) -> int:
+    """``action()``'s exit status, every error said in one line (``--debug``: with its traceback); ``quiet``: Dagster's
+    and Spark's output to a log file. A worker's requests (``resident``) raise what incsync did not mean to."""
+    from incsync.cli.output import Chatter, log_dir
+
     chatter = None
-    quiet = getattr(args, "command", None) in QUIET_COMMANDS and not (args.command == "validate" and not args.connect)
     if resident is None and not debug and quiet:
-        chatter = Chatter(log_dir(config_path(getattr(args, "config", None))), args.command)
+        chatter = Chatter(log_dir(config_path(config)), command)
     code = 1
     try:
         with chatter or contextlib.nullcontext():
             try:
-                code = args.func(args)
-            except ConfigError as exc:
-                for line in config_problem_lines(exc):
-                    print(f"error: {line}", file=sys.stderr)
-                code = 2
-            except InputError as exc:
-                print(f"error: {exc}", file=sys.stderr)
-                code = 2
+                code = action()
             except IncsyncError as exc:
-                print(f"error: {exc}", file=sys.stderr)
-                code = 1
+                code = _say(exc)
             except KeyboardInterrupt:
                 print("interrupted", file=sys.stderr)
                 code = 130
@@ -223,6 +189,16 @@ def _run(args: argparse.Namespace, *, resident: Resident | None) -> int:
         return 1
     if code and chatter is not None and chatter.has_output:
         print(f"Dagster's and Spark's output: {chatter.path}", file=sys.stderr)
+    return code
+
+
+def _say(exc: IncsyncError) -> int:
+    """Print ``exc`` as the command line says errors; its exit status."""
+    from incsync.cli.output import error_lines
+
+    lines, code = error_lines(exc)
+    for line in lines:
+        print(line, file=sys.stderr)
     return code
 
 

@@ -43,6 +43,17 @@ def config_problem_lines(exc: Any) -> list[str]:
     return ConfigError(exc.path, [fix_separator(p) for p in exc.problems], exc.lines).located()
 
 
+def error_lines(exc: Any) -> tuple[list[str], int]:
+    """An ``IncsyncError`` as the command line says it, ``error: ...``, and the exit status: 2 when the file or the
+    command line is wrong (``ConfigError``, ``InputError``), 1 when the work failed. By base class, so every
+    subclass a package adds is said the same way."""
+    from incsync.errors import ConfigError, InputError
+
+    if isinstance(exc, ConfigError):
+        return [f"error: {line}" for line in config_problem_lines(exc)], 2
+    return [f"error: {exc}"], 2 if isinstance(exc, InputError) else 1
+
+
 def to_json(value: Any) -> str:
     def default(obj: Any) -> Any:
         if isinstance(obj, datetime):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 from concurrent.futures import ThreadPoolExecutor
 
+from incsync.cli.parsing import Commands
 from incsync.errors import ConfigError
 
 MAX_PARALLEL = 8
@@ -85,7 +86,7 @@ def cmd_state(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:
+def add_parser(sub: Commands) -> None:
     p = sub.add_parser("state", help="each recipient's high watermark, last transfer and fingerprint (from its destination)")
     p.add_argument("model")
     p.add_argument("--recipient", action="append", help="a recipient id (repeatable; default: every recipient)")

@@ -6,31 +6,43 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-# Standard library, incsync.errors and incsync.paths only at import time: `incsync transfer --worker` stays a thin client.
+# Standard library, incsync.paths and the errors and worker command modules (which import the same) only at
+# import time: `incsync transfer --worker` stays a thin client.
 from incsync.errors import ConfigError, InputError
 from incsync.paths import config_path
+from incsync.worker.command import Resident, TransferCommand
 
-if TYPE_CHECKING:
-    import dagster as dg
 
-Resident = Callable[[Path], "tuple[dg.Definitions, dg.DagsterInstance]"]
+def transfer_command(args: argparse.Namespace) -> TransferCommand:
+    """What ``incsync transfer`` was asked, parsed once."""
+    return TransferCommand(
+        model=args.model, recipients=tuple(args.recipient or ()), window=args.window, backfill=bool(args.backfill),
+        full_refresh=bool(args.full_refresh), tags=tuple(args.tag or ()), from_=args.from_, to=args.to,
+        json=bool(args.json), dry_run=bool(args.dry_run), allow_mass_delete=bool(args.allow_mass_delete),
+    )
+
+
+def transfer_request(args: argparse.Namespace) -> dict[str, object]:
+    """What ``incsync transfer`` was asked, as the worker protocol's typed fields."""
+    return transfer_command(args).wire()
 
 
 def cmd_transfer(args: argparse.Namespace) -> int:
+    return run_transfer(transfer_command(args), config=args.config, resident=args.resident, worker=args.worker)
+
+
+def run_transfer(command: TransferCommand, *, config: str | None, resident: Resident | None, worker: str | None = None) -> int:
+    """Run ``command`` here, or hand it to the worker at ``worker`` (else ``$INCSYNC_WORKER``) unless it must run here."""
     from incsync.worker.client import WORKER_ENV_VAR, forward  # standard library only
 
-    resident: Resident | None = args.resident
-    dry_run, as_json = getattr(args, "dry_run", False), getattr(args, "json", False)
-    ranged = getattr(args, "from_", None) or getattr(args, "to", None)
-    # --allow-mass-delete runs here (its help says so): the worker's request does not carry it.
-    here = resident or dry_run or getattr(args, "allow_mass_delete", False)
-    worker = None if here else (args.worker or os.environ.get(WORKER_ENV_VAR))
-    if worker:
-        return forward(worker, transfer=transfer_request(args), config=args.config)
+    dry_run, as_json = command.dry_run, command.json
+    ranged = command.from_ or command.to
+    # A dry run and --allow-mass-delete run here (its help says so): the worker's request does not carry them.
+    socket = None if resident or command.runs_here else (worker or os.environ.get(WORKER_ENV_VAR))
+    if socket:
+        return forward(socket, command=command, config=config)
 
     from incsync.config.tags import BACKFILL, INCREMENTAL, parse_tags, user_run_tags
     from incsync.cli.windows import backfill_windows, window_key
@@ -38,28 +50,28 @@ def cmd_transfer(args: argparse.Namespace) -> int:
     from incsync.core.windows import recipient_windows, scheduled_windows
     from incsync.orchestration.runs import MANUAL
 
-    file = config_path(args.config)
-    config = load_config(file)
+    file = config_path(config)
+    loaded = load_config(file)
     try:
-        model = config.model(args.model)
-        recipients = [config.recipient(r) for r in dict.fromkeys(args.recipient)] if args.recipient else [
-            r for r in config.recipients if r.enabled
+        model = loaded.model(command.model)
+        recipients = [loaded.recipient(r) for r in dict.fromkeys(command.recipients)] if command.recipients else [
+            r for r in loaded.recipients if r.enabled
         ]
     except KeyError as exc:
         raise ConfigError(str(file), [exc.args[0]]) from None
-    user_tags = user_run_tags(parse_tags(args.tag or []))
+    user_tags = user_run_tags(parse_tags(command.tags))
     if not recipients:
         print(f"model {model.model_name}: no enabled recipient; add one to {file}")
         return 0
-    if args.window:
+    if command.window:
         if ranged:
             raise InputError("--window names one window; --from/--to name a range: use one or the other")
-        key = window_key(model, args.window, flag="--window", exact=True)
+        key = window_key(model, command.window, flag="--window", exact=True)
         windows = {r.id: [key] for r in recipients}
         mode = MANUAL
-    elif args.backfill or ranged:
-        windows = {r.id: backfill_windows(model, [w.key for w in recipient_windows(model, r)], getattr(args, "from_", None),
-                                          getattr(args, "to", None)) for r in recipients}
+    elif command.backfill or ranged:
+        windows = {r.id: backfill_windows(model, [w.key for w in recipient_windows(model, r)], command.from_, command.to)
+                   for r in recipients}
         mode = BACKFILL
     else:
         tick = [w.key for w in scheduled_windows(model)]
@@ -76,9 +88,9 @@ def cmd_transfer(args: argparse.Namespace) -> int:
             print(f"model {model.model_name}: {why}")
         return 0
     if dry_run:
-        return _dry_run(config, model, [r for r in recipients if r.id in windows], windows, mode=mode,
-                        full_refresh=args.full_refresh, as_json=as_json)
-    return _execute(args, file, config, model, recipients, windows, mode=mode, user_tags=user_tags, as_json=as_json)
+        return _dry_run(loaded, model, [r for r in recipients if r.id in windows], windows, mode=mode,
+                        full_refresh=command.full_refresh, as_json=as_json)
+    return _execute(command, resident, file, loaded, model, recipients, windows, mode=mode, user_tags=user_tags)
 
 
 def _dry_run(config, model, recipients, windows, *, mode: str, full_refresh: bool, as_json: bool) -> int:  # noqa: ANN001
@@ -97,7 +109,8 @@ def _dry_run(config, model, recipients, windows, *, mode: str, full_refresh: boo
     return 0
 
 
-def _execute(args, file, config, model, recipients, windows, *, mode: str, user_tags, as_json: bool) -> int:  # noqa: ANN001
+def _execute(command: TransferCommand, resident: Resident | None, file, config, model, recipients, windows, *,  # noqa: ANN001
+             mode: str, user_tags: dict[str, str]) -> int:
     from incsync.transfer import progress as progress_events
     from incsync.cli.output import Progress, print_json
     from incsync.orchestration.launch import plan_runs, register
@@ -105,7 +118,7 @@ def _execute(args, file, config, model, recipients, windows, *, mode: str, user_
     from incsync.orchestration.runs import dagster_instance, execute_runs
     from incsync.config.tags import ALLOW_MASS_DELETE_TAG
 
-    resident: Resident | None = args.resident
+    as_json = command.json
     defs, instance = resident(file) if resident else (build_definitions(file), dagster_instance(file))
     from incsync.orchestration.liveness import reap
     from incsync.orchestration.resources import default_staging_dir
@@ -113,9 +126,8 @@ def _execute(args, file, config, model, recipients, windows, *, mode: str, user_
     reap(instance, staging_root=Path(default_staging_dir(config)))
     specs = plan_runs(
         config, model, recipients, windows={rid: (keys[0], keys[-1]) for rid, keys in windows.items()},
-        registered=register(instance, list(windows)), mode=mode, full_refresh=args.full_refresh,
-        user_tags={**user_tags,
-                   **({ALLOW_MASS_DELETE_TAG: "true"} if getattr(args, "allow_mass_delete", False) else {})},
+        registered=register(instance, list(windows)), mode=mode, full_refresh=command.full_refresh,
+        user_tags={**user_tags, **({ALLOW_MASS_DELETE_TAG: "true"} if command.allow_mass_delete else {})},
     )
     n_windows = sum(len(k) for k in windows.values())
     first = min(k[0] for k in windows.values())
@@ -140,21 +152,6 @@ def _execute(args, file, config, model, recipients, windows, *, mode: str, user_
     if not as_json and n_windows > 1 and not failed:
         print(f"done: {bar.line()}", flush=True)
     return 1 if failed else 0
-
-
-def transfer_request(args: argparse.Namespace) -> dict[str, object]:
-    """What ``incsync transfer`` was asked, as the worker protocol's typed fields."""
-    return {
-        "model": args.model,
-        "recipients": list(args.recipient or []),
-        "window": args.window,
-        "backfill": bool(args.backfill),
-        "full_refresh": bool(args.full_refresh),
-        "tags": list(args.tag or []),
-        "from": getattr(args, "from_", None),
-        "to": getattr(args, "to", None),
-        "json": bool(getattr(args, "json", False)),
-    }
 
 
 def cmd_transfers(args: argparse.Namespace) -> int:

@@ -6,7 +6,7 @@ from collections.abc import Iterable
 
 from incsync.config.model import IncsyncConfig, ModelConfig, RecipientConfig
 from incsync.config.base import ID_PATTERN, ID_RE
-from incsync.errors import InputError
+from incsync.config.errors import TagError
 
 MODE_TAG = "incsync/mode"  # incremental | backfill (the asset reads it)
 FULL_REFRESH_TAG = "incsync/full_refresh"
@@ -30,11 +30,6 @@ SHARD_TAG = "incsync/shard"
 USER_TAG_PREFIX = "incsync/tag/"
 INCREMENTAL = "incremental"
 BACKFILL = "backfill"
-
-
-
-class TagError(InputError):
-    """A user tag does not match the allowed pattern or shape."""
 
 
 def validate_tag(key: str, value: str) -> tuple[str, str]:

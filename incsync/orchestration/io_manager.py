@@ -11,7 +11,8 @@ from pydantic import Field, PrivateAttr
 from incsync.transfer import progress
 from incsync.orchestration.dagster_compat import add_partition_metadata, defers_asset_events, report_materialized
 from incsync.errors import IncsyncError
-from incsync.transfer.execute import TransferFailures, execute
+from incsync.transfer.errors import TransferFailures
+from incsync.transfer.execute import execute
 from incsync.transfer.reads import RunReads
 from incsync.orchestration.metadata import transfer_metadata
 from incsync.orchestration.partitions import dagster_key, split_key

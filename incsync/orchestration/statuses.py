@@ -19,7 +19,7 @@ from incsync.orchestration.dagster_compat import (
     RUN_FAILURE_REASON_TAG,
     WORKER_LOST_REASONS,
 )
-from incsync.errors import InputError
+from incsync.orchestration.errors import StatusError
 from incsync.destinations.ownership import METADATA_KEY as DESTINATION_OWNER
 from incsync.orchestration.metadata import DELTA_ROWS_TRANSFERRED, ROWS_TRANSFERRED
 from incsync.orchestration.partitions import RECIPIENT_DIM, RECIPIENTS_PARTITIONS, model_partitions
@@ -40,10 +40,6 @@ class TransferStatus(str, Enum):
     KILLED = "KILLED"  # cancelled while running
     EXPIRED = "EXPIRED"  # still pending after EXPIRES_AFTER
     ORPHANED = "ORPHANED"  # its worker was lost (run monitoring)
-
-
-class StatusError(InputError):
-    """An unknown transfer status was asked for."""
 
 
 def parse_status(text: str) -> TransferStatus:

@@ -17,7 +17,8 @@ import pyarrow.fs as pafs
 from incsync.errors import StagingError
 from incsync.staging.batch import StagedBatch, file_ref, files_dataset, files_size, filesystem_of, stage_arrow
 from incsync.storage.files import StoragePath
-from incsync.staging.type_conversion import ConversionError, column_plans, convert_table, faithful_schema
+from incsync.staging.errors import ConversionError
+from incsync.staging.type_conversion import column_plans, convert_table, faithful_schema
 from incsync.core.typemap import FINITE_MARK, ColumnPlan
 
 if TYPE_CHECKING:

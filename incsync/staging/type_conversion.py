@@ -8,15 +8,11 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from incsync.errors import SchemaError
+from incsync.staging.errors import ConversionError
 from incsync.core.typemap import METADATA_KEY, SOURCE_TYPE, SOURCE_VENDOR, ColumnPlan
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
-
-
-class ConversionError(SchemaError):
-    """A source value that the column's faithful type cannot hold; nothing was published."""
 
 
 def arrow_type(name: str) -> pa.DataType:

@@ -17,7 +17,7 @@ import pyarrow as pa
 from incsync.core.bounds import EPOCH, UTC
 from incsync.config.model import ModelConfig, RecipientConfig
 from incsync.destinations.base import Destination, Removals
-from incsync.errors import PublishError
+from incsync.transfer.errors import MassDeleteError
 from incsync.integrity.compare import key_of
 from incsync.integrity.destination_side import DestinationSide
 from incsync.integrity.source_side import FAR_FUTURE, SourceSide
@@ -26,11 +26,6 @@ from incsync.config.tags import ALLOW_MASS_DELETE_TAG
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
-
-
-
-class MassDeleteError(PublishError):
-    """A transfer or repair would remove more of a recipient's rows than ``max_delete_fraction`` allows."""
 
 
 def check_fraction(model: ModelConfig, recipient: RecipientConfig, *, removing: int, rows: int, allowed: bool) -> None:

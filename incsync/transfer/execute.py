@@ -33,11 +33,6 @@ log = logging.getLogger(__name__)
 MAX_PARALLEL_PUBLISHES = 4
 
 
-
-class TransferFailures(IncsyncError):
-    """Recipients of one run failed: several, or one with an error that does not name it."""
-
-
 def execute(run: RunReads, *, staging_root: Path, on_commit: OnCommit) -> list[SpanFailure]:
     """Stage and publish every read of ``run``, then the spans that waited; return what failed (empty: all committed)."""
     committed: set[object] = set()

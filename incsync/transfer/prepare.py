@@ -7,8 +7,7 @@ import time
 from collections.abc import Sequence
 from datetime import datetime
 
-from incsync.core.bounds import UTC, Bounds, compute_bounds, epoch_seconds_floor, from_epoch, recipient_start
-from incsync.config.model import ModelConfig
+from incsync.core.bounds import UTC, Bounds, compute_bounds, recipient_start
 from incsync.destinations.base import DestinationState
 from incsync.transfer.retries import with_retries
 from incsync.core.transfer_id import new_transfer_id

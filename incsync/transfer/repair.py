@@ -25,7 +25,7 @@ from incsync.config.model import IncsyncConfig, ModelConfig, RecipientConfig
 from incsync.destinations.registry import build_destination
 from incsync.destinations.base import REPAIR, Removals, TransferRecord
 from incsync.errors import IncsyncError
-from incsync.transfer.deletes import MassDeleteError, check_fraction
+from incsync.transfer.deletes import check_fraction
 from incsync.integrity.compare import normalize
 from incsync.staging.spark import stage
 from incsync.core.transfer_id import new_transfer_id
@@ -105,4 +105,4 @@ def repair_recipient(
         if staged is not None:
             shutil.rmtree(staged.path, ignore_errors=True)
 
-__all__ = ["MassDeleteError", "RepairResult", "repair_recipient"]
+__all__ = ["RepairResult", "repair_recipient"]

@@ -4,7 +4,7 @@ library only: the client starts in ~0.05 s.
 
 Protocol (version 3): one JSON request line from the client, ``{"version", "config", "dagster_home",
 "stderr_tty", "stderr_columns", "transfer": {"model", "recipients", "window", "backfill", "full_refresh",
-"tags", "from", "to", "json"}}`` (typed fields, each checked; see ``TRANSFER_FIELDS``), then JSON lines from
+"tags", "from", "to", "json"}}`` (a ``command.TransferCommand``, each field checked), then JSON lines from
 the worker, ``{"out": text}``, ``{"err": text}``, and a last ``{"exit": code}``. When the client's standard
 error is a terminal (``stderr_tty``, ``stderr_columns`` wide), the worker draws its progress line there as
 it would on its own. The worker serves one request at a time (others wait
@@ -21,29 +21,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from incsync.errors import IncsyncError
 from incsync.paths import config_path, dagster_home
+from incsync.worker.command import TransferCommand
+from incsync.worker.errors import WorkerError
 
 WORKER_ENV_VAR = "INCSYNC_WORKER"
 PROTOCOL_VERSION = 3
-# The typed fields of a transfer request: what `incsync transfer` was asked, never its argv.
-TRANSFER_FIELDS: dict[str, tuple[type, ...]] = {
-    "model": (str,),
-    "recipients": (list,),
-    "window": (str, type(None)),
-    "backfill": (bool,),
-    "full_refresh": (bool,),
-    "tags": (list,),
-    "from": (str, type(None)),
-    "to": (str, type(None)),
-    "json": (bool,),
-}
 MAX_SOCKET_PATH = 107  # sun_path holds 108 bytes, with the terminating NUL
 REQUEST_TIMEOUT_SECONDS = 10.0
-
-
-class WorkerError(IncsyncError):
-    """The worker could not be reached, or refused or dropped the request."""
 
 
 def default_socket(config_file: Path) -> Path:
@@ -55,14 +40,14 @@ def check_socket_path(path: Path) -> None:
         raise WorkerError(f"worker socket path {path} is longer than {MAX_SOCKET_PATH} bytes; pass a shorter --socket")
 
 
-def forward(socket_path: str | os.PathLike[str], *, transfer: dict[str, Any], config: str | None) -> int:
-    """Send a transfer request (``TRANSFER_FIELDS``) to the worker at ``socket_path``; relay its output; its exit code."""
+def forward(socket_path: str | os.PathLike[str], *, command: TransferCommand, config: str | None) -> int:
+    """Send ``command`` to the worker at ``socket_path``; relay its output; its exit code."""
     path = Path(socket_path)
     config_file = config_path(config).resolve()
     check_socket_path(path)
     request = {
         "version": PROTOCOL_VERSION,
-        "transfer": transfer,
+        "transfer": command.wire(),
         "config": str(config_file),
         "dagster_home": str(dagster_home(config_file).resolve()),
         "stderr_tty": _is_terminal(sys.stderr),  # the worker then draws its progress line for this terminal

@@ -1,6 +1,6 @@
 """A resident worker: ``incsync worker`` keeps Python, Dagster's definitions and instance, and the
 Spark session loaded; ``incsync transfer --worker SOCKET`` (or ``$INCSYNC_WORKER``) hands its
-arguments to it over a Unix socket and prints what it answers.
+typed transfer command to it over a Unix socket and prints what it answers.
 
 A fresh ``incsync transfer`` process spends ~1.5 s importing Dagster, pyspark and delta-rs before its
 first row, more than a small incremental moves data. Through a worker the client is a standard-library
@@ -22,24 +22,28 @@ import sys
 import threading
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from incsync.paths import dagster_home
 from incsync.worker.client import (
     PROTOCOL_VERSION,
     REQUEST_TIMEOUT_SECONDS,
-    TRANSFER_FIELDS,
     WORKER_ENV_VAR,
-    WorkerError,
     check_socket_path,
 )
+from incsync.worker.command import Resident, TransferCommand, wire_problem
+from incsync.worker.errors import WorkerError
 
 if TYPE_CHECKING:
     import dagster as dg
 
-# Runs one transfer request as `incsync transfer` would and returns its exit status: the CLI's
-# ``run_transfer_request``, handed in by ``incsync worker``, so this module never imports the CLI.
-RunRequest = Callable[..., int]
+
+class RunRequest(Protocol):
+    """Runs one transfer command as `incsync transfer` would and returns its exit status: the CLI's
+    ``run_transfer_request``, handed in by ``incsync worker``, so this module never imports the CLI."""
+
+    def __call__(self, command: TransferCommand, *, config: str, resident: Resident) -> int: ...
+
 
 log = logging.getLogger(__name__)
 
@@ -115,14 +119,7 @@ class Worker:
         if request.get("dagster_home") != str(self.home):
             return (f"this worker records runs in the Dagster instance at {self.home}, the client expects "
                     f"{request.get('dagster_home')}; give both the same DAGSTER_HOME")
-        transfer = request.get("transfer")
-        if not isinstance(transfer, dict) or set(transfer) != set(TRANSFER_FIELDS):
-            return f"the worker runs transfer requests with the fields {', '.join(TRANSFER_FIELDS)}"
-        for name, kinds in TRANSFER_FIELDS.items():
-            value = transfer[name]
-            if not isinstance(value, kinds) or (isinstance(value, list) and not all(isinstance(v, str) for v in value)):
-                return f"transfer request field {name!r} has the wrong type ({type(value).__name__})"
-        return None
+        return wire_problem(request.get("transfer"))
 
     def handle(self, conn: socket.socket) -> None:
         out, err = _Relay(conn, "out"), _Relay(conn, "err")
@@ -142,11 +139,12 @@ class Worker:
             err.write(f"error: {problem}\n")
             code = 2
         else:
+            command = TransferCommand.from_wire(request["transfer"])
             try:
                 with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-                    code = self.run(request["transfer"], config=str(self.config_file), resident=self.resident)
+                    code = self.run(command, config=str(self.config_file), resident=self.resident)
             except Exception as exc:  # noqa: BLE001 - a bug in one request must not end the worker
-                log.exception("incsync worker: request %s failed", request["transfer"])  # to the worker's own stderr
+                log.exception("incsync worker: request %s failed", command)  # to the worker's own stderr
                 err.write(f"error: the worker failed on this request ({type(exc).__name__}: {exc}); its log has the traceback\n")
                 code = 1
         with contextlib.suppress(OSError):

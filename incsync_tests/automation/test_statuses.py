@@ -14,8 +14,10 @@ from dagster._core.events import DagsterEvent, DagsterEventType, JobFailureData,
 from dagster._core.storage.dagster_run import DagsterRun
 from dagster._daemon.monitoring.run_monitoring import monitor_starting_run
 
-from incsync.orchestration.statuses import StatusError, TransferStatus, counts_by_model, list_transfers
-from incsync.config.tags import TagError, parse_tags
+from incsync.config.errors import TagError
+from incsync.config.tags import parse_tags
+from incsync.orchestration.errors import StatusError
+from incsync.orchestration.statuses import TransferStatus, counts_by_model, list_transfers
 from incsync.config.load import load_config
 from incsync.orchestration.partitions import RECIPIENTS_PARTITIONS
 from incsync_tests.support import lake_config

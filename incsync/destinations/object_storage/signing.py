@@ -15,14 +15,11 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from incsync.errors import ConfigError, IncsyncError
+from incsync.destinations.errors import ManifestIntegrityError
+from incsync.errors import ConfigError
 
 if TYPE_CHECKING:
     from incsync.storage.files import Store
-
-
-class ManifestIntegrityError(IncsyncError):
-    """A manifest's signature or a data file's checksum does not verify: the files were changed after publishing."""
 
 
 def _canonical(manifest: dict) -> bytes:
@@ -79,7 +76,10 @@ def verify_manifest(manifest: dict, public_key: str | bytes, *, store: Store) ->
 
     name = manifest.get("manifest_file_key", "?")
     if "signature" not in manifest:
-        raise ManifestIntegrityError(f"manifest {name} is not signed, but a public key was given to verify it")
+        raise ManifestIntegrityError(
+            f"manifest {name} is not signed, but a public key was given to verify it: its publisher does not sign "
+            "(set signing_key_env on the destination) or the signature was removed; do not read it"
+        )
     key = _public_key(public_key)
     try:
         key.verify(base64.b64decode(manifest["signature"]), _canonical(manifest))
