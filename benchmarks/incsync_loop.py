@@ -24,7 +24,8 @@ def main() -> int:
     from incsync.config.load import load_config
     from incsync.orchestration.definitions import build_definitions
     from incsync.core.windows import recipient_windows
-    from incsync.orchestration.runs import dagster_instance, run_transfers
+    from incsync.orchestration.instance import dagster_instance
+    from incsync.orchestration.runs import run_transfers
 
     file = Path(args.config)
     config = load_config(file)

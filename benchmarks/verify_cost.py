@@ -74,7 +74,8 @@ def run(args: argparse.Namespace, config_file: Path, *, dsn: str) -> None:
     from incsync.config.load import load_config
     from incsync.orchestration.definitions import build_definitions
     from incsync.core.windows import recipient_windows, scheduled_windows
-    from incsync.orchestration.runs import dagster_instance, run_transfers
+    from incsync.orchestration.instance import dagster_instance
+    from incsync.orchestration.runs import run_transfers
     from incsync.integrity.verify import verify_recipient
 
     config = load_config(config_file)

@@ -12,7 +12,7 @@ from incsync.orchestration.concurrency import dagster_yaml
 from incsync.config.load import load_config
 from incsync.orchestration.dagster_compat import instance_postgres_url
 from incsync.errors import ConfigError
-from incsync.orchestration.instance_storage import postgres_url_problem, storage_problems
+from incsync.orchestration.instance import postgres_url_problem, storage_problems
 from incsync_tests.destination_support import postgres_database
 from incsync_tests.support import lake_config
 
@@ -90,7 +90,7 @@ def test_dagster_yaml_from_deploy_keeps_postgres_storage_and_refuses_a_bad_url(t
 
 
 def test_the_cli_refuses_an_instance_with_a_bad_url_before_any_run(tmp_path: Path, monkeypatch) -> None:
-    from incsync.orchestration.runs import dagster_instance
+    from incsync.orchestration.instance import dagster_instance
 
     home = tmp_path / "home"
     home.mkdir()
@@ -107,7 +107,7 @@ def test_a_sqlite_instance_has_no_postgres_url(dagster_instance) -> None:
 def test_an_instance_written_before_the_packages_is_moved_to_the_event_logs_new_module(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from incsync.orchestration.runs import dagster_instance
+    from incsync.orchestration.instance import dagster_instance
 
     home = tmp_path / "home"
     home.mkdir()

@@ -298,7 +298,7 @@ def test_the_cli_runs_every_enabled_recipient_in_one_run_and_names_the_one_that_
     spark, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     from incsync.cli.main import main
-    from incsync.orchestration.runs import dagster_instance
+    from incsync.orchestration.instance import dagster_instance
 
     monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "dagster_home"))
     write_table(tmp_path / "src", "orders", [

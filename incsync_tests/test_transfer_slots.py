@@ -117,7 +117,7 @@ def test_three_cli_transfers_of_one_model_destination_run_one_at_a_time(
     home = tmp_path / "home"
     with destination_env(kind, monkeypatch):
         env = {**os.environ, "DAGSTER_HOME": str(home)}
-        from incsync.orchestration.runs import dagster_instance
+        from incsync.orchestration.instance import dagster_instance
 
         monkeypatch.setenv("DAGSTER_HOME", str(home))
         dagster_instance(file).dispose()  # the instance's folder and dagster.yaml, as the first command creates them

@@ -194,7 +194,8 @@ def run_demo(workdir: Path, *, rows: int = 120_000) -> int:
     from incsync.config.load import load_config
     from incsync.orchestration.definitions import build_definitions
     from incsync.core.windows import recipient_windows, scheduled_windows
-    from incsync.orchestration.runs import dagster_instance, run_transfers
+    from incsync.orchestration.instance import dagster_instance
+    from incsync.orchestration.runs import run_transfers
 
     began = time.monotonic()
     workdir = workdir.resolve()

@@ -90,32 +90,33 @@ def run_transfer(command: TransferCommand, *, config: str | None, resident: Resi
     if dry_run:
         return _dry_run(loaded, model, [r for r in recipients if r.id in windows], windows, mode=mode,
                         full_refresh=command.full_refresh, as_json=as_json)
-    return _execute(command, resident, file, loaded, model, recipients, windows, mode=mode, user_tags=user_tags)
+    return _launch(command, resident, file, loaded, model, recipients, windows, mode=mode, user_tags=user_tags)
 
 
 def _dry_run(config, model, recipients, windows, *, mode: str, full_refresh: bool, as_json: bool) -> int:  # noqa: ANN001
     from incsync.config.tags import INCREMENTAL
     from incsync.cli.output import print_json
-    from incsync.transfer.dry_run import plan_lines, plan_transfer
+    from incsync.transfer.dry_run import dry_run_lines, dry_run_transfers
 
-    planned = plan_transfer(config, model, recipients, windows, scheduled=mode == INCREMENTAL, full_refresh=full_refresh)
-    runs = -(-len(planned) // config.recipients_per_run)
+    previewed = dry_run_transfers(config, model, recipients, windows, scheduled=mode == INCREMENTAL, full_refresh=full_refresh)
+    runs = -(-len(previewed) // config.recipients_per_run)
     if as_json:
         print_json({"model": model.model_name, "mode": mode, "dry_run": True, "runs": runs,
-                    "transfers": [p.as_dict() for p in planned]})
+                    "transfers": [p.as_dict() for p in previewed]})
     else:
-        for line in plan_lines(model, planned, mode=mode, runs=runs):
+        for line in dry_run_lines(model, previewed, mode=mode, runs=runs):
             print(line)
     return 0
 
 
-def _execute(command: TransferCommand, resident: Resident | None, file, config, model, recipients, windows, *,  # noqa: ANN001
+def _launch(command: TransferCommand, resident: Resident | None, file, config, model, recipients, windows, *,  # noqa: ANN001
              mode: str, user_tags: dict[str, str]) -> int:
     from incsync.transfer import progress as progress_events
     from incsync.cli.output import Progress, print_json
-    from incsync.orchestration.launch import plan_runs, register
+    from incsync.orchestration.launch import run_specs, register
     from incsync.orchestration.definitions import build_definitions
-    from incsync.orchestration.runs import dagster_instance, execute_runs
+    from incsync.orchestration.instance import dagster_instance
+    from incsync.orchestration.runs import run_in_process
     from incsync.config.tags import ALLOW_MASS_DELETE_TAG
 
     as_json = command.json
@@ -124,7 +125,7 @@ def _execute(command: TransferCommand, resident: Resident | None, file, config, 
     from incsync.orchestration.resources import default_staging_dir
 
     reap(instance, staging_root=Path(default_staging_dir(config)))
-    specs = plan_runs(
+    specs = run_specs(
         config, model, recipients, windows={rid: (keys[0], keys[-1]) for rid, keys in windows.items()},
         registered=register(instance, list(windows)), mode=mode, full_refresh=command.full_refresh,
         user_tags={**user_tags, **({ALLOW_MASS_DELETE_TAG: "true"} if command.allow_mass_delete else {})},
@@ -138,7 +139,7 @@ def _execute(command: TransferCommand, resident: Resident | None, file, config, 
         print(f"transfer {model.model_name} → {who}: {n_windows} window(s) {first} .. {last}{runs}", flush=True)
     bar = Progress(total=n_windows, recipients={rid: len(k) for rid, k in windows.items()}, enabled=not as_json)
     with bar, progress_events.listening(lambda _m, rid, window, rows: bar.committed(rid, window, rows)):
-        results = execute_runs(defs, instance, specs, windows=windows,
+        results = run_in_process(defs, instance, specs, windows=windows,
                                progress=None if as_json else lambda line: print(line, flush=True))
     failed = [r for r in results if not r.success]
     if as_json:
@@ -159,7 +160,7 @@ def cmd_transfers(args: argparse.Namespace) -> int:
     from incsync.config.tags import parse_tags
     from incsync.cli.output import print_json, transfers_lines
     from incsync.config.load import load_config
-    from incsync.orchestration.runs import dagster_instance
+    from incsync.orchestration.instance import dagster_instance
 
     from incsync.orchestration.liveness import reap
     from incsync.orchestration.resources import default_staging_dir

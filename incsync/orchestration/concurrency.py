@@ -13,7 +13,7 @@ from incsync.config.tags import DESTINATION_SLOTS_TAG, MODEL_DESTINATION_TAG, SH
 from incsync.config.model import IncsyncConfig
 from incsync.orchestration.dagster_compat import event_log_storage_config
 from incsync.errors import ConfigError
-from incsync.orchestration.instance_storage import storage_problems, with_working_scheme
+from incsync.orchestration.instance import storage_problems, with_working_scheme
 
 
 def tag_concurrency_limits(config: IncsyncConfig) -> list[dict[str, Any]]:

@@ -82,7 +82,7 @@ def shards(selected: Sequence[str], registered: Sequence[str], size: int) -> lis
     return out
 
 
-def plan_runs(
+def run_specs(
     config: IncsyncConfig,
     model: ModelConfig,
     recipients: Sequence[RecipientConfig],

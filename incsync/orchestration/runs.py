@@ -1,52 +1,23 @@
-"""Launch transfers through the Dagster instance, as the UI would, and read back their metadata."""
+"""Run transfers through the Dagster instance in this process, as the daemon would, and read back their metadata."""
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from pathlib import Path
 
 import dagster as dg
-import yaml
 
 from incsync.orchestration.assets import model_asset_key
 from incsync.orchestration.liveness import process_tag
-from incsync.orchestration.launch import RunSpec, plan_runs, register
+from incsync.orchestration.launch import RunSpec, run_specs, register
 from incsync.core.bounds import UTC
 from incsync.config.model import IncsyncConfig, ModelConfig, RecipientConfig
 from incsync.orchestration.metadata import DELTA_ROWS_TRANSFERRED, HIGH_WATERMARK, ROWS_TRANSFERRED, TRANSFER_TYPE
-from incsync.paths import dagster_home
-from incsync.orchestration.dagster_compat import event_log_storage_config
-from incsync.errors import ConfigError
-from incsync.orchestration.instance_storage import storage_problems
 from incsync.orchestration.partitions import split_key
 from incsync.config.tags import INCREMENTAL, PROCESS_TAG
 
 MANUAL = "manual"
-
-
-_STORAGE_COMMENT = "# Dagster's SQLite event log storing each batch of asset events at once (incsync/orchestration/dagster_compat.py)\n"
-_FIRST_DAGSTER_YAML = "telemetry:\n  enabled: false\n"  # what incsync wrote before the batching event log
-_MOVED_STORAGE_MODULE = "module: incsync.dagster_compat\n"  # the batching event log's module until issue 28
-
-
-def dagster_instance(config_file: Path) -> dg.DagsterInstance:
-    """The instance in $DAGSTER_HOME, else ``.dagster`` beside the config file (created on first use)."""
-    home = dagster_home(config_file)
-    os.environ["DAGSTER_HOME"] = str(home)
-    home.mkdir(parents=True, exist_ok=True)
-    yaml_file = home / "dagster.yaml"
-    if not yaml_file.exists() or yaml_file.read_text() == _FIRST_DAGSTER_YAML:
-        storage = yaml.safe_dump({"event_log_storage": event_log_storage_config(home)}, sort_keys=False)
-        yaml_file.write_text(_FIRST_DAGSTER_YAML + _STORAGE_COMMENT + storage)
-    elif _MOVED_STORAGE_MODULE in (text := yaml_file.read_text()):  # written before incsync had packages
-        yaml_file.write_text(text.replace(_MOVED_STORAGE_MODULE, f"module: {event_log_storage_config(home)['module']}\n"))
-    problems = storage_problems(yaml.safe_load(yaml_file.read_text()) or {})
-    if problems:  # say so now, not as a NOTIFY syntax error in the middle of the first run
-        raise ConfigError(str(yaml_file), problems)
-    return dg.DagsterInstance.get()
 
 
 @dataclass(frozen=True)
@@ -82,7 +53,7 @@ class RunResult:
     error: str | None = None
 
 
-def execute_runs(
+def run_in_process(
     defs: dg.Definitions,
     instance: dg.DagsterInstance,
     specs: Sequence[RunSpec],
@@ -156,11 +127,11 @@ def run_transfers(
     """Materialize ``windows`` (contiguous) of (model, recipient) in one run: one read, one Spark session."""
     ordered = sorted(windows)
     registered = register(instance, [recipient.id])
-    specs = plan_runs(
+    specs = run_specs(
         config, model, [recipient], windows={recipient.id: (ordered[0], ordered[-1])}, registered=registered,
         mode=INCREMENTAL if scheduled else MANUAL, full_refresh=full_refresh, user_tags=tags,
     )
-    results = execute_runs(defs, instance, specs, windows={recipient.id: ordered}, progress=progress, log_level=log_level)
+    results = run_in_process(defs, instance, specs, windows={recipient.id: ordered}, progress=progress, log_level=log_level)
     return [line for r in results for line in r.lines]
 
 

@@ -14,7 +14,7 @@ from incsync.config.tags import INCREMENTAL
 from incsync.core.windows import tick_span
 from incsync.core.bounds import UTC
 from incsync.config.model import ModelConfig
-from incsync.orchestration.launch import plan_runs
+from incsync.orchestration.launch import run_specs
 from incsync.core.windows import window_key_for
 from incsync.orchestration.partitions import RECIPIENTS_PARTITIONS
 from incsync.orchestration.resources import cached_config
@@ -58,7 +58,7 @@ def build_model_schedule(
         if not recipients:
             return dg.SkipReason("no enabled recipient is registered yet")
         windows = (window_key_for(model, span[0]), window_key_for(model, span[1]))
-        specs = plan_runs(
+        specs = run_specs(
             config, model, recipients, windows={r.id: windows for r in recipients}, registered=registered,
             mode=INCREMENTAL, run_key_prefix=f"tick:{tick.isoformat()}",
         )

@@ -13,7 +13,7 @@ from incsync.core.windows import initial_backfill_span
 from incsync.core.bounds import UTC
 from incsync.config.model import IncsyncConfig, ModelConfig, RecipientConfig
 from incsync.orchestration.assets import model_job
-from incsync.orchestration.launch import plan_runs
+from incsync.orchestration.launch import run_specs
 from incsync.core.windows import window_key_for
 from incsync.orchestration.partitions import RECIPIENTS_PARTITIONS, recipients_partitions
 from incsync.orchestration.resources import cached_config
@@ -42,7 +42,7 @@ def initial_backfill_requests(
             span = initial_backfill_span(model, recipient, now)
             if span is not None:
                 windows[recipient.id] = (window_key_for(model, span[0]), window_key_for(model, span[1]))
-        specs = plan_runs(
+        specs = run_specs(
             config, model, recipients, windows=windows, registered=registered, mode=BACKFILL,
             run_key_prefix=f"initial:{now.isoformat()}",
         )

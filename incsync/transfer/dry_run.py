@@ -20,7 +20,7 @@ MAX_PARALLEL = 8
 
 
 @dataclass(frozen=True)
-class PlannedTransfer:
+class DryRunTransfer:
     recipient: str
     destination: str
     windows: list[str]
@@ -46,10 +46,10 @@ def _no_spark():  # noqa: ANN202 - a dry run never starts Spark
     raise AssertionError("a dry run does not start Spark")
 
 
-def plan_transfer(
+def dry_run_transfers(
     config: IncsyncConfig, model: ModelConfig, recipients: list[RecipientConfig], windows: dict[str, list[str]],
     *, scheduled: bool, full_refresh: bool,
-) -> list[PlannedTransfer]:
+) -> list[DryRunTransfer]:
     from incsync.core.fingerprint import model_fingerprint
     from incsync.destinations.registry import build_destination
     from incsync.core.windows import WindowPartition, grid_start, window_of
@@ -61,7 +61,7 @@ def plan_transfer(
     lookback = config.lookback_seconds(model)
     start, fingerprint = grid_start(model), model_fingerprint(model)
 
-    def one(recipient: RecipientConfig) -> PlannedTransfer:
+    def one(recipient: RecipientConfig) -> DryRunTransfer:
         destination = build_destination(config.destination(recipient.destination))
         keys = windows[recipient.id]
         requests = [
@@ -74,7 +74,7 @@ def plan_transfer(
         ]
         state = destination.read_state(model=model, recipient=recipient)
         bounds, previous_hw, reason = span_bounds(requests, state)
-        return PlannedTransfer(
+        return DryRunTransfer(
             recipient=recipient.id, destination=destination.name, windows=keys, lower=bounds.lower, upper=bounds.upper,
             bounds_reason=bounds.reason, high_watermark=previous_hw, full_refresh_reason=reason,
             estimated_rows=estimate_rows(config, model, recipient, bounds, source),
@@ -127,7 +127,7 @@ def _lake_count(source: LakeSourceConfig, model: ModelConfig, recipient: Recipie
         return None
 
 
-def plan_lines(model: ModelConfig, planned: list[PlannedTransfer], *, mode: str, runs: int) -> list[str]:
+def dry_run_lines(model: ModelConfig, planned: list[DryRunTransfer], *, mode: str, runs: int) -> list[str]:
     lines = [f"dry run: transfer {model.model_name} ({mode}), {len(planned)} recipient(s), {runs} run(s); nothing is written"]
     header = f"{'recipient':<16} {'destination':<16} {'windows':>7}  {'first .. last':<36} {'bounds [lower, upper)':<53} {'HW':<27} est. rows"
     lines.append(header)

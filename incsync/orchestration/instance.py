@@ -1,4 +1,5 @@
-"""Checks of a dagster.yaml's PostgreSQL storage: the URL form that works with this stack.
+"""The Dagster instance incsync runs in, and checks of a dagster.yaml's PostgreSQL storage: the URL form
+that works with this stack.
 
 dagster-postgres issues ``NOTIFY run_events, %(id)s``, which only the psycopg2 driver expands
 client-side. SQLAlchemy 2.1 maps a plain ``postgresql://`` URL to psycopg 3, which sends a server-side
@@ -11,8 +12,12 @@ from __future__ import annotations
 import importlib.util
 import os
 from collections.abc import Iterator, Mapping
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
+
+if TYPE_CHECKING:
+    import dagster as dg
 
 WORKING_SCHEME = "postgresql+psycopg2"
 STORAGE_SECTIONS = ("storage", "run_storage", "event_log_storage", "schedule_storage")
@@ -74,3 +79,32 @@ def with_working_scheme(doc: dict[str, Any]) -> dict[str, Any]:
             if isinstance(db, dict):
                 db.setdefault("scheme", WORKING_SCHEME)
     return doc
+
+
+_STORAGE_COMMENT = "# Dagster's SQLite event log storing each batch of asset events at once (incsync/orchestration/dagster_compat.py)\n"
+_FIRST_DAGSTER_YAML = "telemetry:\n  enabled: false\n"  # what incsync wrote before the batching event log
+_MOVED_STORAGE_MODULE = "module: incsync.dagster_compat\n"  # the batching event log's module until issue 28
+
+
+def dagster_instance(config_file: Path) -> dg.DagsterInstance:
+    """The instance in $DAGSTER_HOME, else ``.dagster`` beside the config file (created on first use)."""
+    import dagster as dg
+    import yaml
+
+    from incsync.errors import ConfigError
+    from incsync.orchestration.dagster_compat import event_log_storage_config
+    from incsync.paths import dagster_home
+
+    home = dagster_home(config_file)
+    os.environ["DAGSTER_HOME"] = str(home)
+    home.mkdir(parents=True, exist_ok=True)
+    yaml_file = home / "dagster.yaml"
+    if not yaml_file.exists() or yaml_file.read_text() == _FIRST_DAGSTER_YAML:
+        storage = yaml.safe_dump({"event_log_storage": event_log_storage_config(home)}, sort_keys=False)
+        yaml_file.write_text(_FIRST_DAGSTER_YAML + _STORAGE_COMMENT + storage)
+    elif _MOVED_STORAGE_MODULE in (text := yaml_file.read_text()):  # written before incsync had packages
+        yaml_file.write_text(text.replace(_MOVED_STORAGE_MODULE, f"module: {event_log_storage_config(home)['module']}\n"))
+    problems = storage_problems(yaml.safe_load(yaml_file.read_text()) or {})
+    if problems:  # say so now, not as a NOTIFY syntax error in the middle of the first run
+        raise ConfigError(str(yaml_file), problems)
+    return dg.DagsterInstance.get()
