@@ -11,7 +11,7 @@ import yaml
 from incsync.cli.main import run_command
 from incsync.config.load import load_config
 from incsync.errors import ConfigError
-from incsync.config.locations import local_path, storage_url
+from incsync.config.locations import resolved_path, storage_url
 
 SOURCE = {"name": "lake", "vendor": "lake", "path": "./src"}
 MODEL = {
@@ -150,8 +150,8 @@ def test_storage_urls_and_local_paths_are_normalised(tmp_path: Path) -> None:
     assert storage_url("s3://bucket/a/x/../b") == "s3://bucket/a/b"
     assert storage_url("s3://bucket/") == "s3://bucket"
     assert storage_url("abfs://c@acct.dfs.core.windows.net/p/") == "abfss://c@acct.dfs.core.windows.net/p"
-    assert local_path("file:///tmp/x/", tmp_path) == local_path("/tmp/x", tmp_path)
-    assert local_path("rel/../x", tmp_path) == str(tmp_path.resolve() / "x")
+    assert resolved_path("file:///tmp/x/", tmp_path) == resolved_path("/tmp/x", tmp_path)
+    assert resolved_path("rel/../x", tmp_path) == str(tmp_path.resolve() / "x")
 
 
 def test_storage_url_destinations_are_compared_normalised(tmp_path: Path) -> None:

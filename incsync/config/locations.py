@@ -14,6 +14,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import unquote, urlsplit
 
+from incsync.storage.names import local_path
+
 if TYPE_CHECKING:
     from incsync.config.model import IncsyncConfig
     from incsync.config.destinations import DestinationConfig
@@ -32,16 +34,13 @@ class Location:
     note: str | None = None  # why the comparison was partial (e.g. the DSN's variable is unset)
 
 
-def local_path(path: str, base: Path, *, _folders: dict[str, str] | None = None) -> str:
+def resolved_path(path: str, base: Path, *, _folders: dict[str, str] | None = None) -> str:
     """An absolute, normalised, symlink-resolved path; ``file://`` URLs are local paths.
 
     ``_folders`` caches resolved folders across calls: 10,000 destinations under one folder then cost one
     ``lstat`` each rather than one per component.
     """
-    if path.startswith("file:"):
-        parts = urlsplit(path)
-        path = unquote(parts.path) if parts.netloc in ("", "localhost") else f"//{parts.netloc}{unquote(parts.path)}"
-    path = os.path.join(base, os.path.expanduser(path))
+    path = os.path.join(base, os.path.expanduser(local_path(path)))
     if _folders is None:
         return os.path.realpath(path)
     folder, name = os.path.split(path)
@@ -97,7 +96,7 @@ def location(destination: DestinationConfig, base: Path, *, _folders: dict[str, 
     if "://" in path and not path.startswith("file:"):
         key = storage_url(path)
     else:
-        key = local_path(path, base, _folders=_folders)
+        key = resolved_path(path, base, _folders=_folders)
     return Location("path", key, key)
 
 

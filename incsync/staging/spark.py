@@ -41,18 +41,12 @@ def stage(df: DataFrame | pa.Table, path: Path | StoragePath, *, known_empty: bo
         path.mkdir(parents=True, exist_ok=True)
         return StagedBatch(path=path, files=(), schema=faithful_schema(spark_parquet_schema(df), plans), rows=0, bytes=0)
     if collect:
-        schema = spark_parquet_schema(df)
-        with _out_of_range(plans):
-            collected = df.toArrow()
-        table = convert_table(collected.cast(schema), plans)
-        return stage_arrow(table, path, schema=faithful_schema(schema, plans))
-    with _out_of_range(plans):
-        written = write_through_arrow(df, path) if isinstance(path, StoragePath) else write_observed(df, path)
+        table, schema = _collect(df, plans)
+        return stage_arrow(table, path, schema=schema)
+    written = _write(df, path, plans)
     fs = filesystem_of(path)
     files = tuple(sorted(file_ref(p) for p in path.glob("*.parquet")))
-    if any(plan.arrow for plan in plans.values()):
-        _convert_files(files, plans, fs)
-    schema = faithful_schema(_utc_schema(df, files_dataset(files, fs).schema if files else None), plans)
+    schema = _faithful_files(df, files, plans, fs)
     rows = files_dataset(files, fs, schema).count_rows() if files else 0
     check_staged_rows(path, extracted=written, staged=rows)
     return StagedBatch(path=path, files=files, schema=schema, rows=rows, bytes=files_size(files, fs))
@@ -149,11 +143,7 @@ def stage_by_tenant(
     if known_empty:
         return faithful_schema(spark_parquet_schema(df), plans), {}
     if collect:
-        spark_schema = spark_parquet_schema(df)
-        with _out_of_range(plans):
-            collected = df.toArrow()
-        table = convert_table(collected.cast(spark_schema), plans)
-        schema = faithful_schema(spark_schema, plans)
+        table, schema = _collect(df, plans)
         text = pc.cast(table[column], pa.string())
         return schema, {
             str(value): stage_arrow(table.filter(pc.equal(text, value)), path / f"t{i:05d}", schema=schema)
@@ -161,19 +151,11 @@ def stage_by_tenant(
         }
     from pyspark.sql import functions as F
 
-    tagged = df.withColumn(TENANT_PARTITION, F.col(column).cast("string"))
-    with _out_of_range(plans):
-        if isinstance(path, StoragePath):
-            written = write_through_arrow(tagged, path, partition_by=TENANT_PARTITION)
-        else:
-            written = write_observed(tagged, path, partition_by=TENANT_PARTITION)
+    written = _write(df.withColumn(TENANT_PARTITION, F.col(column).cast("string")), path, plans, partition_by=TENANT_PARTITION)
     fs = filesystem_of(path)
     folders = sorted((p for p in path.glob(f"{TENANT_PARTITION}=*") if p.is_dir()), key=str)
     files = {f: tuple(sorted(file_ref(p) for p in f.glob("*.parquet"))) for f in folders}
-    if any(plan.arrow for plan in plans.values()):
-        _convert_files(tuple(f for parts in files.values() for f in parts), plans, fs)
-    first = next((parts[0] for parts in files.values() if parts), None)
-    schema = faithful_schema(_utc_schema(df, files_dataset((first,), fs).schema if first else None), plans)
+    schema = _faithful_files(df, tuple(f for parts in files.values() for f in parts), plans, fs)
     batches = {}
     for folder, parts in files.items():
         rows = files_dataset(parts, fs, schema).count_rows() if parts else 0
@@ -181,6 +163,29 @@ def stage_by_tenant(
         batches[value] = StagedBatch(path=folder, files=parts, schema=schema, rows=rows, bytes=files_size(parts, fs))
     check_staged_rows(path, extracted=written, staged=sum(b.rows for b in batches.values()))
     return schema, batches
+
+
+def _collect(df: DataFrame, plans: dict[str, ColumnPlan]) -> tuple[pa.Table, pa.Schema]:
+    """A small read brought through Arrow, in its faithful types, with the schema Spark's files would have."""
+    spark_schema = spark_parquet_schema(df)
+    with _out_of_range(plans):
+        collected = df.toArrow()
+    return convert_table(collected.cast(spark_schema), plans), faithful_schema(spark_schema, plans)
+
+
+def _write(df: DataFrame, path: Path | StoragePath, plans: dict[str, ColumnPlan], *, partition_by: str | None = None) -> int | None:
+    """Spark's write job (through Arrow to an object store); the rows it wrote, where Spark says."""
+    with _out_of_range(plans):
+        if isinstance(path, StoragePath):
+            return write_through_arrow(df, path, partition_by=partition_by)
+        return write_observed(df, path, partition_by=partition_by)
+
+
+def _faithful_files(df: DataFrame, files: tuple[Path, ...] | tuple[str, ...], plans: dict[str, ColumnPlan], fs: pafs.FileSystem) -> pa.Schema:
+    """Rewrite the written files' columns that need a faithful type; the batch's schema."""
+    if any(plan.arrow for plan in plans.values()):
+        _convert_files(files, plans, fs)
+    return faithful_schema(_utc_schema(df, files_dataset(files[:1], fs).schema if files else None), plans)
 
 
 @contextmanager
