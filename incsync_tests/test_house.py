@@ -187,3 +187,10 @@ def test_no_module_reaches_into_argparse_private_names() -> None:
         if isinstance(node, ast.Attribute) and node.attr.startswith("_") and ast.unparse(node.value) == "argparse"
     )
     assert found == []
+
+
+def test_the_tests_mirror_the_packages() -> None:
+    tests = PACKAGE.parent / "incsync_tests"
+    folders = sorted({p.parent.name for p in tests.rglob("test_*.py") if p.parent != tests})
+    assert sorted(set(folders) - {"faults"}) == sorted(LAYERS)
+    assert sorted(p.name for p in tests.glob("test_*.py")) == ["test_house.py"]

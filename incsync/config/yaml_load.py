@@ -6,7 +6,7 @@ code server, each run worker). Large files are parsed by rapidyaml (C++), and th
 Python objects here with PyYAML's own rules for plain scalars (its implicit resolvers and safe
 constructor), so ``yes``, ``1e3``, ``2024-01-01`` or ``~`` mean exactly what they mean to PyYAML.
 Anything this path does not model — anchors, aliases, merge keys, explicit tags, several documents —
-and any parse error go to PyYAML, whose errors name the line. ``incsync_tests/test_yaml_load.py``
+and any parse error go to PyYAML, whose errors name the line. ``incsync_tests/config/test_yaml_load.py``
 checks both paths give the same objects.
 """
 

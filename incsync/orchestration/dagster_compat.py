@@ -1,6 +1,6 @@
 """The one home of what incsync needs from Dagster and its storage beyond their public APIs.
 
-Each function names the private behaviour it relies on; ``incsync_tests/test_dagster_compat.py`` pins
+Each function names the private behaviour it relies on; ``incsync_tests/orchestration/test_dagster_compat.py`` pins
 each one, so a Dagster upgrade that changes it fails there, not silently in a transfer.
 """
 

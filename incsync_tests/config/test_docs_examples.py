@@ -9,7 +9,7 @@ import pytest
 from incsync.cli.main import main
 from incsync.config.docs import render
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = sorted(p.parent.name for p in (ROOT / "examples").glob("*/incsync.yaml"))
 
 

@@ -208,7 +208,7 @@ def test_a_widening_killed_before_its_commit_changes_nothing(kind: str, tmp_path
     write_table(tmp_path / "src", "orders", [_row(1, 1, qty=7), _row(2, 2, qty=BIG)], schema=_set(BASE, "qty", pa.int64()))
     proc = subprocess.run(
         [sys.executable, "-m", "incsync_tests.arrow_transfer", str(config), "2024-01-01", "--scheduled"],
-        cwd=Path(__file__).resolve().parents[1], env={**os.environ, CRASH_ENV: "mid_publish"},
+        cwd=Path(__file__).resolve().parents[2], env={**os.environ, CRASH_ENV: "mid_publish"},
         capture_output=True, text=True, timeout=180,
     )
     assert proc.returncode == -signal.SIGKILL, proc.stderr

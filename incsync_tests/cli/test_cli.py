@@ -190,7 +190,7 @@ def test_backfill_runs_every_window_in_one_run_with_exact_metadata(tmp_path: Pat
 def test_dagster_yaml_limits_come_from_the_config(hand_config: Path, tmp_path: Path, capsys) -> None:
     import yaml
 
-    repo_yaml = Path(__file__).resolve().parents[1] / "dagster.yaml"
+    repo_yaml = Path(__file__).resolve().parents[2] / "dagster.yaml"
     assert main(["dagster-yaml", "-c", str(hand_config), "--base", str(repo_yaml), "-o", str(tmp_path / "d.yaml")]) == 0
     doc = yaml.safe_load((tmp_path / "d.yaml").read_text())
     assert doc["telemetry"] == {"enabled": False}

@@ -18,7 +18,7 @@ import pytest
 from incsync.cli.main import main
 from incsync.cli.output import Progress, fix_separator, progress_line
 from incsync_tests.support import JAN1, lake_config, order, ts, write_table
-from incsync_tests.test_cli import CSV, HAND_WRITTEN
+from incsync_tests.cli.test_cli import CSV, HAND_WRITTEN
 
 EXE = str(Path(sys.executable).with_name("incsync"))
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from incsync.core.bounds import UTC
 from incsync_tests.support import order
-from incsync_tests.test_edge_cases import Lake, counts
+from incsync_tests.transfer.test_edge_cases import Lake, counts
 
 
 def test_a_future_dated_lake_row_leaves_the_hw_at_the_extraction_start(spark, tmp_path: Path) -> None:

@@ -13,7 +13,7 @@ import pytest
 from incsync.errors import ConfigError
 from incsync.orchestration.definitions import EXAMPLE_CONFIG, config_for_code_location
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _env(tmp_path: Path) -> dict[str, str]:

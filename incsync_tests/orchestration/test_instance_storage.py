@@ -16,7 +16,7 @@ from incsync.orchestration.instance import postgres_url_problem, storage_problem
 from incsync_tests.destination_support import postgres_database
 from incsync_tests.support import lake_config
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _instance(home: Path, url: str) -> dg.DagsterInstance:

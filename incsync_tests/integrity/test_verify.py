@@ -156,7 +156,7 @@ def test_mariadb_source_fingerprints_agree_with_delta(spark, dagster_instance, t
 
     from incsync_tests.jdbc_support import jdbc_config, maria_database
     from incsync_tests.support import ts
-    from incsync_tests.test_jdbc_sources import MARIA_ORDERS, maria_insert
+    from incsync_tests.sources.test_jdbc_sources import MARIA_ORDERS, maria_insert
 
     with maria_database() as db:
         db.execute(MARIA_ORDERS.format(table="orders", lm="TIMESTAMP(6)"))

@@ -358,7 +358,7 @@ def test_everything_on_s3_through_a_spark_connect_server(s3, connect_port: int, 
     the server's tasks stage to S3 through pyarrow, as local executors do."""
     import os
 
-    from incsync_tests.test_spark_connect import _cli
+    from incsync_tests.spark.test_spark_connect import _cli
 
     bucket = s3.bucket()
     _upload_table(s3, f"s3://{bucket}/lake/orders", ROWS)

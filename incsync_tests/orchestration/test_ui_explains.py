@@ -78,7 +78,7 @@ def test_the_asset_page_in_a_browser_shows_the_lineage_names_and_a_partitions_me
     monkeypatch.setenv("DAGSTER_HOME", str(home))
     assert main(["transfer", "orders", "--window", "2024-01-01", "-c", str(file)]) == 0
     env = {"DAGSTER_HOME": str(home), "INCSYNC_CONFIG": str(file), "INCSYNC_AUTOMATION": "stopped",
-           "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+           "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
 
     with webserver(tmp_path, env) as url:
         lineage = dump_dom(f"{url}/assets/lake/orders?view=lineage", tmp_path / "chromium")

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from incsync.cli.demo import DEMO_PG_DSN_ENV, ui_command, write_ui_env
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _deps(what: str) -> list[str]:

@@ -12,7 +12,7 @@ import yaml
 
 from incsync.cli.main import main
 from incsync_tests.support import lake_config, order, ts, write_table
-from incsync_tests.test_cli import CSV, HAND_WRITTEN
+from incsync_tests.cli.test_cli import CSV, HAND_WRITTEN
 
 
 def _line(file: Path, needle: str, nth: int = 0) -> int:

@@ -15,7 +15,7 @@ from incsync.orchestration.definitions import build_definitions
 from incsync.sources.jdbc.source import JdbcSource
 from incsync_tests.jdbc_support import jdbc_config, maria_database, pg_database
 from incsync_tests.support import delta_rows, ts
-from incsync_tests.test_jdbc_sources import MARIA_ORDERS, PG_ORDERS, maria_insert, pg_insert
+from incsync_tests.sources.test_jdbc_sources import MARIA_ORDERS, PG_ORDERS, maria_insert, pg_insert
 
 MODEL = dg.AssetKey(["db", "orders"])
 RECIPIENTS = [

@@ -21,7 +21,7 @@ from incsync_tests.browser_support import wait_for_http
 from incsync_tests.conftest import free_port
 from incsync_tests.destination_support import postgres_database
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
 
 

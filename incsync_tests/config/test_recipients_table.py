@@ -12,7 +12,7 @@ from incsync.orchestration.sensors import build_recipient_sensor
 from incsync.config.load import load_config
 from incsync.errors import ConfigError
 from incsync.orchestration.partitions import RECIPIENTS_PARTITIONS
-from incsync_tests.automation.test_sensors_schedules import NOW, _defs_with, _evaluate_sensor
+from incsync_tests.orchestration.test_sensors_schedules import NOW, _defs_with, _evaluate_sensor
 from incsync_tests.jdbc_support import pg_database
 from incsync_tests.support import lake_config
 

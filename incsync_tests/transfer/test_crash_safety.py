@@ -18,7 +18,7 @@ from incsync_tests import arrow_transfer
 from incsync_tests.destination_support import Target, destination_env, destination_spec, duplicates, max_last_modified
 from incsync_tests.support import lake_config, order, ts, write_table
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 LOOKBACK = 60
 STAGING_RE = re.compile(r"orders-acme-\d{8}T\d{6}Z-[0-9a-f]{12}")
 
