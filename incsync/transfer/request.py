@@ -24,9 +24,10 @@ from incsync.sources.base import Source
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
+
 @dataclass
 class TransferRequest:
-    """One (window, recipient) partition of a run; the asset builds them, the IO manager plans and runs them."""
+    """One (window, recipient) partition of a run: the asset builds them and opens their reads, the IO manager publishes."""
 
     model: ModelConfig
     recipient: RecipientConfig
