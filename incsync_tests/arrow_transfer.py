@@ -15,7 +15,7 @@ from incsync.config.load import load_config
 from incsync.destinations.registry import build_destination
 from incsync.core.windows import WindowPartition, grid_start, window_of
 from incsync.transfer.execute import run_transfer
-from incsync.transfer.request import TransferOutcome, TransferRequest
+from incsync.transfer.request import TransferOutcome, TransferRequest, TransferRun
 from incsync_tests.destination_support import ArrowLakeSource
 
 
@@ -37,18 +37,20 @@ def run(
     model = config.model(model_name)
     recipient = config.recipient(recipient_id)
     request = TransferRequest(
-        model=model,
+        run=TransferRun(
+            model=model,
+            grid_start=grid_start(model),
+            lookback_seconds=config.lookback_seconds(model),
+            fingerprint=model_fingerprint(model),
+            source=ArrowLakeSource(config.source(model.source)),
+            spark=_no_spark,
+            scheduled=scheduled,
+            full_refresh=full_refresh,
+            retries=config.retries,
+        ),
         recipient=recipient,
-        partition=WindowPartition(window_of(model, window), recipient_id),
-        grid_start=grid_start(model),
-        lookback_seconds=config.lookback_seconds(model),
-        fingerprint=model_fingerprint(model),
-        source=ArrowLakeSource(config.source(model.source)),
         destination=build_destination(config.destination(recipient.destination)),
-        spark=_no_spark,
-        scheduled=scheduled,
-        full_refresh=full_refresh,
-        retries=config.retries,
+        partition=WindowPartition(window_of(model, window), recipient_id),
     )
     return run_transfer(request, staging_root=staging_root or Path(os.environ["INCSYNC_STAGING_DIR"]))
 

@@ -14,7 +14,7 @@ from incsync.destinations.registry import build_destination
 from incsync.core.windows import WindowPartition, grid_start, window_of
 from incsync.sources.registry import build_source
 from incsync.transfer.execute import run_transfer
-from incsync.transfer.request import TransferOutcome, TransferRequest
+from incsync.transfer.request import TransferOutcome, TransferRequest, TransferRun
 from incsync_tests.destination_support import PG_DSN_ENV, Target, destination_spec
 from incsync_tests.jdbc_support import MariaDatabase, PgDatabase
 from incsync_tests.support import JAN1_EPOCH
@@ -50,15 +50,17 @@ def transfer(config_path: Path, spark: Any, window: str = "2024-01-01", recipien
     config = load_config(config_path)
     model, recipient = config.model("orders"), config.recipient(recipient_id)
     request = TransferRequest(
-        model=model,
+        run=TransferRun(
+            model=model,
+            grid_start=grid_start(model),
+            lookback_seconds=config.lookback_seconds(model),
+            fingerprint=model_fingerprint(model),
+            source=build_source(config.source(model.source)),
+            spark=lambda: spark,
+        ),
         recipient=recipient,
-        partition=WindowPartition(window_of(model, window), recipient.id),
-        grid_start=grid_start(model),
-        lookback_seconds=config.lookback_seconds(model),
-        fingerprint=model_fingerprint(model),
-        source=build_source(config.source(model.source)),
         destination=build_destination(config.destination(recipient.destination)),
-        spark=lambda: spark,
+        partition=WindowPartition(window_of(model, window), recipient.id),
     )
     return run_transfer(request, staging_root=Path(os.environ["INCSYNC_STAGING_DIR"]))
 

@@ -19,7 +19,7 @@ from incsync.spark.session import SparkWarmUp
 from incsync.config.tags import ALLOW_MASS_DELETE_TAG, FULL_REFRESH_TAG, MODE_TAG
 from incsync.orchestration.slots import run_holding
 from incsync.transfer.reads import RunReads, plan_reads
-from incsync.transfer.request import TransferRequest
+from incsync.transfer.request import TransferRequest, TransferRun
 
 IO_MANAGER_KEY = "incsync_io_manager"
 # UI backfills batch up to this many (window, recipient) partitions into one run: the run reads each
@@ -114,17 +114,20 @@ def build_model_asset(config: IncsyncConfig, model: ModelConfig) -> dg.AssetsDef
         resources = context.resources
         tags = context.run.tags
         mark_running(context.instance, context.run_id)  # a process that dies now leaves an ORPHANED run, not a RUNNING one
-        scheduled = tags.get(MODE_TAG) == "incremental"
-        full_refresh = config.full_refresh or tags.get(FULL_REFRESH_TAG, "").lower() == "true"
-        source = getattr(resources, source_resource_key(model.source)).client()
         keys = context.partition_keys  # Dagster builds this list anew on each access
         if defers_asset_events(context.run):
             report_planned(context, keys)  # the model's job: incsync reports the run's asset events itself
         spark = SparkWarmUp(resources.spark)
         if keys:
             spark.start()
-        retries = resources.incsync.config.retries
-        allow_mass_delete = tags.get(ALLOW_MASS_DELETE_TAG, "").lower() == "true"
+        run = TransferRun(
+            model=model, grid_start=grid_start(model), lookback_seconds=lookback, fingerprint=code_version,
+            source=getattr(resources, source_resource_key(model.source)).client(), spark=spark.get,
+            scheduled=tags.get(MODE_TAG) == "incremental",
+            full_refresh=config.full_refresh or tags.get(FULL_REFRESH_TAG, "").lower() == "true",
+            retries=resources.incsync.config.retries,
+            allow_mass_delete=tags.get(ALLOW_MASS_DELETE_TAG, "").lower() == "true",
+        )
         requests = []
         # Per recipient, not per window partition: a year-long backfill of 200 recipients is 79,200 keys.
         cells: dict[str, tuple[RecipientConfig, Destination]] = {}
@@ -135,23 +138,7 @@ def build_model_asset(config: IncsyncConfig, model: ModelConfig) -> dg.AssetsDef
                 kind = resources.incsync.config.destination(recipient.destination).kind
                 cells[cell.recipient_id] = (recipient, getattr(resources, destination_resource_key(kind)).client(recipient.destination))
             recipient, destination = cells[cell.recipient_id]
-            requests.append(
-                TransferRequest(
-                    model=model,
-                    recipient=recipient,
-                    partition=cell,
-                    grid_start=grid_start(model),
-                    lookback_seconds=lookback,
-                    fingerprint=code_version,
-                    source=source,
-                    destination=destination,
-                    spark=spark.get,
-                    scheduled=scheduled,
-                    full_refresh=full_refresh,
-                    retries=retries,
-                    allow_mass_delete=allow_mass_delete,
-                )
-            )
+            requests.append(TransferRequest(run=run, recipient=recipient, destination=destination, partition=cell))
         # The IO manager releases the slots when it is done (``RunReads.release``); the generator's own
         # exit only covers a run that fails before its output is handled.
         slots = ExitStack()

@@ -55,21 +55,20 @@ def dry_run_transfers(
     from incsync.core.windows import WindowPartition, grid_start, window_of
     from incsync.sources.registry import build_source
     from incsync.transfer.prepare import span_bounds
-    from incsync.transfer.request import TransferRequest
+    from incsync.transfer.request import TransferRequest, TransferRun
 
-    source = build_source(config.source(model.source))
-    lookback = config.lookback_seconds(model)
-    start, fingerprint = grid_start(model), model_fingerprint(model)
+    run = TransferRun(
+        model=model, grid_start=grid_start(model), lookback_seconds=config.lookback_seconds(model),
+        fingerprint=model_fingerprint(model), source=build_source(config.source(model.source)), spark=_no_spark,
+        scheduled=scheduled, full_refresh=full_refresh,
+    )
 
     def one(recipient: RecipientConfig) -> DryRunTransfer:
         destination = build_destination(config.destination(recipient.destination))
         keys = windows[recipient.id]
         requests = [
-            TransferRequest(
-                model=model, recipient=recipient, partition=WindowPartition(window_of(model, k), recipient.id),
-                grid_start=start, lookback_seconds=lookback, fingerprint=fingerprint, source=source,
-                destination=destination, spark=_no_spark, scheduled=scheduled, full_refresh=full_refresh,
-            )
+            TransferRequest(run=run, recipient=recipient, destination=destination,
+                            partition=WindowPartition(window_of(model, k), recipient.id))
             for k in keys
         ]
         state = destination.read_state(model=model, recipient=recipient)
@@ -77,7 +76,7 @@ def dry_run_transfers(
         return DryRunTransfer(
             recipient=recipient.id, destination=destination.name, windows=keys, lower=bounds.lower, upper=bounds.upper,
             bounds_reason=bounds.reason, high_watermark=previous_hw, full_refresh_reason=reason,
-            estimated_rows=estimate_rows(config, model, recipient, bounds, source),
+            estimated_rows=estimate_rows(config, model, recipient, bounds, run.source),
         )
 
     todo = [r for r in recipients if windows.get(r.id)]

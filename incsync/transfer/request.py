@@ -25,23 +25,42 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 
-@dataclass
-class TransferRequest:
-    """One (window, recipient) partition of a run: the asset builds them and opens their reads, the IO manager publishes."""
+@dataclass(frozen=True)
+class TransferRun:
+    """What every partition of a run shares: the model, its source and Spark, and how the run was launched."""
 
     model: ModelConfig
-    recipient: RecipientConfig
-    partition: WindowPartition
     grid_start: datetime
     lookback_seconds: int
     fingerprint: str
     source: Source
-    destination: Destination
     spark: Callable[[], SparkSession]
     scheduled: bool = False
     full_refresh: bool = False
     retries: RetryPolicy = field(default_factory=RetryPolicy)
     allow_mass_delete: bool = False  # deletes: a removal past the model's max_delete_fraction goes ahead
+
+
+@dataclass(frozen=True, slots=True)
+class TransferRequest:
+    """One (window, recipient) partition of a run: the asset builds them and opens their reads, the IO
+    manager publishes. What the run's partitions share is held once, in ``run``."""
+
+    run: TransferRun
+    recipient: RecipientConfig
+    destination: Destination
+    partition: WindowPartition
+
+    model = property(lambda self: self.run.model)
+    grid_start = property(lambda self: self.run.grid_start)
+    lookback_seconds = property(lambda self: self.run.lookback_seconds)
+    fingerprint = property(lambda self: self.run.fingerprint)
+    source = property(lambda self: self.run.source)
+    spark = property(lambda self: self.run.spark)
+    scheduled = property(lambda self: self.run.scheduled)
+    full_refresh = property(lambda self: self.run.full_refresh)
+    retries = property(lambda self: self.run.retries)
+    allow_mass_delete = property(lambda self: self.run.allow_mass_delete)
 
     @property
     def recipient_id(self) -> str:

@@ -19,7 +19,7 @@ from incsync.destinations.registry import build_destination
 from incsync.core.windows import WindowPartition, grid_start, window_of
 from incsync.sources.registry import build_source
 from incsync.transfer.execute import run_transfer
-from incsync.transfer.request import TransferOutcome, TransferRequest
+from incsync.transfer.request import TransferOutcome, TransferRequest, TransferRun
 
 
 def transfer(config_path: Path, window: str, spark, *, staging_root: Path, scheduled: bool = False) -> TransferOutcome:
@@ -27,10 +27,19 @@ def transfer(config_path: Path, window: str, spark, *, staging_root: Path, sched
     config = load_config(config_path)
     model, recipient = config.model("orders"), config.recipient("acme")
     request = TransferRequest(
-        model=model, recipient=recipient, partition=WindowPartition(window_of(model, window), "acme"),
-        grid_start=grid_start(model), lookback_seconds=config.lookback_seconds(model), fingerprint=model_fingerprint(model),
-        source=build_source(config.source(model.source)), destination=build_destination(config.destination(recipient.destination)),
-        spark=lambda: spark, scheduled=scheduled, retries=config.retries,
+        run=TransferRun(
+            model=model,
+            grid_start=grid_start(model),
+            lookback_seconds=config.lookback_seconds(model),
+            fingerprint=model_fingerprint(model),
+            source=build_source(config.source(model.source)),
+            spark=lambda: spark,
+            scheduled=scheduled,
+            retries=config.retries,
+        ),
+        recipient=recipient,
+        destination=build_destination(config.destination(recipient.destination)),
+        partition=WindowPartition(window_of(model, window), "acme"),
     )
     return run_transfer(request, staging_root=staging_root)
 

@@ -14,7 +14,7 @@ from incsync.core.windows import WindowPartition, grid_start, window_of
 from incsync.sources.registry import build_source
 from incsync.destinations.base import TransferRecord
 from incsync.transfer.execute import run_transfer
-from incsync.transfer.request import TransferOutcome, TransferRequest
+from incsync.transfer.request import TransferOutcome, TransferRequest, TransferRun
 from incsync_tests.support import delta_rows, lake_config, order, ts, write_table
 
 RECIPIENTS = [{"id": "acme", "id_in_provider_system": "org_1", "destination": "shared"}]
@@ -47,15 +47,17 @@ def _setup(tmp_path: Path):
 def _request(config, recipient_id: str, destination, spark) -> TransferRequest:
     model = config.models[0]
     return TransferRequest(
-        model=model,
+        run=TransferRun(
+            model=model,
+            grid_start=grid_start(model),
+            lookback_seconds=config.lookback_seconds(model),
+            fingerprint=model_fingerprint(model),
+            source=build_source(config.source("lake")),
+            spark=lambda: spark,
+        ),
         recipient=config.recipient(recipient_id),
-        partition=WindowPartition(window_of(model, "2024-01-01"), recipient_id),
-        grid_start=grid_start(model),
-        lookback_seconds=config.lookback_seconds(model),
-        fingerprint=model_fingerprint(model),
-        source=build_source(config.source("lake")),
         destination=destination,
-        spark=lambda: spark,
+        partition=WindowPartition(window_of(model, "2024-01-01"), recipient_id),
     )
 
 

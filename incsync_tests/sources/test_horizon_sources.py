@@ -26,7 +26,7 @@ from incsync.destinations.readers import read_rows
 from incsync.core.windows import WindowPartition, grid_start, window_key_for, window_of
 from incsync.sources.registry import build_source
 from incsync.transfer.execute import run_transfer
-from incsync.transfer.request import TransferOutcome, TransferRequest
+from incsync.transfer.request import TransferOutcome, TransferRequest, TransferRun
 from incsync_tests.jdbc_support import (
     HOST,
     MARIADB_PORT,
@@ -67,10 +67,18 @@ class Runner:
     def tick(self, *, scheduled: bool = True) -> TransferOutcome:
         window = window_key_for(self.model, datetime.now(UTC))
         request = TransferRequest(
-            model=self.model, recipient=self.recipient, partition=WindowPartition(window_of(self.model, window), self.recipient.id),
-            grid_start=grid_start(self.model), lookback_seconds=self.config.lookback_seconds(self.model),
-            fingerprint=model_fingerprint(self.model), source=self.source, destination=self.destination,
-            spark=lambda: self.spark, scheduled=scheduled,
+            run=TransferRun(
+                model=self.model,
+                grid_start=grid_start(self.model),
+                lookback_seconds=self.config.lookback_seconds(self.model),
+                fingerprint=model_fingerprint(self.model),
+                source=self.source,
+                spark=lambda: self.spark,
+                scheduled=scheduled,
+            ),
+            recipient=self.recipient,
+            destination=self.destination,
+            partition=WindowPartition(window_of(self.model, window), self.recipient.id),
         )
         return run_transfer(request, staging_root=self.staging)
 

@@ -25,7 +25,7 @@ from incsync.core.windows import WindowPartition, grid_start, window_key_for, wi
 from incsync.sources.registry import build_source
 from incsync.config.tags import MODE_TAG
 from incsync.transfer.execute import run_transfer
-from incsync.transfer.request import TransferOutcome, TransferRequest
+from incsync.transfer.request import TransferOutcome, TransferRequest, TransferRun
 from incsync_tests.support import JAN1_EPOCH, ORDERS_SCHEMA, lake_config, latest_metadata, materialize_partition, order, ts
 
 UTC = timezone.utc
@@ -56,16 +56,18 @@ class Lake:
     def run(self, window: datetime, *, scheduled: bool = False) -> TransferOutcome:
         key = window_key_for(self.model, window)
         request = TransferRequest(
-            model=self.model,
+            run=TransferRun(
+                model=self.model,
+                grid_start=grid_start(self.model),
+                lookback_seconds=self.config.lookback_seconds(self.model),
+                fingerprint=model_fingerprint(self.model),
+                source=build_source(self.config.source("lake")),
+                spark=lambda: self.spark,
+                scheduled=scheduled,
+            ),
             recipient=self.recipient,
-            partition=WindowPartition(window_of(self.model, key), "acme"),
-            grid_start=grid_start(self.model),
-            lookback_seconds=self.config.lookback_seconds(self.model),
-            fingerprint=model_fingerprint(self.model),
-            source=build_source(self.config.source("lake")),
             destination=self.destination,
-            spark=lambda: self.spark,
-            scheduled=scheduled,
+            partition=WindowPartition(window_of(self.model, key), "acme"),
         )
         outcome = run_transfer(request, staging_root=self.staging)
         assert not list(self.staging.glob("*")), "staging must be removed after the transfer"

@@ -44,7 +44,7 @@ from incsync.core.windows import window_of as window_named
 from incsync.transfer.execute import execute_requests as execute, run_transfer
 from incsync.sources.lake import LakeSource
 from incsync.config.tags import FULL_REFRESH_TAG, MODE_TAG
-from incsync.transfer.request import TransferRequest
+from incsync.transfer.request import TransferRequest, TransferRun
 from incsync_tests.support import JAN1_EPOCH, ORDERS_SCHEMA, latest_metadata, materialize_partition
 
 UTC = timezone.utc
@@ -384,17 +384,19 @@ class TransferMachine(RuleBasedStateMachine):
     def request(self, rid: str, window_key: str, *, scheduled: bool, full_refresh: bool) -> TransferRequest:
         """The request the asset builds (assets.py), built here so most steps skip Dagster's overhead."""
         return TransferRequest(
-            model=self.model,
+            run=TransferRun(
+                model=self.model,
+                grid_start=grid_start(self.model),
+                lookback_seconds=self.config.lookback_seconds(self.model),
+                fingerprint=model_fingerprint(self.model),
+                source=self.source,
+                spark=lambda: self.spark,
+                scheduled=scheduled,
+                full_refresh=full_refresh,
+            ),
             recipient=self.recipients[rid],
-            partition=WindowPartition(window_named(self.model, window_key), rid),
-            grid_start=grid_start(self.model),
-            lookback_seconds=self.config.lookback_seconds(self.model),
-            fingerprint=model_fingerprint(self.model),
-            source=self.source,
             destination=self.destinations[rid],
-            spark=lambda: self.spark,
-            scheduled=scheduled,
-            full_refresh=full_refresh,
+            partition=WindowPartition(window_named(self.model, window_key), rid),
         )
 
     @staticmethod
