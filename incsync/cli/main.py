@@ -77,6 +77,8 @@ def build_parser() -> Parser:
     p.add_argument("--dry-run", action="store_true",
                    help="print the plan (recipients, windows, bounds, estimated rows) and write nothing")
     p.add_argument("--json", action="store_true", help="one JSON object on standard output instead of lines")
+    p.add_argument("--verbose", action="store_true",
+                   help="a line per window partition (default: a line per recipient, with its windows' totals)")
     p.add_argument("--worker", metavar="SOCKET",
                    help="hand the transfer to the `incsync worker` at SOCKET (default $INCSYNC_WORKER; unset: run here)")
     p.add_argument("-c", "--config")

@@ -14,6 +14,7 @@ import os
 import sys
 import time
 import warnings
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -248,6 +249,45 @@ class Progress:
             done=self.done, total=self.total, rows=self.rows, elapsed=(now or time.monotonic()) - self.started,
             recipients_done=finished, recipients=len(self.recipients),
         )
+
+
+def recipient_line(lines: Sequence[Any]) -> str:
+    """One recipient's windows in one line: the window range, the summed counts, the newest high watermark
+    and how many windows failed (``lines`` are ``orchestration.runs.TransferLine``, in window order)."""
+    if len(lines) == 1:
+        return str(lines[0])
+    first, ok = lines[0], [line for line in lines if line.ok]
+    windows = f"{lines[0].window} .. {lines[-1].window} ({len(lines)} windows)"
+    if not ok:
+        return f"{first.model:<12} {first.recipient:<12} {windows} FAILED"
+    hw = max((line.high_watermark for line in ok if line.high_watermark), default=None)
+    kinds = "+".join(dict.fromkeys(line.transfer_type for line in ok if line.transfer_type))
+    failed = f" FAILED {len(lines) - len(ok)} of {len(lines)} windows" if len(ok) < len(lines) else ""
+    return (
+        f"{first.model:<12} {first.recipient:<12} {windows} rows_transferred={sum(line.rows_transferred or 0 for line in ok)} "
+        f"delta_rows_transferred={sum(line.delta_rows_transferred or 0 for line in ok)} high_watermark={hw} {kinds}{failed}"
+    )
+
+
+class RecipientLines:
+    """Prints one line per recipient as soon as every one of its windows has reported (``recipient_line``)."""
+
+    def __init__(self, windows: dict[str, int], emit: Callable[[str], None]):
+        self._expected = windows
+        self._lines: dict[str, list[Any]] = {}
+        self._emit = emit
+
+    def add(self, line: Any) -> None:
+        lines = self._lines.setdefault(line.recipient, [])
+        lines.append(line)
+        if len(lines) == self._expected.get(line.recipient, 1):
+            self._emit(recipient_line(sorted(self._lines.pop(line.recipient), key=lambda x: x.window)))
+
+    def flush(self) -> None:
+        """The recipients whose windows did not all report (a run that failed before it recorded them)."""
+        for recipient in sorted(self._lines):
+            lines = sorted(self._lines.pop(recipient), key=lambda x: x.window)
+            self._emit(f"{recipient_line(lines)} ({len(lines)} of {self._expected.get(recipient, 1)} windows reported)")
 
 
 def _is_terminal(stream: Any) -> bool:

@@ -20,7 +20,7 @@ def transfer_command(args: argparse.Namespace) -> TransferCommand:
     return TransferCommand(
         model=args.model, recipients=tuple(args.recipient or ()), window=args.window, backfill=bool(args.backfill),
         full_refresh=bool(args.full_refresh), tags=tuple(args.tag or ()), from_=args.from_, to=args.to,
-        json=bool(args.json), dry_run=bool(args.dry_run), allow_mass_delete=bool(args.allow_mass_delete),
+        json=bool(args.json), verbose=bool(getattr(args, "verbose", False)), dry_run=bool(args.dry_run), allow_mass_delete=bool(args.allow_mass_delete),
     )
 
 
@@ -112,7 +112,7 @@ def _dry_run(config, model, recipients, windows, *, mode: str, full_refresh: boo
 def _launch(command: TransferCommand, resident: Resident | None, file, config, model, recipients, windows, *,  # noqa: ANN001
              mode: str, user_tags: dict[str, str]) -> int:
     from incsync.transfer import progress as progress_events
-    from incsync.cli.output import Progress, print_json
+    from incsync.cli.output import Progress, RecipientLines, print_json
     from incsync.orchestration.launch import run_specs, register
     from incsync.orchestration.definitions import build_definitions
     from incsync.orchestration.instance import dagster_instance
@@ -138,9 +138,13 @@ def _launch(command: TransferCommand, resident: Resident | None, file, config, m
     if not as_json:
         print(f"transfer {model.model_name} → {who}: {n_windows} window(s) {first} .. {last}{runs}", flush=True)
     bar = Progress(total=n_windows, recipients={rid: len(k) for rid, k in windows.items()}, enabled=not as_json)
+    # A line per recipient (its windows' totals), or with --verbose a line per window partition.
+    summaries = RecipientLines({rid: len(keys) for rid, keys in windows.items()}, lambda text: print(text, flush=True))
+    shown = None if as_json else (lambda line: print(line, flush=True)) if command.verbose else summaries.add
     with bar, progress_events.listening(lambda _m, rid, window, rows: bar.committed(rid, window, rows)):
-        results = run_in_process(defs, instance, specs, windows=windows,
-                               progress=None if as_json else lambda line: print(line, flush=True))
+        results = run_in_process(defs, instance, specs, windows=windows, progress=shown)
+    if not as_json:
+        summaries.flush()
     failed = [r for r in results if not r.success]
     if as_json:
         print_json({

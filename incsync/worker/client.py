@@ -2,9 +2,9 @@
 its request to a resident ``incsync worker`` (``incsync.worker.server``) and prints what it answers. Standard
 library only: the client starts in ~0.05 s.
 
-Protocol (version 3): one JSON request line from the client, ``{"version", "config", "dagster_home",
+Protocol (version 4): one JSON request line from the client, ``{"version", "config", "dagster_home",
 "stderr_tty", "stderr_columns", "transfer": {"model", "recipients", "window", "backfill", "full_refresh",
-"tags", "from", "to", "json"}}`` (a ``command.TransferCommand``, each field checked), then JSON lines from
+"tags", "from", "to", "json", "verbose"}}`` (a ``command.TransferCommand``, each field checked), then JSON lines from
 the worker, ``{"out": text}``, ``{"err": text}``, and a last ``{"exit": code}``. When the client's standard
 error is a terminal (``stderr_tty``, ``stderr_columns`` wide), the worker draws its progress line there as
 it would on its own. The worker serves one request at a time (others wait
@@ -26,7 +26,7 @@ from incsync.worker.command import TransferCommand
 from incsync.worker.errors import WorkerError
 
 WORKER_ENV_VAR = "INCSYNC_WORKER"
-PROTOCOL_VERSION = 3
+PROTOCOL_VERSION = 4
 MAX_SOCKET_PATH = 107  # sun_path holds 108 bytes, with the terminating NUL
 REQUEST_TIMEOUT_SECONDS = 10.0
 

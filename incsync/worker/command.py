@@ -29,6 +29,7 @@ TRANSFER_FIELDS: dict[str, tuple[type, ...]] = {
     "from": (str, type(None)),
     "to": (str, type(None)),
     "json": (bool,),
+    "verbose": (bool,),
 }
 
 
@@ -45,6 +46,7 @@ class TransferCommand:
     from_: str | None = None
     to: str | None = None
     json: bool = False
+    verbose: bool = False  # a line per window partition, not per recipient
     # Never sent to a worker: a dry run writes nothing, and deleting past max_delete_fraction is decided here.
     dry_run: bool = False
     allow_mass_delete: bool = False
@@ -59,7 +61,7 @@ class TransferCommand:
         return {
             "model": self.model, "recipients": list(self.recipients), "window": self.window, "backfill": self.backfill,
             "full_refresh": self.full_refresh, "tags": list(self.tags), "from": self.from_, "to": self.to,
-            "json": self.json,
+            "json": self.json, "verbose": self.verbose,
         }
 
     @classmethod
@@ -71,7 +73,7 @@ class TransferCommand:
         return cls(
             model=fields["model"], recipients=tuple(fields["recipients"]), window=fields["window"],
             backfill=fields["backfill"], full_refresh=fields["full_refresh"], tags=tuple(fields["tags"]),
-            from_=fields["from"], to=fields["to"], json=fields["json"],
+            from_=fields["from"], to=fields["to"], json=fields["json"], verbose=fields["verbose"],
         )
 
 

@@ -184,7 +184,17 @@ def test_backfill_runs_every_window_in_one_run_with_exact_metadata(tmp_path: Pat
         counts[day] = (md["rows_transferred"].value, md["delta_rows_transferred"].value)
     assert counts == {days[0]: (2, 2), days[1]: (1, 1), days[2]: (0, 0)}
     out = [line for line in capsys.readouterr().out.splitlines() if line.startswith("invoices")]
-    assert len(out) == 3
+    hw = (start + timedelta(days=1, hours=3)).isoformat()
+    assert out == [  # one line for the recipient: its windows' totals and newest high watermark (issue 29)
+        f"invoices     acme         {days[0]} .. {days[2]} (3 windows) rows_transferred=3 delta_rows_transferred=3 "
+        f"high_watermark={hw} INCREMENTAL"
+    ]
+    assert main(["transfer", "invoices", "--recipient", "acme", "--backfill", "--verbose", "-c", str(file)]) == 0
+    verbose = [line.split()[2:5] for line in capsys.readouterr().out.splitlines() if line.startswith("invoices")]
+    # A line per window; the backfill read them again, so nothing in them is newer than the HW.
+    assert verbose == [[days[0], "rows_transferred=2", "delta_rows_transferred=0"],
+                       [days[1], "rows_transferred=1", "delta_rows_transferred=0"],
+                       [days[2], "rows_transferred=0", "delta_rows_transferred=0"]]
 
 
 def test_dagster_yaml_limits_come_from_the_config(hand_config: Path, tmp_path: Path, capsys) -> None:

@@ -241,7 +241,7 @@ def test_json_and_progress_through_the_worker(worker: RunningWorker) -> None:
     try:
         ranged = subprocess.run(
             [INCSYNC, "transfer", "orders", "--recipient", "acme", "--from", "2024-01-01", "--to", "2024-01-02",
-             "-c", str(worker.config), "--worker", str(worker.socket)],
+             "--verbose", "-c", str(worker.config), "--worker", str(worker.socket)],
             stdout=subprocess.PIPE, stderr=client_side, text=True, timeout=300, env=worker.env,
         )
     finally:
@@ -253,6 +253,7 @@ def test_json_and_progress_through_the_worker(worker: RunningWorker) -> None:
     assert ranged.stdout.splitlines()[0] == "transfer orders → acme: 2 window(s) 2024-01-01 .. 2024-01-02"
     assert "windows 0/2 · rows 0 · ETA ?" in screen, screen[-2000:]  # drawn when the run starts
     assert "windows 2/2 · rows 3 · " in screen, screen[-2000:]  # and as the windows commit (2024-01-01: 2 rows again)
-    # Lines printed under the progress line are drawn as wide as the client's terminal, not wrapped at 80.
+    # --verbose reaches the worker: a line per window, drawn under the progress line as wide as the
+    # client's terminal, not wrapped at 80.
     assert "orders       acme         2024-01-02        rows_transferred=1        delta_rows_transferred=1" in screen
     assert ranged.stdout.splitlines()[-1].startswith("done: windows 2/2 · rows 3 · "), ranged.stdout

@@ -32,7 +32,7 @@ def test_a_command_is_the_same_after_the_wire() -> None:
 def test_what_runs_here_is_never_sent(flag: str) -> None:
     command = transfer_command(build_parser().parse_args(["transfer", "orders", flag]))
     assert command.runs_here
-    assert set(command.wire()) == {"model", "recipients", "window", "backfill", "full_refresh", "tags", "from", "to", "json"}
+    assert set(command.wire()) == {"model", "recipients", "window", "backfill", "full_refresh", "tags", "from", "to", "json", "verbose"}
 
 
 def test_a_mistyped_wire_object_is_refused_naming_the_field() -> None:

@@ -35,7 +35,7 @@ def test_the_cli_sends_what_it_was_asked_as_typed_fields(worker: Worker) -> None
     request = _request(worker)
     assert request["transfer"] == {
         "model": "orders", "recipients": ["acme", "globex"], "window": None, "backfill": True, "full_refresh": False,
-        "tags": ["ticket=INC-1"], "from": None, "to": None, "json": False,
+        "tags": ["ticket=INC-1"], "from": None, "to": None, "json": False, "verbose": False,
     }
     assert worker.refusal(request) is None
 
@@ -49,7 +49,7 @@ def test_the_cli_sends_what_it_was_asked_as_typed_fields(worker: Worker) -> None
         ({"json": "yes"}, "transfer request field 'json' has the wrong type (str)"),
         ({"from": 20240101}, "transfer request field 'from' has the wrong type (int)"),
         ({"argv": ["transfer"]}, "the worker runs transfer requests with the fields model, recipients, window, backfill, "
-                                 "full_refresh, tags, from, to, json"),
+                                 "full_refresh, tags, from, to, json, verbose"),
     ],
     ids=["list-as-text", "bool-as-text", "tag-not-text", "json-as-text", "from-as-number", "unknown-field"],
 )
