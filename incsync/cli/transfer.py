@@ -112,7 +112,8 @@ def _dry_run(config, model, recipients, windows, *, mode: str, full_refresh: boo
 def _launch(command: TransferCommand, resident: Resident | None, file, config, model, recipients, windows, *,  # noqa: ANN001
              mode: str, user_tags: dict[str, str]) -> int:
     from incsync.transfer import progress as progress_events
-    from incsync.cli.output import Progress, RecipientLines, print_json
+    from incsync.cli.output import print_json
+    from incsync.cli.progress import Progress, RecipientLines
     from incsync.orchestration.launch import run_specs, register
     from incsync.orchestration.definitions import build_definitions
     from incsync.orchestration.instance import dagster_instance

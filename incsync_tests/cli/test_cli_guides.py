@@ -16,7 +16,8 @@ import dagster as dg
 import pytest
 
 from incsync.cli.main import main
-from incsync.cli.output import Progress, fix_separator, progress_line
+from incsync.cli.output import fix_separator
+from incsync.cli.progress import Progress, progress_line
 from incsync_tests.support import JAN1, lake_config, order, ts, write_table
 from incsync_tests.cli.test_cli import CSV, HAND_WRITTEN
 

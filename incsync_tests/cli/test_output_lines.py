@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from incsync.cli.output import RecipientLines
+from incsync.cli.progress import RecipientLines
 from incsync.orchestration.runs import TransferLine
 
 
