@@ -154,6 +154,17 @@ EVENT_BATCH_ENV_VAR = "DAGSTER_EVENT_BATCH_SIZE"
 EVENT_BATCH_SIZE = 10_000
 
 
+def store_events_in_batches() -> None:
+    """Let the instance store each batch of asset events at once, whatever its storage.
+
+    Dagster buffers the events it is handed with batch metadata (``report_planned``,
+    ``report_materialized``) only while ``DAGSTER_EVENT_BATCH_SIZE`` is set; then dagster-postgres
+    inserts a batch of materializations in one statement, and incsync's SQLite event log
+    (``BatchingSqliteEventLogStorage``) a batch of asset events in two transactions. Without it every
+    event is its own round trip. A value already in the environment is left as it is."""
+    os.environ.setdefault(EVENT_BATCH_ENV_VAR, str(EVENT_BATCH_SIZE))
+
+
 def _batching_sqlite_event_log_storage() -> type:
     """Build the storage class lazily: importing Dagster's SQLite storage costs ~0.3 s."""
     from dagster._core.events import ASSET_EVENTS

@@ -12,7 +12,7 @@ from incsync.orchestration.assets import IO_MANAGER_KEY, build_model_asset, mode
 from incsync.orchestration.triggers import automation
 from incsync.paths import config_path
 from incsync.config.load import load_config
-from incsync.orchestration.dagster_compat import tune_sqlite_storage
+from incsync.orchestration.dagster_compat import store_events_in_batches, tune_sqlite_storage
 from incsync.orchestration.io_manager import TransferIOManager
 from incsync.orchestration.resources import (
     DestinationKindResource,
@@ -51,6 +51,7 @@ def config_for_code_location(*, cwd: Path | None = None, example: Path = EXAMPLE
 
 def build_definitions(path: str | os.PathLike[str] | None = None) -> dg.Definitions:
     tune_sqlite_storage()  # every process that runs transfers loads these definitions
+    store_events_in_batches()
     file = str(config_path(path).resolve())
     config = load_config(file)
     resources: dict[str, object] = {
