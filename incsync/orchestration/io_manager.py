@@ -45,7 +45,7 @@ class TransferIOManager(dg.ConfigurableIOManager):
 
     def handle_output(self, context: dg.OutputContext, obj: RunReads) -> None:
         """Stage, validate and publish the reads the asset opened; report each commit as it lands."""
-        single = len(context.asset_partition_keys) <= 1
+        single = len(obj.requests) <= 1  # the asset made one request per partition of the run
         # A run of the model's job (its partitions planned when the step started, ``assets``): each
         # commit's windows are materialized within a second of landing, so a long backfill shows its progress;
         # otherwise (an asset-page backfill, ``dg.materialize``) Dagster materializes every partition
@@ -63,7 +63,8 @@ class TransferIOManager(dg.ConfigurableIOManager):
                     outcome.record.transfer_id, outcome.commit_rows, request.recipient.id, request.partition.window_key,
                     outcome.windows_in_transfer, outcome.record.high_watermark,
                 )
-            committed.append((request, metadata))
+            if not deferred:  # Dagster records these partitions at the step's end; a model's job already reported them
+                committed.append((request, metadata))
             progress.committed(request.model.model_name, request.recipient.id, request.partition.window_key,
                                outcome.record.rows_transferred)
             if deferred:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -80,9 +80,7 @@ def run_in_process(
         done: dict[tuple[str, str], TransferLine] = {}
         # From the instance, not the result: a model's job materializes each commit as it lands, from
         # the transfer's threads, outside the events the step yields (``dagster_compat.report_materialized``).
-        for record in instance.get_records_for_run(
-            result.run_id, of_type=dg.DagsterEventType.ASSET_MATERIALIZATION, limit=None
-        ).records:
+        for record in _materializations(instance, result.run_id):
             mat = record.event_log_entry.asset_materialization
             if mat is None or mat.partition is None:
                 continue
@@ -108,6 +106,18 @@ def run_in_process(
         error = None if result.success else failure_message(instance, result.run_id)
         results.append(RunResult(result.run_id, result.success, lines, error))
     return results
+
+
+def _materializations(instance: dg.DagsterInstance, run_id: str, page: int = 1000) -> Iterator[dg.EventLogRecord]:
+    """The run's materialization records, a page at a time: a backfill of 139,000 partitions never has
+    all its records (each with its metadata) in memory at once."""
+    cursor = None
+    while True:
+        found = instance.get_records_for_run(run_id, cursor=cursor, of_type=dg.DagsterEventType.ASSET_MATERIALIZATION, limit=page)
+        yield from found.records
+        if not found.has_more:
+            return
+        cursor = found.cursor
 
 
 def run_transfers(
