@@ -10,12 +10,10 @@ import os
 import sys
 from pathlib import Path
 
-from incsync.core.fingerprint import model_fingerprint
 from incsync.config.load import load_config
 from incsync.destinations.registry import build_destination
-from incsync.core.windows import WindowPartition, grid_start, window_of
 from incsync.transfer.execute import run_transfer
-from incsync.transfer.request import TransferOutcome, TransferRequest, TransferRun
+from incsync.transfer.request import TransferOutcome, TransferRun
 from incsync_tests.destination_support import ArrowLakeSource
 
 
@@ -36,22 +34,9 @@ def run(
     config = load_config(config_path)
     model = config.model(model_name)
     recipient = config.recipient(recipient_id)
-    request = TransferRequest(
-        run=TransferRun(
-            model=model,
-            grid_start=grid_start(model),
-            lookback_seconds=config.lookback_seconds(model),
-            fingerprint=model_fingerprint(model),
-            source=ArrowLakeSource(config.source(model.source)),
-            spark=_no_spark,
-            scheduled=scheduled,
-            full_refresh=full_refresh,
-            retries=config.retries,
-        ),
-        recipient=recipient,
-        destination=build_destination(config.destination(recipient.destination)),
-        partition=WindowPartition(window_of(model, window), recipient_id),
-    )
+    request = TransferRun.for_model(
+        config, model, source=ArrowLakeSource(config.source(model.source)), spark=_no_spark, scheduled=scheduled, full_refresh=full_refresh,
+    ).request(recipient, build_destination(config.destination(recipient.destination)), window)
     return run_transfer(request, staging_root=staging_root or Path(os.environ["INCSYNC_STAGING_DIR"]))
 
 

@@ -8,13 +8,11 @@ from typing import Any
 
 import yaml
 
-from incsync.core.fingerprint import model_fingerprint
 from incsync.config.load import load_config
 from incsync.destinations.registry import build_destination
-from incsync.core.windows import WindowPartition, grid_start, window_of
 from incsync.sources.registry import build_source
 from incsync.transfer.execute import run_transfer
-from incsync.transfer.request import TransferOutcome, TransferRequest, TransferRun
+from incsync.transfer.request import TransferOutcome, TransferRun
 from incsync_tests.destination_support import PG_DSN_ENV, Target, destination_spec
 from incsync_tests.jdbc_support import MariaDatabase, PgDatabase
 from incsync_tests.support import JAN1_EPOCH
@@ -49,19 +47,9 @@ def transfer(config_path: Path, spark: Any, window: str = "2024-01-01", recipien
     """One backfill-style transfer of (orders, recipient, window) through the real source and destination."""
     config = load_config(config_path)
     model, recipient = config.model("orders"), config.recipient(recipient_id)
-    request = TransferRequest(
-        run=TransferRun(
-            model=model,
-            grid_start=grid_start(model),
-            lookback_seconds=config.lookback_seconds(model),
-            fingerprint=model_fingerprint(model),
-            source=build_source(config.source(model.source)),
-            spark=lambda: spark,
-        ),
-        recipient=recipient,
-        destination=build_destination(config.destination(recipient.destination)),
-        partition=WindowPartition(window_of(model, window), recipient.id),
-    )
+    request = TransferRun.for_model(
+        config, model, source=build_source(config.source(model.source)), spark=lambda: spark,
+    ).request(recipient, build_destination(config.destination(recipient.destination)), window)
     return run_transfer(request, staging_root=Path(os.environ["INCSYNC_STAGING_DIR"]))
 
 

@@ -12,7 +12,6 @@ from incsync.config.model import IncsyncConfig, ModelConfig, RecipientConfig
 from incsync.orchestration.dagster_compat import DEFER_ASSET_EVENTS_TAG, defers_asset_events, report_planned
 from incsync.destinations.registry import Destination
 from incsync.core.fingerprint import model_fingerprint
-from incsync.core.windows import grid_start
 from incsync.orchestration.partitions import model_partitions, split_key
 from incsync.orchestration.resources import destination_resource_key, source_resource_key
 from incsync.spark.session import SparkWarmUp
@@ -120,12 +119,10 @@ def build_model_asset(config: IncsyncConfig, model: ModelConfig) -> dg.AssetsDef
         spark = SparkWarmUp(resources.spark)
         if keys:
             spark.start()
-        run = TransferRun(
-            model=model, grid_start=grid_start(model), lookback_seconds=lookback, fingerprint=code_version,
-            source=getattr(resources, source_resource_key(model.source)).client(), spark=spark.get,
-            scheduled=tags.get(MODE_TAG) == "incremental",
+        run = TransferRun.for_model(
+            resources.incsync.config, model, source=getattr(resources, source_resource_key(model.source)).client(),
+            spark=spark.get, scheduled=tags.get(MODE_TAG) == "incremental",
             full_refresh=config.full_refresh or tags.get(FULL_REFRESH_TAG, "").lower() == "true",
-            retries=resources.incsync.config.retries,
             allow_mass_delete=tags.get(ALLOW_MASS_DELETE_TAG, "").lower() == "true",
         )
         requests = []

@@ -57,7 +57,7 @@ def dagster_yaml(config: IncsyncConfig, base: Path | None = None, dagster_home: 
 
     With ``dagster_home`` (the instance folder the file is for) and no storage of its own, the file
     also selects incsync's batching SQLite event log for that instance. PostgreSQL storage must name
-    the psycopg2 driver (``instance_storage``): any other URL form is refused here, not at the first run.
+    the psycopg2 driver (``instance``): any other URL form is refused here, not at the first run.
     """
     doc: dict[str, Any] = (yaml.safe_load(base.read_text()) if base and base.exists() else None) or {}
     problems = storage_problems(doc)

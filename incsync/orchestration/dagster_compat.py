@@ -21,7 +21,7 @@ from dagster._core.storage import tags as _tags
 from incsync.errors import ConfigError
 
 # The run tags of a run over a partition range: what a backfill with a BackfillPolicy sets, what
-# ``incsync.orchestration.launch`` sets for a run of several partitions and what ``automation.statuses`` reads back.
+# ``incsync.orchestration.launch`` sets for a run of several partitions and what ``orchestration.statuses`` reads back.
 ASSET_PARTITION_RANGE_START_TAG: str = _tags.ASSET_PARTITION_RANGE_START_TAG
 ASSET_PARTITION_RANGE_END_TAG: str = _tags.ASSET_PARTITION_RANGE_END_TAG
 # A run with this tag set to "true" is one whose asset events its code reports itself: Dagster

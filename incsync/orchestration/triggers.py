@@ -1,4 +1,4 @@
-"""Everything the automation package adds to the Definitions: the recipient sensor and one schedule per model."""
+"""Everything automation adds to the Definitions: the recipient sensor and one schedule per model."""
 
 from __future__ import annotations
 

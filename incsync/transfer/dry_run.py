@@ -50,26 +50,19 @@ def dry_run_transfers(
     config: IncsyncConfig, model: ModelConfig, recipients: list[RecipientConfig], windows: dict[str, list[str]],
     *, scheduled: bool, full_refresh: bool,
 ) -> list[DryRunTransfer]:
-    from incsync.core.fingerprint import model_fingerprint
     from incsync.destinations.registry import build_destination
-    from incsync.core.windows import WindowPartition, grid_start, window_of
     from incsync.sources.registry import build_source
     from incsync.transfer.prepare import span_bounds
-    from incsync.transfer.request import TransferRequest, TransferRun
+    from incsync.transfer.request import TransferRun
 
-    run = TransferRun(
-        model=model, grid_start=grid_start(model), lookback_seconds=config.lookback_seconds(model),
-        fingerprint=model_fingerprint(model), source=build_source(config.source(model.source)), spark=_no_spark,
-        scheduled=scheduled, full_refresh=full_refresh,
-    )
+    run = TransferRun.for_model(config, model, source=build_source(config.source(model.source)), spark=_no_spark,
+                                scheduled=scheduled, full_refresh=full_refresh)
 
     def one(recipient: RecipientConfig) -> DryRunTransfer:
         destination = build_destination(config.destination(recipient.destination))
         keys = windows[recipient.id]
         requests = [
-            TransferRequest(run=run, recipient=recipient, destination=destination,
-                            partition=WindowPartition(window_of(model, k), recipient.id))
-            for k in keys
+            run.request(recipient, destination, k) for k in keys
         ]
         state = destination.read_state(model=model, recipient=recipient)
         bounds, previous_hw, reason = span_bounds(requests, state)

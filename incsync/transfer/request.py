@@ -15,10 +15,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from incsync.core.bounds import Bounds, epoch_seconds_floor
-from incsync.config.model import ModelConfig, RecipientConfig, RetryPolicy
+from incsync.config.model import IncsyncConfig, ModelConfig, RecipientConfig, RetryPolicy
 from incsync.destinations.base import Destination, DestinationState, TransferRecord
 from incsync.core.horizon import HorizonCap, SourceHorizon, horizon_cap
-from incsync.core.windows import WindowPartition
+from incsync.core.fingerprint import model_fingerprint
+from incsync.core.windows import WindowPartition, grid_start, window_of
 from incsync.sources.base import Source
 
 if TYPE_CHECKING:
@@ -39,6 +40,18 @@ class TransferRun:
     full_refresh: bool = False
     retries: RetryPolicy = field(default_factory=RetryPolicy)
     allow_mass_delete: bool = False  # deletes: a removal past the model's max_delete_fraction goes ahead
+
+    @classmethod
+    def for_model(cls, config: IncsyncConfig, model: ModelConfig, *, source: Source, spark: Callable[[], SparkSession],
+                  scheduled: bool = False, full_refresh: bool = False, allow_mass_delete: bool = False) -> TransferRun:
+        """A run of ``model`` as ``config`` sets it up: its grid, lookback, fingerprint and retry policy."""
+        return cls(model=model, grid_start=grid_start(model), lookback_seconds=config.lookback_seconds(model),
+                   fingerprint=model_fingerprint(model), source=source, spark=spark, scheduled=scheduled,
+                   full_refresh=full_refresh, retries=config.retries, allow_mass_delete=allow_mass_delete)
+
+    def request(self, recipient: RecipientConfig, destination: Destination, window_key: str) -> TransferRequest:
+        """The request of one (window, recipient) partition of this run."""
+        return TransferRequest(self, recipient, destination, WindowPartition(window_of(self.model, window_key), recipient.id))
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,34 +13,20 @@ from pathlib import Path
 
 import pytest
 
-from incsync.core.fingerprint import model_fingerprint
 from incsync.config.load import load_config
 from incsync.destinations.registry import build_destination
-from incsync.core.windows import WindowPartition, grid_start, window_of
 from incsync.sources.registry import build_source
 from incsync.transfer.execute import run_transfer
-from incsync.transfer.request import TransferOutcome, TransferRequest, TransferRun
+from incsync.transfer.request import TransferOutcome, TransferRun
 
 
 def transfer(config_path: Path, window: str, spark, *, staging_root: Path, scheduled: bool = False) -> TransferOutcome:
     """One window of ``orders`` for ``acme`` through the real source and destination of the file."""
     config = load_config(config_path)
     model, recipient = config.model("orders"), config.recipient("acme")
-    request = TransferRequest(
-        run=TransferRun(
-            model=model,
-            grid_start=grid_start(model),
-            lookback_seconds=config.lookback_seconds(model),
-            fingerprint=model_fingerprint(model),
-            source=build_source(config.source(model.source)),
-            spark=lambda: spark,
-            scheduled=scheduled,
-            retries=config.retries,
-        ),
-        recipient=recipient,
-        destination=build_destination(config.destination(recipient.destination)),
-        partition=WindowPartition(window_of(model, window), "acme"),
-    )
+    request = TransferRun.for_model(
+        config, model, source=build_source(config.source(model.source)), spark=lambda: spark, scheduled=scheduled,
+    ).request(recipient, build_destination(config.destination(recipient.destination)), window)
     return run_transfer(request, staging_root=staging_root)
 
 

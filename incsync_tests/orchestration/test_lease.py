@@ -6,11 +6,9 @@ import threading
 from pathlib import Path
 
 
-from incsync.core.fingerprint import model_fingerprint
 from incsync.config.load import load_config
 from incsync.destinations.delta.destination import DeltaDestination
 from incsync.errors import LeaseError
-from incsync.core.windows import WindowPartition, grid_start, window_of
 from incsync.sources.registry import build_source
 from incsync.destinations.base import TransferRecord
 from incsync.transfer.execute import run_transfer
@@ -46,19 +44,9 @@ def _setup(tmp_path: Path):
 
 def _request(config, recipient_id: str, destination, spark) -> TransferRequest:
     model = config.models[0]
-    return TransferRequest(
-        run=TransferRun(
-            model=model,
-            grid_start=grid_start(model),
-            lookback_seconds=config.lookback_seconds(model),
-            fingerprint=model_fingerprint(model),
-            source=build_source(config.source("lake")),
-            spark=lambda: spark,
-        ),
-        recipient=config.recipient(recipient_id),
-        destination=destination,
-        partition=WindowPartition(window_of(model, "2024-01-01"), recipient_id),
-    )
+    return TransferRun.for_model(
+        config, model, source=build_source(config.source("lake")), spark=lambda: spark,
+    ).request(config.recipient(recipient_id), destination, "2024-01-01")
 
 
 def _history_records(table: Path) -> list[str]:

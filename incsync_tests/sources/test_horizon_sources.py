@@ -18,15 +18,14 @@ from typing import Any
 
 import pytest
 
-from incsync.core.fingerprint import model_fingerprint
 from incsync.core.bounds import UTC
 from incsync.config.load import load_config
 from incsync.destinations.registry import build_destination
 from incsync.destinations.readers import read_rows
-from incsync.core.windows import WindowPartition, grid_start, window_key_for, window_of
+from incsync.core.windows import window_key_for
 from incsync.sources.registry import build_source
 from incsync.transfer.execute import run_transfer
-from incsync.transfer.request import TransferOutcome, TransferRequest, TransferRun
+from incsync.transfer.request import TransferOutcome, TransferRun
 from incsync_tests.jdbc_support import (
     HOST,
     MARIADB_PORT,
@@ -66,20 +65,9 @@ class Runner:
 
     def tick(self, *, scheduled: bool = True) -> TransferOutcome:
         window = window_key_for(self.model, datetime.now(UTC))
-        request = TransferRequest(
-            run=TransferRun(
-                model=self.model,
-                grid_start=grid_start(self.model),
-                lookback_seconds=self.config.lookback_seconds(self.model),
-                fingerprint=model_fingerprint(self.model),
-                source=self.source,
-                spark=lambda: self.spark,
-                scheduled=scheduled,
-            ),
-            recipient=self.recipient,
-            destination=self.destination,
-            partition=WindowPartition(window_of(self.model, window), self.recipient.id),
-        )
+        request = TransferRun.for_model(
+            self.config, self.model, source=self.source, spark=lambda: self.spark, scheduled=scheduled,
+        ).request(self.recipient, self.destination, window)
         return run_transfer(request, staging_root=self.staging)
 
     def ids(self) -> list[int]:

@@ -17,15 +17,14 @@ import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable
 
-from incsync.core.fingerprint import model_fingerprint
 from incsync.config.load import load_config
 from incsync.destinations.registry import build_destination
 from incsync.errors import SchemaError, ValidationError
-from incsync.core.windows import WindowPartition, grid_start, window_key_for, window_of
+from incsync.core.windows import window_key_for
 from incsync.sources.registry import build_source
 from incsync.config.tags import MODE_TAG
 from incsync.transfer.execute import run_transfer
-from incsync.transfer.request import TransferOutcome, TransferRequest, TransferRun
+from incsync.transfer.request import TransferOutcome, TransferRun
 from incsync_tests.support import JAN1_EPOCH, ORDERS_SCHEMA, lake_config, latest_metadata, materialize_partition, order, ts
 
 UTC = timezone.utc
@@ -55,20 +54,9 @@ class Lake:
 
     def run(self, window: datetime, *, scheduled: bool = False) -> TransferOutcome:
         key = window_key_for(self.model, window)
-        request = TransferRequest(
-            run=TransferRun(
-                model=self.model,
-                grid_start=grid_start(self.model),
-                lookback_seconds=self.config.lookback_seconds(self.model),
-                fingerprint=model_fingerprint(self.model),
-                source=build_source(self.config.source("lake")),
-                spark=lambda: self.spark,
-                scheduled=scheduled,
-            ),
-            recipient=self.recipient,
-            destination=self.destination,
-            partition=WindowPartition(window_of(self.model, key), "acme"),
-        )
+        request = TransferRun.for_model(
+            self.config, self.model, source=build_source(self.config.source("lake")), spark=lambda: self.spark, scheduled=scheduled,
+        ).request(self.recipient, self.destination, key)
         outcome = run_transfer(request, staging_root=self.staging)
         assert not list(self.staging.glob("*")), "staging must be removed after the transfer"
         return outcome

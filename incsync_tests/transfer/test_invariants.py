@@ -33,14 +33,12 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule, run_state_machine_as_test
 
-from incsync.core.fingerprint import model_fingerprint
 from incsync.config.load import load_config
 from incsync.destinations.registry import build_destination
 from incsync.destinations.readers import read_rows
 from incsync.errors import ValidationError
 from incsync.core.horizon import LOOKBACK_ONLY, TRANSACTIONS, SourceHorizon
-from incsync.core.windows import WindowPartition, grid_start, window_key_for
-from incsync.core.windows import window_of as window_named
+from incsync.core.windows import grid_start, window_key_for
 from incsync.transfer.execute import execute_requests as execute, run_transfer
 from incsync.sources.lake import LakeSource
 from incsync.config.tags import FULL_REFRESH_TAG, MODE_TAG
@@ -383,21 +381,9 @@ class TransferMachine(RuleBasedStateMachine):
 
     def request(self, rid: str, window_key: str, *, scheduled: bool, full_refresh: bool) -> TransferRequest:
         """The request the asset builds (assets.py), built here so most steps skip Dagster's overhead."""
-        return TransferRequest(
-            run=TransferRun(
-                model=self.model,
-                grid_start=grid_start(self.model),
-                lookback_seconds=self.config.lookback_seconds(self.model),
-                fingerprint=model_fingerprint(self.model),
-                source=self.source,
-                spark=lambda: self.spark,
-                scheduled=scheduled,
-                full_refresh=full_refresh,
-            ),
-            recipient=self.recipients[rid],
-            destination=self.destinations[rid],
-            partition=WindowPartition(window_named(self.model, window_key), rid),
-        )
+        return TransferRun.for_model(
+            self.config, self.model, source=self.source, spark=lambda: self.spark, scheduled=scheduled, full_refresh=full_refresh,
+        ).request(self.recipients[rid], self.destinations[rid], window_key)
 
     @staticmethod
     def tags(scheduled: bool, full_refresh: bool) -> dict[str, str]:
