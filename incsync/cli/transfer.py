@@ -142,7 +142,7 @@ def _launch(command: TransferCommand, resident: Resident | None, file, config, m
     # A line per recipient (its windows' totals), or with --verbose a line per window partition.
     summaries = RecipientLines({rid: len(keys) for rid, keys in windows.items()}, lambda text: print(text, flush=True))
     shown = None if as_json else (lambda line: print(line, flush=True)) if command.verbose else summaries.add
-    with bar, progress_events.listening(lambda _m, rid, window, rows: bar.committed(rid, window, rows)):
+    with bar, progress_events.listening(lambda c: bar.committed(c.recipient, c.window, c.rows)):
         results = run_in_process(defs, instance, specs, windows=windows, progress=shown)
     if not as_json:
         summaries.flush()

@@ -110,41 +110,55 @@ def build_model_asset(config: IncsyncConfig, model: ModelConfig) -> dg.AssetsDef
         """Plan the run's partitions and open their reads through the source resource (lazy DataFrames with
         their bounds); the IO manager stages, validates and publishes them. The run's transfer slots are
         held from the first destination state read to the last publish."""
-        resources = context.resources
-        tags = context.run.tags
         mark_running(context.instance, context.run_id)  # a process that dies now leaves an ORPHANED run, not a RUNNING one
         keys = context.partition_keys  # Dagster builds this list anew on each access
-        if defers_asset_events(context.run):
-            report_planned(context, keys)  # the model's job: incsync reports the run's asset events itself
-        spark = SparkWarmUp(resources.spark)
-        if keys:
-            spark.start()
-        run = TransferRun.for_model(
-            resources.incsync.config, model, source=getattr(resources, source_resource_key(model.source)).client(),
-            spark=spark.get, scheduled=tags.get(MODE_TAG) == "incremental",
-            full_refresh=config.full_refresh or tags.get(FULL_REFRESH_TAG, "").lower() == "true",
-            allow_mass_delete=tags.get(ALLOW_MASS_DELETE_TAG, "").lower() == "true",
-        )
-        requests = []
-        # Per recipient, not per window partition: a year-long backfill of 200 recipients is 79,200 keys.
-        cells: dict[str, tuple[RecipientConfig, Destination]] = {}
-        for key in sorted(keys):
-            cell = split_key(model, key)
-            if cell.recipient_id not in cells:
-                recipient = resources.incsync.recipient(cell.recipient_id)
-                kind = resources.incsync.config.destination(recipient.destination).kind
-                cells[cell.recipient_id] = (recipient, getattr(resources, destination_resource_key(kind)).client(recipient.destination))
-            recipient, destination = cells[cell.recipient_id]
-            requests.append(TransferRequest(run=run, recipient=recipient, destination=destination, partition=cell))
-        # The IO manager releases the slots when it is done (``RunReads.release``); the generator's own
-        # exit only covers a run that fails before its output is handled.
-        slots = ExitStack()
-        slots.enter_context(run_holding(requests, run_id=context.run_id, instance=context.instance, log=context.log))
         try:
-            reads = plan_reads(requests)
-            reads.release = slots.close
+            reads, slots = _open_reads(context, model, config, keys)
+        except Exception:
+            if defers_asset_events(context.run):  # the model's job plans only what fails: all of it did
+                report_planned(context.get_step_execution_context(), context.asset_key, keys)
+            raise
+        try:
             yield dg.Output(reads)
         finally:
             slots.close()
 
     return _transfer
+
+
+def _open_reads(
+    context: dg.AssetExecutionContext, model: ModelConfig, config: TransferRunConfig, keys: list[str]
+) -> tuple[RunReads, ExitStack]:
+    """The run's requests, its transfer slots taken, its reads opened. The IO manager releases the
+    slots when it is done (``RunReads.release``); the asset's own exit only covers a run that fails
+    before its output is handled."""
+    resources, tags = context.resources, context.run.tags
+    spark = SparkWarmUp(resources.spark)
+    if keys:
+        spark.start()
+    run = TransferRun.for_model(
+        resources.incsync.config, model, source=getattr(resources, source_resource_key(model.source)).client(),
+        spark=spark.get, scheduled=tags.get(MODE_TAG) == "incremental",
+        full_refresh=config.full_refresh or tags.get(FULL_REFRESH_TAG, "").lower() == "true",
+        allow_mass_delete=tags.get(ALLOW_MASS_DELETE_TAG, "").lower() == "true",
+    )
+    requests = []
+    # Per recipient, not per window partition: a year-long backfill of 200 recipients is 79,200 keys.
+    cells: dict[str, tuple[RecipientConfig, Destination]] = {}
+    for key in sorted(keys):
+        cell = split_key(model, key)
+        if cell.recipient_id not in cells:
+            recipient = resources.incsync.recipient(cell.recipient_id)
+            kind = resources.incsync.config.destination(recipient.destination).kind
+            cells[cell.recipient_id] = (recipient, getattr(resources, destination_resource_key(kind)).client(recipient.destination))
+        recipient, destination = cells[cell.recipient_id]
+        requests.append(TransferRequest(run=run, recipient=recipient, destination=destination, partition=cell))
+    slots = ExitStack()
+    slots.enter_context(run_holding(requests, run_id=context.run_id, instance=context.instance, log=context.log))
+    try:
+        reads = plan_reads(requests)
+    except BaseException:
+        slots.close()
+        raise
+    reads.release = slots.close
+    return reads, slots

@@ -26,9 +26,9 @@ ASSET_PARTITION_RANGE_START_TAG: str = _tags.ASSET_PARTITION_RANGE_START_TAG
 ASSET_PARTITION_RANGE_END_TAG: str = _tags.ASSET_PARTITION_RANGE_END_TAG
 # A run with this tag set to "true" is one whose asset events its code reports itself: Dagster
 # neither stores the planned materializations when it creates the run nor materializes the output's
-# partitions when the step ends. Every run of a model's job carries it (``assets.model_job``): the IO
-# asset body plans the run's partitions when the step starts and the IO manager materializes landed
-# commits' windows once a second (``report_planned``, ``report_materialized``).
+# partitions when the step ends. Every run of a model's job carries it (``assets.model_job``): its
+# IO manager materializes landed commits' windows once a second and plans (marks in progress, then
+# failed) only the partitions it is slow on or fails (``report_planned``, ``report_materialized``).
 DEFER_ASSET_EVENTS_TAG: str = _tags.EXTERNALLY_MANAGED_ASSETS_TAG
 # Why a run failed, as Dagster tags it when the failure event carries a reason.
 RUN_FAILURE_REASON_TAG: str = _tags.RUN_FAILURE_REASON_TAG
@@ -80,21 +80,22 @@ def defers_asset_events(run: dg.DagsterRun | None) -> bool:
     return run is not None and assets_are_externally_managed(run)
 
 
-def report_planned(context: dg.AssetExecutionContext, partition_keys: Sequence[str]) -> None:
-    """Store the planned materialization of the step's ``partition_keys``, as Dagster does
-    when it creates a run without ``DEFER_ASSET_EVENTS_TAG`` (one event a partition, one batch): a
-    partition the run then fails to materialize shows as failed, one it is still on as materializing.
+def report_planned(step: Any, asset_key: dg.AssetKey, partition_keys: Sequence[str]) -> None:
+    """Store the planned materialization of ``partition_keys`` of ``asset_key`` in the step's run
+    (``step``: a ``StepExecutionContext``), one event a partition in one batch, as Dagster does when it
+    creates a run without ``DEFER_ASSET_EVENTS_TAG``. A planned partition the run does not materialize
+    is what Dagster's partition status shows as in progress while the run goes on and as failed once it
+    failed (``get_latest_asset_partition_materialization_attempts_without_materializations``).
 
-    Done when the step starts instead of when the run is created, the cost leaves the daemon's submit
-    loop (70% of a schedule tick's submit time at 256 recipients a run, November 2026) for the run; a
-    run that fails before its step starts leaves its partitions as they were (missing, not failed)."""
+    A model's run plans only the partitions it is slow on or failed to commit (``orchestration.reporting``):
+    planning every partition when the run starts doubled the stored events of a backfill, where most
+    windows are empty and commit within a second (issue 29)."""
     from dagster._core.events import AssetMaterializationPlannedData, DagsterEvent, DagsterEventBatchMetadata, generate_event_batch_id
 
-    step = context.get_step_execution_context()
     batch_id, last = generate_event_batch_id(), len(partition_keys) - 1
     for i, key in enumerate(partition_keys):
         event = DagsterEvent.build_asset_materialization_planned_event(
-            step.job_name, step.step.key, AssetMaterializationPlannedData(context.asset_key, partition=key)
+            step.job_name, step.step.key, AssetMaterializationPlannedData(asset_key, partition=key)
         )
         step.instance.report_dagster_event(event, step.run_id, batch_metadata=DagsterEventBatchMetadata(batch_id, i == last))
 

@@ -3,13 +3,14 @@ commit's materializations as it lands, and gives downstream assets a reader of t
 
 from __future__ import annotations
 
-import time
+import contextlib
 
 import dagster as dg
 from pydantic import Field, PrivateAttr
 
 from incsync.transfer import progress
-from incsync.orchestration.dagster_compat import add_partition_metadata, defers_asset_events, report_materialized
+from incsync.orchestration.dagster_compat import add_partition_metadata, defers_asset_events
+from incsync.orchestration.reporting import RunReporter
 from incsync.errors import IncsyncError
 from incsync.transfer.errors import TransferFailures
 from incsync.transfer.execute import execute
@@ -46,13 +47,13 @@ class TransferIOManager(dg.ConfigurableIOManager):
     def handle_output(self, context: dg.OutputContext, obj: RunReads) -> None:
         """Stage, validate and publish the reads the asset opened; report each commit as it lands."""
         single = len(obj.requests) <= 1  # the asset made one request per partition of the run
-        # A run of the model's job (its partitions planned when the step started, ``assets``): each
-        # commit's windows are materialized within a second of landing, so a long backfill shows its progress;
-        # otherwise (an asset-page backfill, ``dg.materialize``) Dagster materializes every partition
-        # when the step ends.
+        # A run of the model's job reports its own partitions (``reporting.RunReporter``): each commit's
+        # windows within a second of landing, so a long backfill shows its progress, and only slow or
+        # failed spans' windows as planned; otherwise (an asset-page backfill, ``dg.materialize``)
+        # Dagster planned every partition when it created the run and materializes them when the step ends.
         deferred = defers_asset_events(self._run_instance().get_run_by_id(context.run_id))
         committed: list[tuple[TransferRequest, dict[str, dg.MetadataValue]]] = []
-        landed = _Landed(context)
+        reporter = RunReporter.for_output(context) if deferred else None
 
         def on_commit(request: TransferRequest, outcome: TransferOutcome) -> None:
             metadata = transfer_metadata(outcome, destination=request.destination.name, path=destination_path(request))
@@ -63,25 +64,31 @@ class TransferIOManager(dg.ConfigurableIOManager):
                     outcome.record.transfer_id, outcome.commit_rows, request.recipient.id, request.partition.window_key,
                     outcome.windows_in_transfer, outcome.record.high_watermark,
                 )
-            if not deferred:  # Dagster records these partitions at the step's end; a model's job already reported them
-                committed.append((request, metadata))
-            progress.committed(request.model.model_name, request.recipient.id, request.partition.window_key,
-                               outcome.record.rows_transferred)
-            if deferred:
-                landed.add(
+            record = outcome.record
+            progress.committed(progress.Committed(
+                context.run_id, request.model.model_name, request.recipient.id, request.partition.window_key,
+                record.rows_transferred, record.delta_rows_transferred, record.high_watermark, record.transfer_type,
+            ))
+            if reporter is not None:  # a model's job: reported as its commit lands
+                reporter.committed(
                     (request.recipient.id, outcome.record.transfer_id, outcome.batch),
                     dg.AssetMaterialization(asset_key=context.asset_key, partition=str(dagster_key(request.partition)), metadata=metadata),
                     last_of_commit=outcome.last_of_commit,
                 )
-            elif single:
+                return
+            committed.append((request, metadata))  # Dagster records these partitions at the step's end
+            if single:
                 context.add_output_metadata(metadata)
 
         root = staging_root(self.staging_dir, self.staging_storage_options)
-        try:
-            failures = execute(obj, staging_root=root, on_commit=on_commit)
-        finally:
-            obj.release()  # the run's transfer slots, taken by the asset before it read any state
-            landed.flush()  # whatever committed is reported, however the run ends
+        with reporter or contextlib.nullcontext():
+            try:
+                failures = execute(obj, staging_root=root, on_commit=on_commit,
+                                   on_start=reporter.started if reporter is not None else _nothing)
+            finally:
+                obj.release()  # the run's transfer slots, taken by the asset before it read any state
+            if failures and reporter is not None:
+                reporter.failed(r for f in failures for r in f.requests)
         if not failures:
             if not single and not deferred:
                 add_partition_metadata(context, {str(dagster_key(r.partition)): md for r, md in committed})
@@ -117,35 +124,8 @@ class TransferIOManager(dg.ConfigurableIOManager):
         return PublishedCopies(model, copies)
 
 
-# How often a run reports the commits that landed since its last report: each report is one batch in
-# the event log. A fan-out run of 256 recipients lands a commit every few tenths of a second, and a
-# batch per commit cost as much time as the publishes themselves (S benchmark, November 2026).
-REPORT_INTERVAL_SECONDS = 1.0
-
-
-class _Landed:
-    """The materializations of committed windows, reported in batches at most every
-    ``REPORT_INTERVAL_SECONDS``, never a commit's windows apart."""
-
-    def __init__(self, context: dg.OutputContext) -> None:
-        self._context = context
-        self._open: dict[tuple[str, str, str | None], list[dg.AssetMaterialization]] = {}
-        self._ready: list[dg.AssetMaterialization] = []
-        self._reported_at = time.monotonic()
-
-    def add(self, commit: tuple[str, str, str | None], materialization: dg.AssetMaterialization, *, last_of_commit: bool) -> None:
-        self._open.setdefault(commit, []).append(materialization)
-        if last_of_commit:
-            self._ready += self._open.pop(commit)
-            if time.monotonic() - self._reported_at >= REPORT_INTERVAL_SECONDS:
-                self.flush()
-
-    def flush(self) -> None:
-        pending = self._ready + [m for ms in self._open.values() for m in ms]
-        self._ready, self._open = [], {}
-        if pending:
-            report_materialized(self._context, pending)
-        self._reported_at = time.monotonic()
+def _nothing(_requests: object) -> None:
+    pass
 
 
 def _combined(failures: list[SpanFailure]) -> BaseException:

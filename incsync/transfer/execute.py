@@ -25,7 +25,7 @@ from incsync.staging.folders import claim, remove, remove_stale_staging
 from incsync.staging.spark import stage, stage_by_tenant
 from incsync.transfer.publish import publish_span
 from incsync.transfer.reads import Read, RunReads, open_span, plan_reads, reopen
-from incsync.transfer.request import OnCommit, PreparedSpan, SpanFailure, TransferOutcome, TransferRequest
+from incsync.transfer.request import OnCommit, OnStart, PreparedSpan, SpanFailure, TransferOutcome, TransferRequest
 from incsync.transfer.retries import with_retries
 
 log = logging.getLogger(__name__)
@@ -33,8 +33,15 @@ log = logging.getLogger(__name__)
 MAX_PARALLEL_PUBLISHES = 4
 
 
-def execute(run: RunReads, *, staging_root: Path, on_commit: OnCommit) -> list[SpanFailure]:
-    """Stage and publish every read of ``run``, then the spans that waited; return what failed (empty: all committed)."""
+def _started(_requests: Sequence[TransferRequest]) -> None:
+    pass
+
+
+def execute(run: RunReads, *, staging_root: Path, on_commit: OnCommit, on_start: OnStart = _started) -> list[SpanFailure]:
+    """Stage and publish every read of ``run``, then the spans that waited; return what failed (empty: all committed).
+
+    ``on_start`` hears of each span as its own work starts: its read and staging when it runs alone,
+    its publish when it is a recipient's share of a fan-out read (whose shared read is the run's)."""
     committed: set[object] = set()
     lock = threading.Lock()
 
@@ -46,10 +53,11 @@ def execute(run: RunReads, *, staging_root: Path, on_commit: OnCommit) -> list[S
     failures = list(run.failures)
     for read in run.reads:
         if read.fan_out:
-            failures += _publish_fan_out(read, staging_root=staging_root, on_commit=tracked, committed=committed)
+            failures += _publish_fan_out(read, staging_root=staging_root, on_commit=tracked, committed=committed,
+                                         on_start=on_start)
         else:
             failures += _run_alone(read.spans[0].requests, staging_root=staging_root, on_commit=tracked,
-                                   committed=committed, read=read)
+                                   committed=committed, read=read, on_start=on_start)
     failed = {f.recipient_id for f in failures}
     for span in run.later:  # a recipient's later windows wait for its earlier ones, and fail with them
         if span.recipient_id in failed:
@@ -57,7 +65,8 @@ def execute(run: RunReads, *, staging_root: Path, on_commit: OnCommit) -> list[S
                 f"recipient {span.recipient_id}: not run because an earlier window of this run failed"
             )))
             continue
-        failures += _run_alone(span.windows, staging_root=staging_root, on_commit=tracked, committed=committed)
+        failures += _run_alone(span.windows, staging_root=staging_root, on_commit=tracked, committed=committed,
+                               on_start=on_start)
     return failures
 
 
@@ -109,13 +118,14 @@ def _uncommitted(requests: Sequence[TransferRequest], committed: set[object]) ->
 
 def _run_alone(
     requests: Sequence[TransferRequest], *, staging_root: Path, on_commit: OnCommit, committed: set[object],
-    read: Read | None = None,
+    read: Read | None = None, on_start: OnStart = _started,
 ) -> list[SpanFailure]:
     """One span with its own read; a lost lease starts the uncommitted windows over from fresh state."""
     rid = requests[0].recipient.id
     remaining = tuple(requests)
     for attempt in range(1, LEASE_ATTEMPTS + 1):
         try:
+            on_start(remaining)
             run_span(remaining, staging_root=staging_root, on_commit=on_commit, read=read)
             return []
         except LeaseError as exc:
@@ -128,7 +138,9 @@ def _run_alone(
     raise AssertionError("unreachable")
 
 
-def _publish_fan_out(read: Read, *, staging_root: Path, on_commit: OnCommit, committed: set[object]) -> list[SpanFailure]:
+def _publish_fan_out(
+    read: Read, *, staging_root: Path, on_commit: OnCommit, committed: set[object], on_start: OnStart = _started,
+) -> list[SpanFailure]:
     """Stage the shared read once, split by tenant, and publish each recipient's share to its destination."""
     prepared = read.spans
     model = read.first.model
@@ -153,6 +165,7 @@ def _publish_fan_out(read: Read, *, staging_root: Path, on_commit: OnCommit, com
         def publish(span: PreparedSpan) -> SpanFailure | None:
             with limits[span.first.destination.name]:
                 try:
+                    on_start(span.requests)
                     _assign_staging(span, staging_root)
                     with claim(span.staging):
                         publish_span(span, _share_of(staged, schema, span), on_commit=on_commit)
@@ -160,7 +173,7 @@ def _publish_fan_out(read: Read, *, staging_root: Path, on_commit: OnCommit, com
                 except LeaseError:
                     # Another writer committed since this span read its state: redo it alone, from fresh state.
                     rest = _run_alone(_uncommitted(span.requests, committed), staging_root=staging_root,
-                                      on_commit=on_commit, committed=committed)
+                                      on_commit=on_commit, committed=committed, on_start=on_start)
                     return rest[0] if rest else None
                 except Exception as exc:  # noqa: BLE001 - one recipient's failure is its own
                     return SpanFailure(span.first.recipient.id, _uncommitted(span.requests, committed), exc)

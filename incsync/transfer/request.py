@@ -8,7 +8,7 @@ its IO manager runs; ``execute.run_span`` runs them all for one span.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -107,6 +107,7 @@ class TransferOutcome:
 
 
 OnCommit = Callable[[TransferRequest, TransferOutcome], None]
+OnStart = Callable[[Sequence[TransferRequest]], None]
 
 
 @dataclass

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import dagster as dg
 
-import incsync.orchestration.io_manager
+import incsync.orchestration.reporting
 from incsync.orchestration.statuses import TransferStatus, list_transfers
 from incsync.config.load import load_config
 from incsync.orchestration.dagster_compat import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG, DEFER_ASSET_EVENTS_TAG
@@ -139,8 +139,8 @@ def _event_story(instance: dg.DagsterInstance, run_id: str) -> list[tuple[str, s
     return story
 
 
-def test_a_model_jobs_run_plans_its_partitions_and_materializes_each_commit_as_it_lands(spark, tmp_path: Path, instance, monkeypatch):
-    monkeypatch.setattr(incsync.orchestration.io_manager, "REPORT_INTERVAL_SECONDS", 0)  # every commit reported at once, not once a second
+def test_a_model_jobs_run_stores_one_event_per_partition_each_materialized_as_its_commit_lands(spark, tmp_path: Path, instance, monkeypatch):
+    monkeypatch.setattr(incsync.orchestration.reporting, "REPORT_INTERVAL_SECONDS", 0)  # every commit reported at once, not once a second
     write_table(tmp_path / "src", "orders", [order(1, "org_1", ts(1, 10)), order(2, "org_1", ts(2, 10)), order(3, "org_1", ts(3, 10))])
     config_file = lake_config(tmp_path, recipients=RECIPIENTS[:1], model={"max_rows_per_batch": 1})  # a commit per window
     defs = build_definitions(config_file)
@@ -151,11 +151,10 @@ def test_a_model_jobs_run_plans_its_partitions_and_materializes_each_commit_as_i
     assert result.success
     assert instance.get_run_by_id(result.run_id).tags[DEFER_ASSET_EVENTS_TAG] == "true"
     keys = ["acme|2024-01-01", "acme|2024-01-02", "acme|2024-01-03"]
-    # Planned when the step starts, each window materialized once, as its commit lands (before the
-    # next commit's line), none again when the step ends.
+    # Nothing planned (no span was slow, none failed); each window materialized once, as its commit
+    # lands (before the next commit's line), none again when the step ends.
     assert _event_story(instance, result.run_id) == [
         ("STEP_START", ""),
-        *[("planned", key) for key in keys],
         ("committed", "2024-01-01"), ("materialized", keys[0]),
         ("committed", "2024-01-02"), ("materialized", keys[1]),
         ("committed", "2024-01-03"), ("materialized", keys[2]),
@@ -163,6 +162,36 @@ def test_a_model_jobs_run_plans_its_partitions_and_materializes_each_commit_as_i
         ("STEP_START", ""), ("STEP_SUCCESS", ""),  # the model's integrity check (manual: it yields nothing)
     ]
     assert {k: md["rows_transferred"] for k, md in _metadata_by_partition(instance).items()} == dict.fromkeys(keys, 1)
+    # The bookkeeping's budget (issue 29): one stored event per partition, nothing else names one.
+    per_partition = [r.event_log_entry.dagster_event.partition for r in instance.get_records_for_run(result.run_id, limit=None).records
+                     if r.event_log_entry.is_dagster_event and r.event_log_entry.dagster_event.partition]
+    assert sorted(per_partition) == keys
+
+
+def test_a_model_jobs_slow_span_shows_its_windows_in_progress_until_they_land(spark, tmp_path: Path, instance, monkeypatch):
+    monkeypatch.setattr(incsync.orchestration.reporting, "REPORT_INTERVAL_SECONDS", 0)
+    monkeypatch.setattr(incsync.orchestration.reporting, "IN_PROGRESS_AFTER_SECONDS", 0)  # every span counts as slow
+    write_table(tmp_path / "src", "orders", [order(1, "org_1", ts(1, 10)), order(2, "org_1", ts(2, 10)), order(3, "org_1", ts(3, 10))])
+    config_file = lake_config(tmp_path, recipients=RECIPIENTS[:1], model={"max_rows_per_batch": 1})
+    defs = build_definitions(config_file)
+    instance.add_dynamic_partitions(RECIPIENTS_PARTITIONS, ["acme"])
+
+    result = _run_model_job(defs, instance, partition_key("2024-01-01", "acme"), partition_key("2024-01-03", "acme"))
+
+    assert result.success
+    keys = ["acme|2024-01-01", "acme|2024-01-02", "acme|2024-01-03"]
+    # The span's windows are planned as its work starts (what the UI shows as materializing), each
+    # materialized as its commit lands; none is left planned without its materialization.
+    assert _event_story(instance, result.run_id) == [
+        ("STEP_START", ""),
+        *[("planned", key) for key in keys],
+        ("committed", "2024-01-01"), ("materialized", keys[0]),
+        ("committed", "2024-01-02"), ("materialized", keys[1]),
+        ("committed", "2024-01-03"), ("materialized", keys[2]),
+        ("STEP_SUCCESS", ""),
+        ("STEP_START", ""), ("STEP_SUCCESS", ""),
+    ]
+    assert instance.event_log_storage.get_latest_asset_partition_materialization_attempts_without_materializations(MODEL) == {}
 
 
 def test_a_model_jobs_failed_run_shows_its_uncommitted_partitions_failed(spark, tmp_path: Path, instance):

@@ -91,7 +91,7 @@ class _CommitReportingIOManager(dg.ConfigurableIOManager):
 @dg.asset(partitions_def=DAYS, io_manager_key="recording")
 def reported(context) -> dict[str, int]:  # noqa: ANN001 - Dagster reads the annotation itself
     if defers_asset_events(context.run):
-        report_planned(context, context.partition_keys)
+        report_planned(context.get_step_execution_context(), context.asset_key, context.partition_keys)
     return {key: ord(key) for key in context.partition_keys}
 
 

@@ -1,0 +1,159 @@
+"""What a model's run reports of its partitions (``orchestration.reporting``): materializations as commits
+land, planned events only for spans that are slow or failed, never a window planned after it landed."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+
+import dagster as dg
+import pytest
+
+from incsync.core.windows import Window, WindowPartition
+from incsync.orchestration.reporting import RunReporter
+
+ASSET = dg.AssetKey(["app", "orders"])
+DAY = datetime(2025, 1, 1, tzinfo=timezone.utc)
+
+
+@dataclass(frozen=True)
+class _Request:  # what the reporter reads of a TransferRequest
+    partition: WindowPartition
+
+
+def _requests(recipient: str, days: int) -> list[_Request]:
+    out = []
+    for d in range(days):
+        start = DAY + timedelta(days=d)
+        out.append(_Request(WindowPartition(Window(start, start + timedelta(days=1), start.date().isoformat()), recipient)))
+    return out
+
+
+def _key(request: _Request) -> str:
+    return f"{request.partition.recipient_id}|{request.partition.window_key}"
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class _Log:
+    """The reports in the order the event log would store them."""
+
+    def __init__(self) -> None:
+        self.events: list[tuple[str, str]] = []
+        self.batches: list[list[str]] = []
+
+    def materialized(self, ms: list[dg.AssetMaterialization]) -> None:
+        self.batches.append([str(m.partition) for m in ms])
+        self.events += [("materialized", str(m.partition)) for m in ms]
+
+    def planned(self, keys: list[str]) -> None:
+        self.events += [("planned", k) for k in keys]
+
+
+def _reporter(log: _Log, clock: _Clock, *, in_progress_after: float = 5.0, interval: float = 1.0) -> RunReporter:
+    return RunReporter(log.materialized, log.planned, interval=interval, in_progress_after=in_progress_after, clock=clock)
+
+
+def _commit(reporter: RunReporter, requests: list[_Request], transfer: str) -> None:
+    for i, request in enumerate(requests):
+        materialization = dg.AssetMaterialization(asset_key=ASSET, partition=_key(request), metadata={"rows_transferred": i})
+        reporter.committed((request.partition.recipient_id, transfer, None), materialization, last_of_commit=i == len(requests) - 1)
+
+
+def test_a_span_that_commits_quickly_costs_one_event_a_window() -> None:
+    log, clock = _Log(), _Clock()
+    reporter = _reporter(log, clock)
+    acme, globex = _requests("acme", 3), _requests("globex", 2)
+    reporter.started(acme)
+    reporter.started(globex)
+    clock.now += 4.9
+    reporter.tick()
+    _commit(reporter, acme, "t1")
+    _commit(reporter, globex, "t2")
+    reporter.tick()
+    clock.now += 60
+    reporter.tick()
+    assert log.events == [("materialized", _key(r)) for r in acme + globex]
+
+
+def test_a_slow_span_plans_its_uncommitted_windows_once_and_before_they_land() -> None:
+    log, clock = _Log(), _Clock()
+    reporter = _reporter(log, clock)
+    acme = _requests("acme", 4)
+    reporter.started(acme)
+    _commit(reporter, acme[:1], "t1")  # the first commit landed quickly
+    clock.now += 5.0
+    reporter.tick()
+    reporter.tick()
+    clock.now += 30
+    reporter.tick()
+    _commit(reporter, acme[1:], "t2")
+    reporter.flush()
+    assert log.events == [
+        ("materialized", _key(acme[0])),
+        *[("planned", _key(r)) for r in acme[1:]],
+        *[("materialized", _key(r)) for r in acme[1:]],
+    ]
+
+
+def test_a_failed_span_plans_what_it_did_not_commit_so_the_run_shows_it_failed() -> None:
+    log, clock = _Log(), _Clock()
+    reporter = _reporter(log, clock)
+    acme, globex = _requests("acme", 3), _requests("globex", 3)
+    reporter.started(acme)
+    reporter.started(globex)
+    _commit(reporter, acme[:1], "t1")
+    clock.now += 6
+    reporter.tick()  # globex and acme's last two windows now show as in progress
+    _commit(reporter, globex, "t2")
+    reporter.failed(acme[1:] + _requests("initech", 1))  # acme failed; initech never started
+    assert log.events == [
+        ("materialized", _key(acme[0])),
+        *[("planned", _key(r)) for r in acme[1:] + globex],
+        *[("materialized", _key(r)) for r in globex],
+        ("planned", "initech|2025-01-01"),  # acme's windows are planned already: not twice
+    ]
+
+
+def test_a_commits_windows_are_reported_together_and_no_more_often_than_the_interval() -> None:
+    log, clock = _Log(), _Clock()
+    reporter = _reporter(log, clock, interval=1.0)
+    acme = _requests("acme", 5)
+    reporter.started(acme)
+    clock.now += 1.5
+    _commit(reporter, acme[:2], "t1")  # due: reported at its last window
+    _commit(reporter, acme[2:3], "t2")  # within the interval: waits
+    part = dg.AssetMaterialization(asset_key=ASSET, partition=_key(acme[3]))
+    reporter.committed(("acme", "t3", "1/2"), part, last_of_commit=False)
+    clock.now += 1.5
+    reporter.tick()  # t2 goes; t3 is still handing its windows over
+    reporter.committed(("acme", "t3", "1/2"), dg.AssetMaterialization(asset_key=ASSET, partition=_key(acme[4])), last_of_commit=True)
+    reporter.flush()
+    assert log.batches == [[_key(acme[0]), _key(acme[1])], [_key(acme[2])], [_key(acme[3]), _key(acme[4])]]
+
+
+def test_a_run_that_breaks_off_shows_its_spans_at_work_failed_and_reports_what_landed() -> None:
+    log, clock = _Log(), _Clock()
+    acme, globex = _requests("acme", 2), _requests("globex", 2)
+    with pytest.raises(RuntimeError), _reporter(log, clock) as reporter:
+        reporter.started(acme)
+        reporter.started(globex)
+        _commit(reporter, globex, "t1")
+        raise RuntimeError("the staging disk is full")
+    assert log.events == [*[("materialized", _key(r)) for r in globex], *[("planned", _key(r)) for r in acme]]
+
+
+def test_with_no_threshold_every_span_is_planned_as_it_starts() -> None:
+    log, clock = _Log(), _Clock()
+    reporter = _reporter(log, clock, in_progress_after=0)
+    acme = _requests("acme", 2)
+    reporter.started(acme)
+    _commit(reporter, acme, "t1")
+    reporter.flush()
+    assert log.events == [*[("planned", _key(r)) for r in acme], *[("materialized", _key(r)) for r in acme]]
