@@ -105,8 +105,7 @@ def report_materialized(context: dg.OutputContext, materializations: Sequence[dg
 
     ``OutputContext.log_event`` would hold them until ``handle_output`` returns and store each on its
     own (10-12 ms apiece); this is what Dagster does with the output's own materializations at the
-    end of a step. Called from the transfer's publish threads, one call at a time (``execute`` hands
-    commits over under one lock)."""
+    end of a step. Called from the run's reporter thread (``reporting.RunReporter``), one call at a time."""
     from dagster._core.events import DagsterEvent, DagsterEventBatchMetadata, generate_event_batch_id
 
     step = context.step_context

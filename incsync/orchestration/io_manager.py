@@ -71,7 +71,7 @@ class TransferIOManager(dg.ConfigurableIOManager):
             ))
             if reporter is not None:  # a model's job: reported as its commit lands
                 reporter.committed(
-                    (request.recipient.id, outcome.record.transfer_id, outcome.batch),
+                    request, (request.recipient.id, outcome.record.transfer_id, outcome.batch),
                     dg.AssetMaterialization(asset_key=context.asset_key, partition=str(dagster_key(request.partition)), metadata=metadata),
                     last_of_commit=outcome.last_of_commit,
                 )

@@ -34,17 +34,21 @@ IN_PROGRESS_AFTER_SECONDS = 5.0
 class _Span:
     __slots__ = ("started", "waiting", "planned")
 
-    def __init__(self, started: float, keys: Iterable[str]) -> None:
+    def __init__(self, started: float, requests: Iterable[TransferRequest]) -> None:
         self.started = started
-        self.waiting = dict.fromkeys(keys)  # its windows not committed yet, in order
+        self.waiting = {r.partition.key: r for r in requests}  # its windows not committed yet, in order
         self.planned = False
 
 
-class RunReporter:
-    """Reports a run's commits and its slow and failed spans; thread-safe (publish threads, its clock).
+Commit = tuple[str, str, "str | None"]  # recipient, transfer id, batch
 
-    One lock orders every report, so a window's planned event is never stored after its
-    materialization: a window planned after it committed would show as failed."""
+
+class RunReporter:
+    """Reports a run's commits and its slow and failed spans from its own thread, so the publish
+    threads only hand commits over (serializing and storing events costs ~0.5 ms a window).
+
+    Decisions are taken under one lock and reported, in order, under another: a window planned after
+    its materialization was stored would show as failed."""
 
     def __init__(
         self,
@@ -58,11 +62,11 @@ class RunReporter:
         self._materialized, self._planned, self._clock = materialized, planned, clock
         self._interval = REPORT_INTERVAL_SECONDS if interval is None else interval
         self._in_progress_after = IN_PROGRESS_AFTER_SECONDS if in_progress_after is None else in_progress_after
-        self._lock = threading.Lock()
-        self._spans: dict[str, _Span] = {}  # window partition key -> its span, while it waits
-        self._open: dict[tuple[str, str, str | None], list[dg.AssetMaterialization]] = {}
+        self._state = threading.Lock()  # the spans and the commits handed over
+        self._reporting = threading.Lock()  # one report at a time, in the order decided
+        self._spans: dict[tuple[str, str], _Span] = {}  # a waiting window's partition key -> its span
+        self._open: dict[Commit, list[dg.AssetMaterialization]] = {}
         self._ready: list[dg.AssetMaterialization] = []
-        self._reported_at = clock()
         self._stop = threading.Event()
         self._ticker: threading.Thread | None = None
 
@@ -80,77 +84,77 @@ class RunReporter:
         self._stop.set()
         if self._ticker is not None:
             self._ticker.join()
-        with self._lock:
-            self._flush()  # whatever committed is reported, however the run ends
-            if exc_type is not None:  # the spans at work when the run broke off show as failed
-                self._plan(list({id(s): s for s in self._spans.values() if not s.planned}.values()))
+        # Whatever committed is reported, however the run ends; the spans at work when it broke off
+        # show as failed.
+        self._report(commits_in_flight=True, due=lambda span: exc_type is not None)
 
     def started(self, requests: Sequence[TransferRequest]) -> None:
         """A span's work started (``transfer.execute``'s ``on_start``)."""
-        span = _Span(self._clock(), (str(dagster_key(r.partition)) for r in requests))
-        with self._lock:
+        span = _Span(self._clock(), requests)
+        with self._state:
             for key in span.waiting:
                 self._spans[key] = span
-            if self._in_progress_after <= 0:
-                self._plan([span])
+        if self._in_progress_after <= 0:
+            self.tick()
 
-    def committed(self, commit: tuple[str, str, str | None], materialization: dg.AssetMaterialization, *,
+    def committed(self, request: TransferRequest, commit: Commit, materialization: dg.AssetMaterialization, *,
                   last_of_commit: bool) -> None:
-        """A window landed; its commit's windows are reported together, at most every ``interval``."""
-        key = str(materialization.partition)
-        with self._lock:
+        """A window landed: handed over, reported with its commit's other windows by the next tick."""
+        key = request.partition.key
+        with self._state:
             span = self._spans.pop(key, None)
             if span is not None:
                 span.waiting.pop(key, None)
             self._open.setdefault(commit, []).append(materialization)
             if last_of_commit:
                 self._ready += self._open.pop(commit)
-                if self._clock() - self._reported_at >= self._interval:
-                    self._flush(commits_in_flight=False)
 
     def failed(self, requests: Iterable[TransferRequest]) -> None:
         """Windows the run did not commit: planned (unless they already are), so they show as failed."""
-        keys = [str(dagster_key(r.partition)) for r in requests]
-        with self._lock:
-            self._flush()
-            spans = {id(s): s for k in keys if (s := self._spans.get(k)) is not None}
-            unplanned = [k for k in keys if k not in self._spans or not self._spans[k].planned]
-            for span in spans.values():
-                span.planned = True
-            if unplanned:
-                self._planned(unplanned)
+        with self._reporting:
+            with self._state:
+                ready = self._take(commits_in_flight=True)
+                keys = []
+                for request in requests:
+                    span = self._spans.get(request.partition.key)
+                    if span is None or not span.planned:
+                        keys.append(str(dagster_key(request.partition)))
+            self._send(ready, keys)
 
     def flush(self) -> None:
-        with self._lock:
-            self._flush()
+        self._report(commits_in_flight=True, due=lambda span: False)
 
     def tick(self) -> None:
-        """Plan the spans at work for ``in_progress_after``, report the commits that landed."""
+        """Report the commits that landed; plan the spans at work for ``in_progress_after``."""
         now = self._clock()
-        with self._lock:
-            due = {id(s): s for s in self._spans.values() if not s.planned and now - s.started >= self._in_progress_after}
-            self._flush(commits_in_flight=False)
-            self._plan(list(due.values()))
+        self._report(commits_in_flight=False, due=lambda span: now - span.started >= self._in_progress_after)
 
     def _tick_until_stopped(self) -> None:
         while not self._stop.wait(max(self._interval, 0.05)):
             self.tick()
 
-    def _plan(self, spans: list[_Span]) -> None:
-        keys = [key for span in spans for key in span.waiting]
-        for span in spans:
-            span.planned = True
-        if keys:
-            self._planned(keys)
+    def _report(self, *, commits_in_flight: bool, due: Callable[[_Span], bool]) -> None:
+        with self._reporting:
+            with self._state:
+                ready = self._take(commits_in_flight=commits_in_flight)
+                spans = {id(s): s for s in self._spans.values() if not s.planned and due(s)}
+                keys = []
+                for span in spans.values():
+                    span.planned = True
+                    keys += [str(dagster_key(r.partition)) for r in span.waiting.values()]
+            self._send(ready, keys)
 
-    def _flush(self, *, commits_in_flight: bool = True) -> None:
-        """Report the landed commits' windows; those of a commit still handing its windows over only
-        with ``commits_in_flight`` (the run's end, a failure), so a commit's windows stay one batch."""
-        pending = self._ready
-        self._ready = []
+    def _take(self, *, commits_in_flight: bool) -> list[dg.AssetMaterialization]:
+        """The landed commits' windows; those of a commit still handing its windows over only with
+        ``commits_in_flight`` (the run's end, a failure), so a commit's windows stay one batch."""
+        ready, self._ready = self._ready, []
         if commits_in_flight:
-            pending += [m for ms in self._open.values() for m in ms]
+            ready += [m for ms in self._open.values() for m in ms]
             self._open = {}
-        if pending:
-            self._materialized(pending)
-        self._reported_at = self._clock()
+        return ready
+
+    def _send(self, materialized: list[dg.AssetMaterialization], planned: list[str]) -> None:
+        if materialized:
+            self._materialized(materialized)
+        if planned:
+            self._planned(planned)

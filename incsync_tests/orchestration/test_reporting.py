@@ -3,6 +3,7 @@ land, planned events only for spans that are slow or failed, never a window plan
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 
@@ -63,7 +64,8 @@ def _reporter(log: _Log, clock: _Clock, *, in_progress_after: float = 5.0, inter
 def _commit(reporter: RunReporter, requests: list[_Request], transfer: str) -> None:
     for i, request in enumerate(requests):
         materialization = dg.AssetMaterialization(asset_key=ASSET, partition=_key(request), metadata={"rows_transferred": i})
-        reporter.committed((request.partition.recipient_id, transfer, None), materialization, last_of_commit=i == len(requests) - 1)
+        reporter.committed(request, (request.partition.recipient_id, transfer, None), materialization,
+                           last_of_commit=i == len(requests) - 1)
 
 
 def test_a_span_that_commits_quickly_costs_one_event_a_window() -> None:
@@ -75,6 +77,7 @@ def test_a_span_that_commits_quickly_costs_one_event_a_window() -> None:
     clock.now += 4.9
     reporter.tick()
     _commit(reporter, acme, "t1")
+    reporter.tick()
     _commit(reporter, globex, "t2")
     reporter.tick()
     clock.now += 60
@@ -121,21 +124,34 @@ def test_a_failed_span_plans_what_it_did_not_commit_so_the_run_shows_it_failed()
     ]
 
 
-def test_a_commits_windows_are_reported_together_and_no_more_often_than_the_interval() -> None:
+def test_commits_are_handed_over_and_reported_by_the_next_tick_a_commits_windows_together() -> None:
     log, clock = _Log(), _Clock()
     reporter = _reporter(log, clock, interval=1.0)
     acme = _requests("acme", 5)
     reporter.started(acme)
-    clock.now += 1.5
-    _commit(reporter, acme[:2], "t1")  # due: reported at its last window
-    _commit(reporter, acme[2:3], "t2")  # within the interval: waits
-    part = dg.AssetMaterialization(asset_key=ASSET, partition=_key(acme[3]))
-    reporter.committed(("acme", "t3", "1/2"), part, last_of_commit=False)
-    clock.now += 1.5
-    reporter.tick()  # t2 goes; t3 is still handing its windows over
-    reporter.committed(("acme", "t3", "1/2"), dg.AssetMaterialization(asset_key=ASSET, partition=_key(acme[4])), last_of_commit=True)
-    reporter.flush()
-    assert log.batches == [[_key(acme[0]), _key(acme[1])], [_key(acme[2])], [_key(acme[3]), _key(acme[4])]]
+    _commit(reporter, acme[:2], "t1")
+    _commit(reporter, acme[2:3], "t2")
+    assert log.batches == []  # the publish threads only hand commits over
+    reporter.committed(acme[3], ("acme", "t3", "1/2"), dg.AssetMaterialization(asset_key=ASSET, partition=_key(acme[3])),
+                       last_of_commit=False)
+    reporter.tick()  # t1 and t2 go; t3 is still handing its windows over
+    reporter.committed(acme[4], ("acme", "t3", "1/2"), dg.AssetMaterialization(asset_key=ASSET, partition=_key(acme[4])),
+                       last_of_commit=True)
+    reporter.tick()
+    assert log.batches == [[_key(r) for r in acme[:3]], [_key(acme[3]), _key(acme[4])]]
+
+
+def test_the_reporters_clock_reports_what_landed_while_the_run_goes_on() -> None:
+    log = _Log()
+    acme = _requests("acme", 2)
+    with RunReporter(log.materialized, log.planned, interval=0.05, in_progress_after=60) as reporter:
+        reporter.started(acme)
+        _commit(reporter, acme, "t1")
+        deadline = time.monotonic() + 10
+        while not log.batches and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert log.batches == [[_key(r) for r in acme]]  # before the run ended
+    assert log.events == [("materialized", _key(r)) for r in acme]
 
 
 def test_a_run_that_breaks_off_shows_its_spans_at_work_failed_and_reports_what_landed() -> None:
