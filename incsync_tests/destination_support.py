@@ -60,6 +60,9 @@ def postgres_database() -> Iterator[str]:
         try:
             yield f"postgresql://{user}@127.0.0.1:5432/{name}"
         finally:
+            from incsync.destinations.postgres.pool import close_pool
+
+            close_pool(f"postgresql://{user}@127.0.0.1:5432/{name}")  # its connections go with the database
             admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 

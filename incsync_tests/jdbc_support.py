@@ -114,6 +114,9 @@ def pg_database() -> Iterator[PgDatabase]:
     try:
         yield PgDatabase(name, user)
     finally:
+        from incsync.destinations.postgres.pool import close_pools
+
+        close_pools()  # a destination's pooled connections to it go with the database; the next use opens others
         with psycopg.connect(host=HOST, port=PG_PORT, user=user, dbname="postgres", autocommit=True) as conn:
             conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
 

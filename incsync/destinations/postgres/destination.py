@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+from collections.abc import Iterator
 from dataclasses import replace
 
 import psycopg
@@ -37,6 +38,7 @@ from incsync.destinations.ownership import METADATA_KEY as OWNER_KEY
 from incsync.destinations.ownership import Owner, owner_of, pg_claim, pg_owner, pg_stamp
 from incsync.destinations.postgres.load import STAGE, load_stage
 from incsync.destinations.postgres.log import create_log, insert_record, last_record, logged_recipients
+from incsync.destinations.postgres.pool import connection
 from incsync.destinations.postgres.schema import Evolution, evolve, register, table_columns
 from incsync.destinations.postgres.types import pg_type
 from incsync.errors import ConfigError, LeaseError, OwnershipError, PublishError, SchemaError
@@ -59,7 +61,10 @@ class PostgresDestination(Destination):
         self.name = config.name
         self.schema = config.schema_name
 
-    def _connect(self) -> psycopg.Connection:
+    @contextlib.contextmanager
+    def _connect(self) -> Iterator[psycopg.Connection]:
+        """A connection of this server's pool (``postgres_pool``) for the ``with`` block: committed at
+        its end, rolled back on an error, then returned to the pool."""
         dsn = os.environ.get(self.config.dsn_env)
         if dsn is None:
             raise ConfigError(
@@ -74,21 +79,14 @@ class PostgresDestination(Destination):
                 [f"destinations[{self.name}].dsn_env: ${self.config.dsn_env} is not a PostgreSQL connection string "
                  "(postgresql://user@host:port/dbname or key=value pairs)"],
             ) from None
-        try:
-            conn = psycopg.connect(dsn, autocommit=False, connect_timeout=10)
-        except psycopg.Error as exc:
-            message = " ".join(str(exc).split())
-            if password:
-                message = message.replace(str(password), "***")
-            raise PublishError(
-                f"destination {self.name}: cannot connect to PostgreSQL with the DSN in ${self.config.dsn_env}: {message}"
-            ) from None
-        conn.execute("SET TIME ZONE 'UTC'")
-        return conn
+        with connection(dsn, password=str(password) if password else None, destination=self.name,
+                        dsn_env=self.config.dsn_env) as conn:
+            yield conn
 
     def check(self) -> None:
         """Connect once (``incsync validate --connect``); raises ConfigError/PublishError naming the setting."""
-        self._connect().close()
+        with self._connect():
+            pass
 
     def _ident(self, table: str) -> sql.Composed:
         return sql.Identifier(self.schema, table)
