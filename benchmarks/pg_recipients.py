@@ -8,8 +8,8 @@ with the same DSN, as a fan-out run sees them. Each round calls, for every recip
 (the run's state reads, ``--threads`` at a time) and then ``publish`` of a 3-row batch with its
 transfer record (the fan-out's publish threads). Round 1 creates the tables; later rounds find them.
 Per round it prints the wall time of each phase, the backend sessions the database saw
-(``pg_stat_database.sessions``), its commits and rollbacks, and the client's round trips (calls to
-``psycopg.Connection.wait``: one per request the client waits for) and connections it opened. Counters are
+(``pg_stat_database.sessions``), its commits and rollbacks, and the client's round trips (each time
+psycopg waits to read the server's answer) and connections it opened. Counters are
 read 11 s after each phase, once every backend has flushed them (PostgreSQL 15 flushes an idle one's within 10 s).
 """
 
@@ -28,6 +28,7 @@ from pathlib import Path
 
 import psycopg
 import pyarrow as pa
+from psycopg.waiting import Wait
 import pyarrow.parquet as pq
 import yaml
 
@@ -53,11 +54,20 @@ def _count_waits() -> None:
     psycopg.Connection.connect = classmethod(connect)  # type: ignore[method-assign,assignment]
     psycopg.connect = psycopg.Connection.connect  # the module's alias was bound at import
 
-    def wait(self, gen, timeout=None, interval=None):  # noqa: ANN001, ANN202 - psycopg's own signature
+    def counted(gen):  # noqa: ANN001, ANN202 - a psycopg generator: count each time it waits to read
         global _waits  # noqa: PLW0603 - a counter for this script only
-        with _waits_lock:
-            _waits += 1
-        return original(self, gen, timeout=timeout, interval=interval) if interval is not None else original(self, gen, timeout=timeout)
+        try:
+            state = next(gen)
+            while True:
+                if state == Wait.R:
+                    with _waits_lock:
+                        _waits += 1
+                state = gen.send((yield state))
+        except StopIteration as stop:
+            return stop.value
+
+    def wait(self, gen, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202 - psycopg's own signature
+        return original(self, counted(gen), *args, **kwargs)
 
     psycopg.Connection.wait = wait  # type: ignore[method-assign]
 

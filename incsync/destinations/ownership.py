@@ -135,13 +135,12 @@ def pg_stamp(conn: psycopg.Connection, schema: str, owner: Owner, *, reason: str
 
 
 def pg_claim(
-    conn: psycopg.Connection, schema: str, me: Owner, *, where: str, table_exists: Callable[[], bool],
+    conn: psycopg.Connection, schema: str, me: Owner, *, stamp: Owner | None, where: str, table_exists: Callable[[], bool],
     recipients_logged: Callable[[], list[str]], transfer_id: str,
 ) -> None:
     """Check (and on a first transfer or an adoption, write) the owner of ``schema.model``, inside the
-    publish transaction; only an unstamped table costs a look at the table and at the recipients its
-    transfer log names."""
-    stamp = pg_owner(conn, schema, me.model)
+    publish transaction, given its newest ``stamp`` read in that transaction (``pg_owner``); only an
+    unstamped table costs a look at the table and at the recipients its transfer log names."""
     if stamp is not None:
         check_owner(stamp, me, where=where)
         return

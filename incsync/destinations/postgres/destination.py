@@ -25,7 +25,6 @@ from incsync.config.model import ModelConfig, RecipientConfig
 from incsync.config.destinations import PostgresDestinationConfig
 from incsync.core.crashpoints import crash_point
 from incsync.destinations.base import (
-    DELETED_AT,
     FULL_REFRESH,
     REPAIR,
     Destination,
@@ -36,10 +35,12 @@ from incsync.destinations.base import (
 )
 from incsync.destinations.ownership import METADATA_KEY as OWNER_KEY
 from incsync.destinations.ownership import Owner, owner_of, pg_claim, pg_owner, pg_stamp
+from incsync.destinations.postgres.facts import publish_careful, publish_seen, read_state_careful, read_state_seen
 from incsync.destinations.postgres.load import STAGE, load_stage
 from incsync.destinations.postgres.log import create_log, insert_record, last_record, logged_recipients
 from incsync.destinations.postgres.pool import connection
-from incsync.destinations.postgres.schema import Evolution, evolve, register, table_columns
+from incsync.destinations.postgres.rows import create_table, remove_keys, upsert
+from incsync.destinations.postgres.schema import Evolution, Published, evolve, register, table_columns
 from incsync.destinations.postgres.types import pg_type
 from incsync.errors import ConfigError, LeaseError, OwnershipError, PublishError, SchemaError
 from incsync.core.lease import check_lease
@@ -51,6 +52,19 @@ def _advisory_key(schema: str, model: str) -> str:
     return f"incsync:{schema}.{model}"
 
 
+def _lock(conn: psycopg.Connection, key: str) -> None:
+    """Take the (schema, model) advisory lock, then make this session forget what it knew of the catalog.
+
+    A pooled session may have looked the schema's tables up before (a state read) and cached that
+    they did not exist; a publisher that held the lock may have created them since this transaction
+    began. PostgreSQL drops such stale entries when a transaction takes a new kind of lock on a
+    relation, and an advisory lock is not one: so lock the stage table (private to this session) in
+    a mode this transaction has not taken yet.
+    """
+    conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", [key])
+    conn.execute(sql.SQL("LOCK TABLE {} IN SHARE MODE").format(STAGE))
+
+
 class PostgresDestination(Destination):
     """Table ``<schema>.<model_name>`` holds one recipient's copy; ``<schema>._incsync_transfers`` its log."""
 
@@ -60,11 +74,14 @@ class PostgresDestination(Destination):
         self.config = config
         self.name = config.name
         self.schema = config.schema_name
+        # Models whose log, owner stamps and column registry this process last saw in the schema (issue 29).
+        self._settled: set[str] = set()
 
     @contextlib.contextmanager
-    def _connect(self) -> Iterator[psycopg.Connection]:
+    def _connect(self, *, autocommit: bool = False) -> Iterator[psycopg.Connection]:
         """A connection of this server's pool (``postgres_pool``) for the ``with`` block: committed at
-        its end, rolled back on an error, then returned to the pool."""
+        its end, rolled back on an error, then returned to the pool (``autocommit``: for reads in one
+        statement, which then need no BEGIN and COMMIT)."""
         dsn = os.environ.get(self.config.dsn_env)
         if dsn is None:
             raise ConfigError(
@@ -80,7 +97,7 @@ class PostgresDestination(Destination):
                  "(postgresql://user@host:port/dbname or key=value pairs)"],
             ) from None
         with connection(dsn, password=str(password) if password else None, destination=self.name,
-                        dsn_env=self.config.dsn_env) as conn:
+                        dsn_env=self.config.dsn_env, autocommit=autocommit) as conn:
             yield conn
 
     def check(self) -> None:
@@ -95,17 +112,25 @@ class PostgresDestination(Destination):
         return f"{self.schema}.{model.model_name}"
 
     def read_state(self, *, model: ModelConfig, recipient: RecipientConfig) -> DestinationState:
-        """The last transfer, checked against the table (dropped or emptied while the log stays, or the reverse)."""
-        with self._connect() as conn:
-            record = last_record(conn, self.schema, model=model.model_name, recipient=recipient.id)
-            exists = self._columns(conn, model.model_name) is not None
-            has_data = exists and bool(conn.execute(
-                sql.SQL("SELECT EXISTS (SELECT 1 FROM {})").format(self._ident(model.model_name))).fetchone()[0])
-            stamp = pg_owner(conn, self.schema, model.model_name)
+        """The last transfer, checked against the table (dropped or emptied while the log stays, or the reverse).
+
+        One statement once the schema is set up (``postgres_facts``); a question at a time otherwise.
+        """
+        name = model.model_name
+        with self._connect(autocommit=True) as conn:
+            try:
+                seen = read_state_seen(conn, self.schema, model=name, recipient=recipient.id)
+            except psycopg.errors.UndefinedTable:  # a first transfer, or a table gone: ask one thing at a time
+                seen = read_state_careful(conn, self.schema, model=name, recipient=recipient.id)
+        if seen.settled:
+            self._settled.add(name)
+        else:
+            self._settled.discard(name)
+        record, stamp, exists = seen.record, seen.stamp, seen.exists
         missing = stamp.moved_reason(record.transfer_id if record else None) if stamp else None
         if not missing and record is not None and record.high_watermark_micros is not None and not exists:
             missing = f"table {self.table_name(model)} was dropped while its transfer log records transfer {record.transfer_id}"
-        reason = reset_reason(f"table {self.table_name(model)}", record, has_data=has_data, missing=missing)
+        reason = reset_reason(f"table {self.table_name(model)}", record, has_data=seen.has_data, missing=missing)
         return DestinationState(last_transfer=record, version=record.transfer_id if record else None, reset_reason=reason)
 
     def _columns(self, conn: psycopg.Connection, table: str) -> dict[str, str] | None:
@@ -123,23 +148,22 @@ class PostgresDestination(Destination):
     ) -> dict[str, object]:
         where = f"model {model.model_name}, recipient {recipient.id}"
         wanted = {f.name: pg_type(f) for f in batch.schema}
-        columns = list(wanted)
         with self._connect() as conn:
             try:
-                load_stage(conn, batch, wanted)
-                conn.commit()
-                conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", [_advisory_key(self.schema, model.model_name)])
-                conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(self.schema)))
-                create_log(conn, self.schema)
-                self._check_lease(conn, model=model, recipient=recipient, expected=expected)
-                self._claim(conn, model=model, recipient=recipient, record=record)
-                written, deleted, evolution = self._write(
-                    conn, model=model, recipient=recipient, batch_columns=columns, wanted=wanted, record=record, where=where
-                )
-                removed = self._remove(conn, model=model, removals=removals) if removals is not None else 0
-                crash_point("mid_publish")
-                insert_record(conn, self.schema, record)
-                conn.commit()
+                settled = model.model_name in self._settled
+                try:
+                    written, deleted, evolution, removed = self._transaction(
+                        conn, model=model, recipient=recipient, batch=batch, wanted=wanted, record=record,
+                        expected=expected, removals=removals, where=where, settled=settled)
+                except psycopg.errors.UndefinedTable:
+                    if not settled:
+                        raise
+                    # A table of the schema went since it was last seen: nothing was committed; set it up again.
+                    conn.rollback()
+                    written, deleted, evolution, removed = self._transaction(
+                        conn, model=model, recipient=recipient, batch=batch, wanted=wanted, record=record,
+                        expected=expected, removals=removals, where=where, settled=False)
+                self._settled.add(model.model_name)  # the log, stamps and registry exist now
             except (LeaseError, SchemaError, OwnershipError):
                 conn.rollback()
                 raise
@@ -158,114 +182,81 @@ class PostgresDestination(Destination):
             metadata["rows_removed"] = removed
         return {**metadata, **evolution.metadata(refresh=record.transfer_type == FULL_REFRESH)}
 
+    def _transaction(
+        self, conn: psycopg.Connection, *, model: ModelConfig, recipient: RecipientConfig, batch: StagedBatch,
+        wanted: dict[str, str], record: TransferRecord, expected: DestinationState, removals: Removals | None,
+        where: str, settled: bool,
+    ) -> tuple[int, int, Evolution, int]:
+        """The publish transaction: COPY into the stage, the advisory lock, the checks, the writes, the
+        record, the commit. ``settled``: the schema's log, stamps and registry existed at the last look,
+        so one statement reads what the checks need and no DDL sets them up (a missing one raises
+        ``UndefinedTable``: nothing is committed)."""
+        name = model.model_name
+        load_stage(conn, batch, wanted)
+        with conn.pipeline():  # the lock, then (once settled) the read: one round trip
+            _lock(conn, _advisory_key(self.schema, name))
+            if settled:
+                seen = publish_seen(conn, self.schema, model=name, recipient=recipient.id)
+        if not settled:
+            conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(self.schema)))
+            create_log(conn, self.schema)
+            seen = publish_careful(conn, self.schema, model=name, recipient=recipient.id)
+        was = expected.last_transfer.transfer_id if expected.last_transfer else None
+        check_lease(model=name, recipient=recipient.id, where=self.table_name(model), read=was, now=seen.transfer_id)
+        pg_claim(
+            conn, self.schema, owner_of(model, recipient), stamp=seen.stamp, where=self._where(model),
+            table_exists=lambda: seen.columns is not None,
+            recipients_logged=lambda: logged_recipients(conn, self.schema, name),
+            transfer_id=record.transfer_id,
+        )
+        statement, deleted, evolution = self._write(
+            conn, model=model, recipient=recipient, batch_columns=list(wanted), wanted=wanted, record=record, where=where,
+            current=seen.columns, published=seen.published)
+        if removals is not None:  # COPY of the keys: not in a pipeline
+            written = conn.execute(statement).rowcount
+            removed = remove_keys(conn, self._ident(name), model=model, removals=removals,
+                                  columns=lambda: self._columns(conn, name))
+            crash_point("mid_publish")
+            insert_record(conn, self.schema, record)
+            conn.commit()
+            return written, deleted, evolution, removed
+        with conn.pipeline():  # the upsert, the record and the commit in one round trip
+            cursor = conn.execute(statement)
+            crash_point("mid_publish")
+            insert_record(conn, self.schema, record)
+            conn.commit()
+        return cursor.rowcount, deleted, evolution, 0
+
     def _write(
         self, conn: psycopg.Connection, *, model: ModelConfig, recipient: RecipientConfig, batch_columns: list[str],
-        wanted: dict[str, str], record: TransferRecord, where: str,
-    ) -> tuple[int, int, Evolution]:
-        """Adapt the table, then upsert the staged rows; a full refresh first deletes the rows it lacks.
+        wanted: dict[str, str], record: TransferRecord, where: str, current: dict[str, str] | None,
+        published: Published | None,
+    ) -> tuple[sql.Composed, int, Evolution]:
+        """Adapt the table (``current``: its columns now, None without one), then return the upsert of the
+        staged rows; a full refresh first deletes the rows it lacks.
 
         A full refresh's upsert also empties the columns the source dropped (a recipient's own columns
-        keep their values). Returns (rows written, rows deleted, what adapting the table did).
+        keep their values). Returns (the upsert, rows deleted, what adapting the table did).
         """
         name = model.model_name
         target = self._ident(name)
         refresh = record.transfer_type == FULL_REFRESH
         force = refresh or record.transfer_type == REPAIR  # the batch's rows win whatever their dates
-        current = self._columns(conn, name)
         if current is None:
-            self._create(conn, model=model, wanted=wanted)
+            create_table(conn, target, model=model, wanted=wanted)
             register(conn, schema=self.schema, model=name, wanted=wanted, fresh=True)
             evolution = Evolution(drift=SchemaDiff(), applied=SchemaDiff())
         else:
-            evolution = evolve(conn, schema=self.schema, table=name, current=current, wanted=wanted, refresh=refresh,
-                               where=where, model=name, recipient=recipient.id)
+            evolution = evolve(conn, schema=self.schema, table=name, current=current, wanted=wanted, published=published,
+                               refresh=refresh, where=where, model=name, recipient=recipient.id)
         deleted = evolution.deleted
-        pk = sql.SQL(", ").join(map(sql.Identifier, model.primary_key))
         if refresh and current is not None:
             conn.execute(sql.SQL("ANALYZE {}").format(STAGE))
             matches = sql.SQL(" AND ").join(sql.SQL("s.{c} = t.{c}").format(c=sql.Identifier(c)) for c in model.primary_key)
             gone = sql.SQL("DELETE FROM {target} AS t WHERE NOT EXISTS (SELECT 1 FROM {stage} AS s WHERE {m})")
             deleted += conn.execute(gone.format(target=target, stage=STAGE, m=matches)).rowcount
-        cols = sql.SQL(", ").join(map(sql.Identifier, batch_columns))
-        lm = sql.Identifier(model.last_modified_column)
-        updates = [c for c in batch_columns if c not in model.primary_key]
-        insert = sql.SQL("INSERT INTO {target} AS t ({cols}) SELECT {cols} FROM {stage}").format(
-            target=target, cols=cols, stage=STAGE)
         stale = list(evolution.stale) if refresh else []
-        if updates or stale:
-            sets = sql.SQL(", ").join([*(sql.SQL("{c} = EXCLUDED.{c}").format(c=sql.Identifier(c)) for c in updates),
-                                       *(sql.SQL("{} = NULL").format(sql.Identifier(c)) for c in stale)])
-            insert = insert + sql.SQL(" ON CONFLICT ({pk}) DO UPDATE SET {sets} WHERE ").format(pk=pk, sets=sets)
-            # A row is rewritten only when it changes (no dead tuples, no WAL for a replay). Values compare
-            # as text, so every type (json too) has an equality. A full refresh's rows are the source's
-            # current ones: any difference wins; otherwise newer, or as new with other values.
-            values = [c for c in updates if c != model.last_modified_column] if not force else updates
-            old = [sql.SQL("t.{}").format(sql.Identifier(c)) for c in [*values, *stale]]
-            new = [*(sql.SQL("EXCLUDED.{}").format(sql.Identifier(c)) for c in values), *(sql.SQL("NULL") for _ in stale)]
-            differ = sql.SQL("ROW({old})::text IS DISTINCT FROM ROW({new})::text").format(
-                old=sql.SQL(", ").join(old), new=sql.SQL(", ").join(new))
-            if force:
-                insert = insert + differ
-            elif values:
-                insert = insert + sql.SQL("t.{lm} < EXCLUDED.{lm} OR (t.{lm} = EXCLUDED.{lm} AND {differ})").format(
-                    lm=lm, differ=differ)
-            else:
-                insert = insert + sql.SQL("t.{lm} < EXCLUDED.{lm}").format(lm=lm)
-        else:
-            insert = insert + sql.SQL(" ON CONFLICT ({pk}) DO NOTHING").format(pk=pk)
-        return conn.execute(insert).rowcount, deleted, evolution
-
-    def _remove(self, conn: psycopg.Connection, *, model: ModelConfig, removals: Removals) -> int:
-        """Delete the keys, or stamp them ``_incsync_deleted_at``, inside the publish transaction."""
-        current = self._columns(conn, model.model_name)
-        if current is None:
-            return 0
-        if removals.mode == "soft" and DELETED_AT in current:  # a key back at the source is no longer deleted
-            back = sql.SQL(" AND ").join(sql.SQL("t.{c} = s.{c}").format(c=sql.Identifier(c)) for c in model.primary_key)
-            conn.execute(sql.SQL("UPDATE {t} AS t SET {d} = NULL FROM {s} AS s WHERE {m} AND t.{d} IS NOT NULL").format(
-                t=self._ident(model.model_name), d=sql.Identifier(DELETED_AT), s=STAGE, m=back))
-        if removals.rows == 0:
-            return 0
-        keys = sql.Identifier("pg_temp", "_incsync_removals")
-        types = self._columns(conn, model.model_name) or {}
-        conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(keys))
-        conn.execute(sql.SQL("CREATE TABLE {} ({})").format(keys, sql.SQL(", ").join(
-            sql.SQL("{} {}").format(sql.Identifier(c), sql.SQL(types[c])) for c in model.primary_key)))
-        with conn.cursor() as cur, cur.copy(sql.SQL("COPY {} ({}) FROM STDIN").format(
-                keys, sql.SQL(", ").join(map(sql.Identifier, model.primary_key)))) as copy:
-            for row in removals.keys.select(list(model.primary_key)).to_pylist():
-                copy.write_row([row[c] for c in model.primary_key])
-        target = self._ident(model.model_name)
-        match = sql.SQL(" AND ").join(sql.SQL("t.{c} = k.{c}").format(c=sql.Identifier(c)) for c in model.primary_key)
-        if removals.mode == "soft":
-            conn.execute(sql.SQL("ALTER TABLE {} ADD COLUMN IF NOT EXISTS {} timestamptz").format(target, sql.Identifier(DELETED_AT)))
-            query = sql.SQL("UPDATE {t} AS t SET {d} = %s FROM {k} AS k WHERE {m} AND t.{d} IS NULL").format(
-                t=target, d=sql.Identifier(DELETED_AT), k=keys, m=match)
-            return conn.execute(query, [removals.at]).rowcount
-        return conn.execute(sql.SQL("DELETE FROM {t} AS t USING {k} AS k WHERE {m}").format(t=target, k=keys, m=match)).rowcount
-
-    def _create(self, conn: psycopg.Connection, *, model: ModelConfig, wanted: dict[str, str]) -> None:
-        body = [sql.SQL("{} {}").format(sql.Identifier(c), sql.SQL(t)) for c, t in wanted.items()]
-        body.append(sql.SQL("PRIMARY KEY ({})").format(sql.SQL(", ").join(map(sql.Identifier, model.primary_key))))
-        conn.execute(sql.SQL("CREATE TABLE {} ({})").format(self._ident(model.model_name), sql.SQL(", ").join(body)))
-
-    def _check_lease(
-        self, conn: psycopg.Connection, *, model: ModelConfig, recipient: RecipientConfig, expected: DestinationState
-    ) -> None:
-        """Under the (schema, model) advisory lock: refuse when another transfer committed since ``expected``."""
-        current = last_record(conn, self.schema, model=model.model_name, recipient=recipient.id)
-        was = expected.last_transfer.transfer_id if expected.last_transfer else None
-        now = current.transfer_id if current else None
-        check_lease(model=model.model_name, recipient=recipient.id, where=self.table_name(model), read=was, now=now)
-
-    def _claim(self, conn: psycopg.Connection, *, model: ModelConfig, recipient: RecipientConfig, record: TransferRecord) -> None:
-        """Refuse, before any row is written, a table that belongs to another recipient; stamp a new one."""
-        pg_claim(
-            conn, self.schema, owner_of(model, recipient), where=self._where(model),
-            table_exists=lambda: self._columns(conn, model.model_name) is not None,
-            recipients_logged=lambda: logged_recipients(conn, self.schema, model.model_name),
-            transfer_id=record.transfer_id,
-        )
+        return upsert(target, model=model, batch_columns=batch_columns, stale=stale, force=force), deleted, evolution
 
     def _where(self, model: ModelConfig) -> str:
         return f"PostgreSQL table {self.table_name(model)} (destination {self.name})"

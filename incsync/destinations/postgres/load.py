@@ -20,13 +20,16 @@ STAGE = sql.Identifier("pg_temp", STAGE_TABLE)  # qualified, so a user table of 
 
 
 def load_stage(conn: psycopg.Connection, batch: StagedBatch, wanted: dict[str, str]) -> None:
-    """(Re)create the stage table with the columns ``wanted`` (name → PostgreSQL type) and COPY the batch in."""
-    conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(STAGE))
-    conn.execute(
-        sql.SQL("CREATE TABLE {} ({})").format(
-            STAGE, sql.SQL(", ").join(sql.SQL("{} {}").format(sql.Identifier(c), sql.SQL(t)) for c, t in wanted.items())
+    """Create the stage table with the columns ``wanted`` (name → PostgreSQL type) in the publish
+    transaction, and COPY the batch in. The table goes with the transaction (``ON COMMIT DROP``, or its
+    rollback), so a pooled session keeps none between publishes."""
+    with conn.pipeline():  # BEGIN, DROP and CREATE in one round trip
+        conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(STAGE))
+        conn.execute(
+            sql.SQL("CREATE TABLE {} ({}) ON COMMIT DROP").format(
+                STAGE, sql.SQL(", ").join(sql.SQL("{} {}").format(sql.Identifier(c), sql.SQL(t)) for c, t in wanted.items())
+            )
         )
-    )
     if not batch.files:
         return
     columns = sql.SQL(", ").join(map(sql.Identifier, wanted))

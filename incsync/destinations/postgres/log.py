@@ -34,7 +34,7 @@ CREATE TABLE IF NOT EXISTS {table} (
     extra jsonb NOT NULL DEFAULT '{{}}'
 )"""
 
-_RECORD_COLUMNS = (
+RECORD_COLUMNS = (
     "transfer_id", "model_name", "recipient_id", "window_start", "window_end", "lower_bound", "upper_bound",
     "rows_transferred", "delta_rows_transferred", "high_watermark", "high_watermark_micros", "transfer_type",
     "fingerprint", "lookback_seconds", "committed_at", "extra",
@@ -50,12 +50,15 @@ def last_record(conn: psycopg.Connection, schema: str, *, model: str, recipient:
     if table_columns(conn, schema, TRANSFERS_TABLE) is None:
         return None
     query = sql.SQL("SELECT {cols} FROM {table} WHERE model_name = %s AND recipient_id = %s ORDER BY seq DESC LIMIT 1").format(
-        cols=sql.SQL(", ").join(map(sql.Identifier, _RECORD_COLUMNS)), table=sql.Identifier(schema, TRANSFERS_TABLE)
+        cols=sql.SQL(", ").join(map(sql.Identifier, RECORD_COLUMNS)), table=sql.Identifier(schema, TRANSFERS_TABLE)
     )
     row = conn.execute(query, [model, recipient]).fetchone()
-    if row is None:
-        return None
-    values = dict(zip(_RECORD_COLUMNS, row, strict=True))
+    return None if row is None else record_from_row(row)
+
+
+def record_from_row(row: tuple | list) -> TransferRecord:
+    """A transfer record from the values of ``RECORD_COLUMNS``, in that order."""
+    values = dict(zip(RECORD_COLUMNS, row, strict=True))
     for key in ("window_start", "window_end", "lower_bound", "upper_bound"):
         values[key] = values[key].isoformat()
     values.pop("high_watermark")
@@ -80,8 +83,8 @@ def insert_record(conn: psycopg.Connection, schema: str, record: TransferRecord)
     conn.execute(
         sql.SQL("INSERT INTO {} ({}) VALUES ({})").format(
             sql.Identifier(schema, TRANSFERS_TABLE),
-            sql.SQL(", ").join(map(sql.Identifier, _RECORD_COLUMNS)),
-            sql.SQL(", ").join([sql.Placeholder()] * len(_RECORD_COLUMNS)),
+            sql.SQL(", ").join(map(sql.Identifier, RECORD_COLUMNS)),
+            sql.SQL(", ").join([sql.Placeholder()] * len(RECORD_COLUMNS)),
         ),
         values,
     )

@@ -13,11 +13,12 @@ DSN is a secret: it is a key in memory, never a name, a log line or a message.
   one. Across processes, a destination's ``max_concurrent_transfers`` bounds the runs that publish to
   it, so a server sees at most 8 connections per run that uses it. None are kept open while unused:
   the pool's ``min_size`` is 0 and an idle connection closes after ``MAX_IDLE_SECONDS``.
-- **Clean connections.** A connection is checked when it is taken (one empty query: a connection
-  broken by a killed server or backend is dropped and replaced, never handed out); it comes back with
-  its transaction committed or rolled back (psycopg's connection context, then the pool rolls back
-  whatever is left); every one is ``autocommit=False`` in time zone UTC (set when connecting, and
-  again when taken if anything changed it).
+- **Clean connections.** A connection comes back with its transaction committed or rolled back
+  (psycopg's connection context, then the pool rolls back whatever is left), and is checked when
+  taken: idle, ``autocommit=False``, in time zone UTC (set when connecting, again if the server
+  reports another), and alive: one whose backend was terminated or whose server stopped has
+  something to read on its socket, is asked with an empty query, and is dropped and replaced,
+  never handed out.
 - **Errors.** A connection attempt that fails makes the waiting caller fail at once with today's
   message (``cannot connect to PostgreSQL with the DSN in $VAR: ...``, the password masked), not
   after the pool's timeout; a pool whose connections all stay in use fails after ``WAIT_SECONDS``
@@ -32,12 +33,14 @@ from __future__ import annotations
 import atexit
 import itertools
 import os
+import select
 import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 
 import psycopg
+from psycopg.pq import TransactionStatus
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from incsync.errors import PublishError
@@ -101,15 +104,25 @@ def _configure(conn: psycopg.Connection) -> None:
 
 
 def _check(conn: psycopg.Connection) -> None:
-    """Before a connection is handed out: alive (a round trip), UTC, no transaction, autocommit off."""
-    conn.autocommit = True  # refused unless the connection is idle: a dirty one is dropped
-    try:
-        conn.execute("")
-        if conn.info.parameter_status("TimeZone") != "UTC":  # reported by the server: no round trip
-            conn.execute("SET TIME ZONE 'UTC'")
-    finally:
-        with suppress(psycopg.Error):  # a broken connection: the pool drops it
-            conn.autocommit = False
+    """Before a connection is handed out: idle, alive, in UTC, autocommit off; raises (and the pool drops
+    it) otherwise.
+
+    An idle session has nothing to say: a socket with something to read holds the goodbye of a backend
+    that was terminated or of a server that stopped (or its end of file), so only then is it asked,
+    with an empty query. Otherwise the check costs no round trip.
+    """
+    if conn.info.transaction_status != TransactionStatus.IDLE:
+        raise psycopg.OperationalError(f"connection not idle ({conn.info.transaction_status.name})")
+    conn.autocommit = False
+    if select.select([conn.fileno()], [], [], 0)[0] or conn.info.parameter_status("TimeZone") != "UTC":
+        conn.autocommit = True
+        try:
+            conn.execute("")  # raises on a connection the server closed
+            if conn.info.parameter_status("TimeZone") != "UTC":  # reported by the server
+                conn.execute("SET TIME ZONE 'UTC'")
+        finally:
+            with suppress(psycopg.Error):
+                conn.autocommit = False
 
 
 _servers: dict[tuple[int, str], Server] = {}
@@ -128,15 +141,20 @@ def _server(dsn: str, password: str | None) -> Server:
 
 
 @contextmanager
-def connection(dsn: str, *, password: str | None, destination: str, dsn_env: str) -> Iterator[psycopg.Connection]:
+def connection(
+    dsn: str, *, password: str | None, destination: str, dsn_env: str, autocommit: bool = False,
+) -> Iterator[psycopg.Connection]:
     """A connection of the server's pool for the ``with`` block: committed at its end, rolled back on
-    an error, then returned."""
+    an error, then returned (``autocommit`` for the block only)."""
     server = _server(dsn, password)
     conn = _take(server, destination=destination, dsn_env=dsn_env)
     try:
+        conn.autocommit = autocommit
         with conn:  # commit, or roll back on an error; a pooled connection is not closed by it
             yield conn
     finally:
+        with suppress(psycopg.Error):  # a broken one is dropped by the pool; the check sets it again anyway
+            conn.autocommit = False
         server.pool.putconn(conn)
 
 

@@ -101,7 +101,10 @@ class Evolution:
         return change_metadata(self.drift, replace(self.applied, dropped=self.drift.dropped), replaced=refresh)
 
 
-def published_columns(conn: psycopg.Connection, schema: str, model: str) -> tuple[dict[str, str], tuple[str, ...]] | None:
+Published = tuple[dict[str, str], tuple[str, ...]]  # (columns the source had at the last publish -> type, dropped since)
+
+
+def published_columns(conn: psycopg.Connection, schema: str, model: str) -> Published | None:
     """(columns the source had at the last publish → type, columns it dropped since), None before the first."""
     exists = conn.execute("SELECT to_regclass(%s)", [_regclass(schema, COLUMNS_TABLE)]).fetchone()[0]
     if exists is None:
@@ -138,14 +141,15 @@ def evolve(
     table: str,
     current: dict[str, str],
     wanted: dict[str, str],
+    published: Published | None,
     refresh: bool,
     where: str,
     model: str,
     recipient: str,
 ) -> Evolution:
-    """Make ``schema.table`` (columns ``current``) hold the batch's columns ``wanted``, in place."""
+    """Make ``schema.table`` (columns ``current``; ``published``: what the registry says, read in the same
+    transaction) hold the batch's columns ``wanted``, in place."""
     applied = pg_diff(current, wanted)
-    published = published_columns(conn, schema, model)
     known, gone = published if published is not None else (current, ())
     drift = pg_diff(known, wanted)
     if published is None:  # a table from before the registry: its other columns may be a recipient's own
