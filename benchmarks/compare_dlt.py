@@ -19,11 +19,16 @@ Tools, each run as a fresh process per transfer, as a user runs them:
   warm1p (workload C) every tenant's backfill in one incsync process (``benchmarks/incsync_loop.py``),
          against the same server
 
-Per transfer it measures wall time, peak RSS of the Python process (VmHWM) and of its process tree
-(the cold run's JVM included), and prints medians of ``--repeat`` repetitions with ratios to dlt.
-Each repetition loads into a fresh destination. Not part of `make test`; run with `make bench`:
+Instances (``--instance``, incsync's tools): each incsync transfer runs in a fresh Dagster instance,
+``sqlite`` or ``postgres`` (a database of its own, deploy/dagster.yaml's storage; ``instances.py``).
 
-    .venv/bin/python benchmarks/compare_dlt.py [--repeat 3 --c-tenants 200 --c-rows 5000000]
+Per transfer it measures wall time, peak RSS of the Python process (VmHWM), of the JVM that serves it
+(the cold run's child JVM, or the Spark Connect server's, its VmHWM reset before each transfer) and of
+the process tree (the cold run's JVM included), and prints medians of ``--repeat`` repetitions with
+ratios to dlt. Each repetition loads into a fresh destination. Not part of `make test`; run with
+`make bench`:
+
+    .venv/bin/python benchmarks/compare_dlt.py [--repeat 3 --c-tenants 200 --c-rows 5000000 --instance sqlite,postgres]
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -49,7 +55,8 @@ import yaml
 from psycopg import sql
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from jdbc_postgres import HOST, PORT, pg_user, tree_rss  # noqa: E402 - sibling script
+from instances import INSTANCES, Instances, parse_instances  # noqa: E402 - sibling script
+from jdbc_postgres import HOST, PORT, pg_user  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
@@ -61,32 +68,73 @@ class Sample:
     workload: str
     destination: str
     tool: str
+    instance: str  # "–" for dlt
     repetition: int
     wall: float
     rows: int
     py_rss: int
+    jvm_rss: int
     tree_rss: int
 
 
-def vm_hwm(pid: int) -> int:
+NO_INSTANCE = "–"
+
+
+def _status(pid: int, field: str) -> int:
     try:
         with open(f"/proc/{pid}/status") as f:
-            return next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmHWM:"))
-    except (OSError, StopIteration):
+            return next(int(line.split()[1]) * 1024 for line in f if line.startswith(field))
+    except (OSError, StopIteration, ValueError):
         return 0
 
 
-def measure(command: list[str], env: dict[str, str]) -> tuple[float, int, int, str]:
-    """Run ``command``; wall seconds, peak RSS of the process itself and of its tree, stdout."""
+def vm_hwm(pid: int) -> int:
+    return _status(pid, "VmHWM:")
+
+
+def descendants(root: int) -> list[tuple[int, str]]:
+    """``root`` and every process below it, with its command name (``java`` for a JVM)."""
+    children: dict[int, list[tuple[int, str]]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    head, tail = f.read().rsplit(")", 1)
+                children.setdefault(int(tail.split()[1]), []).append((int(entry), head.split("(", 1)[1]))
+            except (OSError, IndexError, ValueError):
+                continue
+    found, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        found.append(pid)
+        todo += [p for p, _ in children.get(pid, [])]
+    names = {p: n for kids in children.values() for p, n in kids}
+    return [(p, names.get(p, "")) for p in found]
+
+
+def tree_peaks(root: int) -> tuple[int, int]:
+    """RSS of ``root``'s process tree now, and the highest VmHWM of a JVM in it (the embedded Spark's)."""
+    tree = descendants(root)
+    return sum(_status(p, "VmRSS:") for p, _ in tree), max((vm_hwm(p) for p, name in tree if name == "java"), default=0)
+
+
+def jvm_of(pid: int) -> int:
+    """The JVM among ``pid`` and its descendants (spark-submit execs java, so usually ``pid`` itself)."""
+    return next((p for p, name in descendants(pid) if name == "java"), pid)
+
+
+def measure(command: list[str], env: dict[str, str]) -> tuple[float, int, int, int, str]:
+    """Run ``command``; wall seconds, peak RSS of the process itself, of a JVM it starts, of its tree; stdout."""
     started = time.monotonic()
     process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    peaks = {"py": 0, "tree": 0}
+    peaks = {"py": 0, "jvm": 0, "tree": 0}
     done = threading.Event()
 
     def sample() -> None:
         while not done.is_set():
             peaks["py"] = max(peaks["py"], vm_hwm(process.pid))
-            peaks["tree"] = max(peaks["tree"], tree_rss(process.pid))
+            tree, jvm = tree_peaks(process.pid)
+            peaks["tree"], peaks["jvm"] = max(peaks["tree"], tree), max(peaks["jvm"], jvm)
             done.wait(0.1)
 
     sampler = threading.Thread(target=sample, daemon=True)
@@ -97,7 +145,7 @@ def measure(command: list[str], env: dict[str, str]) -> tuple[float, int, int, s
     sampler.join()
     if process.returncode != 0:
         raise RuntimeError(f"{' '.join(command[:4])} ... failed ({process.returncode}):\n{out[-2000:]}\n{err[-4000:]}")
-    return wall, peaks["py"], max(peaks["tree"], peaks["py"]), out
+    return wall, peaks["py"], peaks["jvm"], max(peaks["tree"], peaks["py"]), out
 
 
 def reset_peak_rss(pid: int) -> None:
@@ -147,9 +195,15 @@ def generate(conn: psycopg.Connection, *, tenant_rows: int, c_tenants: int, c_ro
 
 
 class Bench:
-    def __init__(self, args: argparse.Namespace, work: Path, user: str, source_db: str, dest_db: str, start: datetime):
+    def __init__(self, args: argparse.Namespace, work: Path, user: str, source_db: str, dest_db: str, start: datetime,
+                 instances: Instances):
         self.args, self.work, self.user = args, work, user
         self.source_db, self.dest_db, self.start = source_db, dest_db, start
+        self.instances = instances
+        self.instance_env: dict[Path, dict[str, str]] = {}  # config -> the storage URL of its postgres instance
+        self.instance_db: dict[Path, str] = {}
+        self.remote: set[Path] = set()  # configs whose Spark is the Connect server
+        self.server_jvm: int | None = None
         self.samples: list[Sample] = []
         self.data_end = start
         self.rounds = 0
@@ -158,7 +212,8 @@ class Bench:
         return f"postgresql://{self.user}@{HOST}:{PORT}/{db}"
 
     # --- incsync -------------------------------------------------------------------------------------
-    def incsync_config(self, name: str, destination: str, recipients: list[str], *, warm: bool) -> Path:
+    def incsync_config(self, name: str, destination: str, recipients: list[str], *, warm: bool, instance: str | None) -> Path:
+        """The config, and its Dagster instance in ``.dagster`` beside it (None: the one incsync writes on first use)."""
         folder = self.work / name
         folder.mkdir(parents=True)
         destinations, entries = [], []
@@ -182,14 +237,40 @@ class Bench:
             config["spark"] = {"spark.remote": f"sc://127.0.0.1:{self.args.port}"}
         path = folder / "incsync.yaml"
         path.write_text(yaml.safe_dump(config, sort_keys=False))
+        if warm:
+            self.remote.add(path)
+        if instance is not None:
+            db = self.instances.next_name() if instance == "postgres" else None
+            self.instance_env[path] = self.instances.write(instance, config=path, home=folder / ".dagster",
+                                                           base=ROOT / "dagster.yaml", db=db)
+            if db:
+                self.instance_db[path] = db
         return path
+
+    def done_with(self, config: Path | None) -> None:
+        """Drop the config's PostgreSQL instance database, once it has said what Dagster stored in it."""
+        if config in self.instance_db:
+            self.instances.drop(self.instance_db.pop(config))
 
     def incsync_env(self, config: Path) -> dict[str, str]:
         return {**os.environ, "DAGSTER_HOME": str(config.parent / ".dagster"), "INCSYNC_STAGING_DIR": str(config.parent / "staging"),
-                "BENCH_DEST_DSN": self.dsn(self.dest_db)}
+                "BENCH_DEST_DSN": self.dsn(self.dest_db), **self.instance_env.get(config, {})}
+
+    def timed(self, config: Path, command: list[str], worker: subprocess.Popen[str] | None = None
+              ) -> tuple[float, int, int, int, int, str]:
+        """``measure`` of an incsync command; with the Connect server, its JVM's peak during the command
+        (VmHWM reset before: the server's earlier transfers and warm-up stay out, its resident heap not)."""
+        jvm = self.server_jvm if config in self.remote else None
+        if jvm is not None:
+            reset_peak_rss(jvm)
+        if worker is not None:
+            reset_peak_rss(worker.pid)
+        wall, py, child_jvm, tree, out = measure(command, self.incsync_env(config))
+        rows = sum(int(n) for n in re.findall(r"(?<!_)rows_transferred=(\d+)", out))
+        return wall, rows, py, vm_hwm(jvm) if jvm is not None else child_jvm, tree, out
 
     def incsync(self, config: Path, recipient: str | None, *, backfill: bool, worker: subprocess.Popen[str] | None = None
-                ) -> tuple[float, int, int, int]:
+                ) -> tuple[float, int, int, int, int]:
         """One ``incsync transfer`` of ``recipient`` (None: every recipient of the config, as one command)."""
         who = ["--recipient", recipient] if recipient else []
         command = [str(BIN / "incsync"), "transfer", "orders", *who, "-c", str(config)]
@@ -197,13 +278,11 @@ class Bench:
             command.append("--backfill")
         if worker is not None:
             command += ["--worker", str(worker_socket(config))]
-            reset_peak_rss(worker.pid)
-        wall, py, tree, out = measure(command, self.incsync_env(config))
+        wall, rows, py, jvm, tree, _ = self.timed(config, command, worker)
         if worker is not None:  # the work happens in the worker: its peak counts, beside the client's
             worker_peak = vm_hwm(worker.pid)
             py, tree = max(py, worker_peak), py + worker_peak
-        rows = sum(int(n) for n in re.findall(r"(?<!_)rows_transferred=(\d+)", out))
-        return wall, rows, py, tree
+        return wall, rows, py, jvm, tree
 
     def start_worker(self, config: Path) -> subprocess.Popen[str]:
         """``incsync worker`` for ``config``, ready (Spark session connected) before any timing starts."""
@@ -218,7 +297,7 @@ class Bench:
         raise RuntimeError(f"incsync worker for {config} exited with {process.wait()} before it was ready")
 
     # --- dlt -----------------------------------------------------------------------------------------
-    def dlt(self, name: str, destination: str, tenant: str | list[str]) -> tuple[float, int, int, int]:
+    def dlt(self, name: str, destination: str, tenant: str | list[str]) -> tuple[float, int, int, int, int]:
         """One dlt process: one tenant, or (a list) each tenant's pipeline in turn in the same process."""
         folder = self.work / name
         folder.mkdir(parents=True, exist_ok=True)
@@ -231,8 +310,8 @@ class Bench:
         dest_dsn = self.dsn(self.dest_db).replace(f"//{self.user}@", f"//{self.user}:unused@")
         command += ["--delta-path", str(folder / "out")] if destination == "delta" else ["--dest-dsn", dest_dsn]
         env = {**os.environ, "DLT_DATA_DIR": str(folder / "data")}
-        wall, py, tree, out = measure(command, env)
-        return wall, sum(int(n) for n in re.findall(r"rows=(\d+)", out)), py, tree
+        wall, py, jvm, tree, out = measure(command, env)
+        return wall, sum(int(n) for n in re.findall(r"rows=(\d+)", out)), py, jvm, tree
 
     # --- checks and changes --------------------------------------------------------------------------
     def landed(self, tool: str, name: str, destination: str, tenant: str) -> int:
@@ -259,91 +338,92 @@ class Bench:
             )
         return n
 
-    def record(self, workload: str, destination: str, tool: str, rep: int, result: tuple[float, int, int, int]) -> None:
-        wall, rows, py, tree = result
-        self.samples.append(Sample(workload, destination, tool, rep, wall, rows, py, tree))
-        print(f"  {workload} {destination:<8} {tool:<5} rep {rep}: {wall:6.1f} s  {rows:>9,} rows  "
-              f"py {py / 2**20:,.0f} MB  tree {tree / 2**20:,.0f} MB", flush=True)
+    def record(self, workload: str, destination: str, tool: str, instance: str, rep: int,
+               result: tuple[float, int, int, int, int]) -> None:
+        wall, rows, py, jvm, tree = result
+        self.samples.append(Sample(workload, destination, tool, instance, rep, wall, rows, py, jvm, tree))
+        print(f"  {workload} {destination:<8} {tool:<6} {instance:<8} rep {rep}: {wall:6.1f} s  {rows:>9,} rows  "
+              f"py {py / 2**20:,.0f} MB  JVM {jvm / 2**20:,.0f} MB  tree {tree / 2**20:,.0f} MB", flush=True)
 
     # --- workloads -----------------------------------------------------------------------------------
-    def a_and_b(self, destination: str, tool: str, rep: int, tenant_rows: int) -> None:
-        name = f"{tool}_{destination[:2]}_{rep}_{uuid.uuid4().hex[:4]}"
+    def a_and_b(self, destination: str, tool: str, instance: str, rep: int, tenant_rows: int) -> None:
+        name = f"{tool}_{destination[:2]}{'' if tool == 'dlt' else '_' + instance[:2]}_{rep}_{uuid.uuid4().hex[:4]}"
+        worker = config = None
         if tool == "dlt":
             run = lambda backfill: self.dlt(name, destination, BIG)  # noqa: E731 - dlt's state decides
-        worker = None
-        if tool != "dlt":
-            config = self.incsync_config(name, destination, [BIG], warm=tool in ("warm", "worker"))
-            worker = self.start_worker(config) if tool == "worker" else None
-            run = lambda backfill: self.incsync(config, BIG, backfill=backfill, worker=worker)  # noqa: E731
         try:
-            self.record("A", destination, tool, rep, run(True))
+            if tool != "dlt":
+                config = self.incsync_config(name, destination, [BIG], warm=tool in ("warm", "worker"), instance=instance)
+                worker = self.start_worker(config) if tool == "worker" else None
+                run = lambda backfill: self.incsync(config, BIG, backfill=backfill, worker=worker)  # noqa: E731
+            self.record("A", destination, tool, instance, rep, run(True))
             landed = self.landed(tool, name, destination, BIG)
             assert landed == tenant_rows, f"{tool} {destination}: destination holds {landed} rows, the tenant has {tenant_rows}"
             changed = self.change(BIG, 0.01, tenant_rows)
             result = run(False)
             assert result[1] >= changed, f"{tool} {destination}: incremental moved {result[1]} rows, {changed} changed"
-            self.record("B", destination, tool, rep, result)
+            self.record("B", destination, tool, instance, rep, result)
             if self.args.no_change:  # N: the same incremental again, nothing changed since
-                self.record("N", destination, tool, rep, run(False))
+                self.record("N", destination, tool, instance, rep, run(False))
         finally:
             stop(worker)
+            self.done_with(config)
 
-    def c(self, destination: str, tool: str, rep: int, sizes: dict[str, int]) -> None:
-        name = f"{tool}_c{destination[:2]}_{rep}_{uuid.uuid4().hex[:4]}"
+    def c(self, destination: str, tool: str, instance: str, rep: int, sizes: dict[str, int]) -> None:
+        name = f"{tool}_c{destination[:2]}{'' if tool.startswith('dlt') else '_' + instance[:2]}_{rep}_{uuid.uuid4().hex[:4]}"
         tenants = [t for t in sizes if t != BIG]
-        config = None if tool.startswith("dlt") else self.incsync_config(name, destination, tenants, warm=tool in ("warm", "warm1p", "worker"))
         if tool == "dlt1p":  # every tenant's pipeline in one dlt process
-            self.record("C", destination, tool, rep, self.dlt(name, destination, tenants))
+            self.record("C", destination, tool, instance, rep, self.dlt(name, destination, tenants))
             return
-        if tool == "warm1p":  # every tenant in one process: no Python start-up per transfer
-            env = {**os.environ, "DAGSTER_HOME": str(config.parent / ".dagster"), "INCSYNC_STAGING_DIR": str(config.parent / "staging"),
-                   "BENCH_DEST_DSN": self.dsn(self.dest_db)}
-            command = [str(BIN / "python"), str(ROOT / "benchmarks" / "incsync_loop.py"), "-c", str(config), "orders", *tenants]
-            wall, py, tree, out = measure(command, env)
-            rows = sum(int(n) for n in re.findall(r"(?<!_)rows_transferred=(\d+)", out))
-            self.record("C", destination, tool, rep, (wall, rows, py, tree))
-            return
-        if tool == "worker":  # every tenant in ONE `incsync transfer` (no --recipient): runs of recipients_per_run
-            worker = self.start_worker(config)
-            try:
-                self.record("C", destination, tool, rep, self.incsync(config, None, backfill=True, worker=worker))
-            finally:
-                stop(worker)
-            return
-        wall = rows = py = tree = 0
+        config = None
         worker = None
         try:
+            if tool != "dlt":
+                config = self.incsync_config(name, destination, tenants, warm=tool in ("warm", "warm1p", "worker"), instance=instance)
+            if tool == "warm1p":  # every tenant in one process: no Python start-up per transfer
+                command = [str(BIN / "python"), str(ROOT / "benchmarks" / "incsync_loop.py"), "-c", str(config), "orders", *tenants]
+                wall, rows, py, jvm, tree, _ = self.timed(config, command)
+                self.record("C", destination, tool, instance, rep, (wall, rows, py, jvm, tree))
+                return
+            if tool == "worker":  # every tenant in ONE `incsync transfer` (no --recipient): runs of recipients_per_run
+                worker = self.start_worker(config)
+                self.record("C", destination, tool, instance, rep, self.incsync(config, None, backfill=True, worker=worker))
+                return
+            wall = rows = py = jvm = tree = 0
             for tenant in tenants:
-                w, r, p, t = (self.dlt(name, destination, tenant) if tool == "dlt"
-                              else self.incsync(config, tenant, backfill=True, worker=worker))
-                wall, rows, py, tree = wall + w, rows + r, max(py, p), max(tree, t)
+                w, r, p, j, t = (self.dlt(name, destination, tenant) if tool == "dlt"
+                                 else self.incsync(config, tenant, backfill=True))
+                wall, rows, py, jvm, tree = wall + w, rows + r, max(py, p), max(jvm, j), max(tree, t)
+            self.record("C", destination, tool, instance, rep, (wall, rows, py, jvm, tree))
         finally:
             stop(worker)
-        self.record("C", destination, tool, rep, (wall, rows, py, tree))
+            self.done_with(config)
 
 
 def summarize(samples: list[Sample], sizes: dict[str, int]) -> list[str]:
-    """The results table, one line per (workload, destination, tool), with ratios to dlt."""
-    groups: dict[tuple[str, str, str], list[Sample]] = {}
+    """The results table, one line per (workload, destination, tool, instance), with ratios to dlt."""
+    groups: dict[tuple[str, str, str, str], list[Sample]] = {}
     for s in samples:
-        groups.setdefault((s.workload, s.destination, s.tool), []).append(s)
+        groups.setdefault((s.workload, s.destination, s.tool, s.instance), []).append(s)
     medians = {k: statistics.median(s.wall for s in v) for k, v in groups.items()}
-    lines = ["| workload | destination | tool | n | wall s, median (min–max) | rows | rows/s | py RSS MB | tree RSS MB | wall ÷ dlt |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| workload | destination | tool | instance | n | wall s, median (min–max) | rows | rows/s | py RSS MB | JVM RSS MB "
+             "| tree RSS MB | wall ÷ dlt |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     order = {"dlt": 0, "dlt1p": 1, "cold": 2, "warm": 3, "worker": 4, "warm1p": 5}
-    for key in sorted(groups, key=lambda k: (k[0], k[1], order.get(k[2], 9))):
+    for key in sorted(groups, key=lambda k: (k[0], k[1], order.get(k[2], 9), k[3])):
         runs, wall = groups[key], medians[key]
         walls = sorted(s.wall for s in runs)
         rows = int(statistics.median(s.rows for s in runs))
         py = statistics.median(s.py_rss for s in runs) / 2**20
+        jvm = statistics.median(s.jvm_rss for s in runs) / 2**20
         tree = statistics.median(s.tree_rss for s in runs) / 2**20
-        peer = medians.get((key[0], key[1], "dlt"))
+        peer = medians.get((key[0], key[1], "dlt", NO_INSTANCE))
         ratio = "–" if key[2].startswith("dlt") or peer is None else f"{wall / peer:.2f}"
-        peer_1p = medians.get((key[0], key[1], "dlt1p"))
+        peer_1p = medians.get((key[0], key[1], "dlt1p", NO_INSTANCE))
         if peer_1p and not key[2].startswith("dlt"):
             ratio += f" ({wall / peer_1p:.2f} of dlt1p)"
-        lines.append(f"| {key[0]} | {key[1]} | {key[2]} | {len(runs)} | {wall:.1f} ({walls[0]:.1f}–{walls[-1]:.1f}) | "
-                     f"{rows:,} | {rows / wall:,.0f} | {py:,.0f} | {tree:,.0f} | {ratio} |")
+        lines.append(f"| {key[0]} | {key[1]} | {key[2]} | {key[3]} | {len(runs)} | {wall:.1f} ({walls[0]:.1f}–{walls[-1]:.1f}) | "
+                     f"{rows:,} | {rows / wall:,.0f} | {py:,.0f} | {'–' if key[2].startswith('dlt') else f'{jvm:,.0f}'} | {tree:,.0f} | {ratio} |")
     return lines
 
 
@@ -354,7 +434,7 @@ def main() -> None:
     parser.add_argument("--c-rows", type=int, default=5_000_000)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--c-repeat", type=int, default=1, help="repetitions of workload C")
-    parser.add_argument("--workloads", default="A,C", help="A (A then B), C")
+    parser.add_argument("--workloads", default="A,C", help="A (A then B; B names the same), C")
     parser.add_argument("--destinations", default="delta,postgres")
     parser.add_argument("--tools", default="dlt,cold,warm,worker")
     parser.add_argument("--c-tools", default="dlt,dlt1p,worker",
@@ -365,10 +445,14 @@ def main() -> None:
     parser.add_argument("--data-days", type=int, default=30, help="the rows' updated_at spread over this many days up to now")
     parser.add_argument("--history-days", type=int, default=365,
                         help="the model's window grid (daily, the default) starts this many days before the data")
+    parser.add_argument("--instance", default=",".join(INSTANCES),
+                        help="Dagster instances for incsync's tools, each transfer in a fresh one: sqlite, postgres (instances.py)")
     parser.add_argument("--port", type=int, default=15077, help="Spark Connect port for the warm runs")
     parser.add_argument("--workdir")
     parser.add_argument("--json", help="also write the samples here")
     args = parser.parse_args()
+    kinds = parse_instances(args.instance)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # drop the databases on kill too
 
     work = Path(args.workdir or tempfile.mkdtemp(prefix="incsync-vs-dlt-"))
     work.mkdir(parents=True, exist_ok=True)
@@ -384,40 +468,47 @@ def main() -> None:
         sys.exit("run this before 22:30 UTC: the changes of B and N must land in today's window")
     data_start = today - timedelta(days=args.data_days)
     admin = psycopg.connect(host=HOST, port=PORT, user=user, dbname="postgres", autocommit=True)
-    for db in (source_db, dest_db):
-        admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(db)))
+    instances = Instances(host=HOST, port=PORT, user=user)
     server = None
     tools, c_tools = args.tools.split(","), args.c_tools.split(",")
     workloads, destinations = args.workloads.split(","), args.destinations.split(",")
     try:
+        for db in (source_db, dest_db):
+            admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(db)))
         t0 = time.monotonic()
         c_tenants = args.c_tenants if "C" in workloads else 0
         with psycopg.connect(host=HOST, port=PORT, user=user, dbname=source_db, autocommit=True) as conn:
             sizes = generate(conn, tenant_rows=args.tenant_rows, c_tenants=c_tenants, c_rows=args.c_rows if c_tenants else 0,
                              start=data_start, end=now - timedelta(minutes=10))
         print(f"generated {sum(sizes.values()):,} rows ({len(sizes)} tenants) in {time.monotonic() - t0:.0f} s", flush=True)
-        bench = Bench(args, work, user, source_db, dest_db, data_start - timedelta(days=args.history_days))
+        bench = Bench(args, work, user, source_db, dest_db, data_start - timedelta(days=args.history_days), instances)
         bench.data_end = now - timedelta(minutes=10)
         if {"warm", "warm1p", "worker"} & {*tools, *c_tools}:
             from incsync.spark.server import start_server
 
             t = time.monotonic()
             server = start_server(port=args.port, master="local[*]", log_file=work / "spark-server.log")
-            print(f"Spark Connect server up in {time.monotonic() - t:.0f} s; warming it up with one transfer", flush=True)
-            bench.incsync(bench.incsync_config("warmup", "delta", [BIG], warm=True), BIG, backfill=True)
-        for rep in range(args.repeat if "A" in workloads else 0):
+            bench.server_jvm = jvm_of(server.pid)
+            print(f"Spark Connect server up in {time.monotonic() - t:.0f} s (JVM pid {bench.server_jvm}); "
+                  "warming it up with one transfer", flush=True)
+            bench.incsync(bench.incsync_config("warmup", "delta", [BIG], warm=True, instance=None), BIG, backfill=True)
+        each = lambda tool: [NO_INSTANCE] if tool.startswith("dlt") else kinds  # noqa: E731 - dlt has no instance
+        for rep in range(args.repeat if {"A", "B"} & {*workloads} else 0):
             for destination in destinations:
                 for tool in tools:
-                    bench.a_and_b(destination, tool, rep, args.tenant_rows)
+                    for kind in each(tool):
+                        bench.a_and_b(destination, tool, kind, rep, args.tenant_rows)
         for rep in range(args.c_repeat if "C" in workloads else 0):
             for destination in destinations:
                 for tool in c_tools:
-                    bench.c(destination, tool, rep, sizes)
+                    for kind in each(tool):
+                        bench.c(destination, tool, kind, rep, sizes)
     finally:
         if server is not None:
             from incsync.spark.server import stop_server
 
             stop_server(server)
+        instances.close()
         for db in (source_db, dest_db):
             admin.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(db)))
         admin.close()
