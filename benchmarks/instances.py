@@ -45,7 +45,7 @@ def _without(doc: dict[str, Any], *keys: str) -> dict[str, Any]:
 
 
 @contextmanager
-def _environment(values: dict[str, str]) -> Iterator[None]:
+def environment(values: dict[str, str]) -> Iterator[None]:
     saved = {k: os.environ.get(k) for k in values}
     os.environ.update(values)
     try:
@@ -64,7 +64,7 @@ def create_storage(home: Path, env: dict[str, str]) -> float:
     import dagster as dg
 
     started = time.monotonic()
-    with _environment(env), dg.DagsterInstance.from_config(str(home)) as instance:
+    with environment(env), dg.DagsterInstance.from_config(str(home)) as instance:
         instance.get_runs(limit=1)
     return time.monotonic() - started
 
@@ -117,7 +117,7 @@ class Instances:
         with tempfile.NamedTemporaryFile("w", suffix=".yaml", dir=home, delete=False) as f:
             yaml.safe_dump(base_doc, f, sort_keys=False)
         try:
-            with _environment(env):  # the generator checks the URL's form when the variable is set
+            with environment(env):  # the generator checks the URL's form when the variable is set
                 text = dagster_yaml(loaded, Path(f.name), dagster_home=home)
         finally:
             os.unlink(f.name)
@@ -150,6 +150,12 @@ class Instances:
         if db in self.databases:
             self.databases.remove(db)
         return counts
+
+    def keep(self, db: str) -> None:
+        """Leave ``db`` in place at ``close`` (a benchmark's ``--keep``)."""
+        if db in self.databases:
+            self.databases.remove(db)
+        print(f"  dagster database {db} kept", flush=True)
 
     def close(self) -> None:
         for db in list(self.databases):

@@ -5,7 +5,10 @@ table shared by every tenant (``--rows`` rows each, last-modified spread over th
 destination per recipient (a PostgreSQL schema each, or a Delta table each), daily windows from a
 model start a year before the data, no recipient override, Spark local in every run worker (no
 Connect server), the ``dagster.yaml`` that ``incsync dagster-yaml`` writes (run queue with the
-config's tag limits, incsync's batching SQLite event log).
+config's tag limits). ``--instance sqlite,postgres`` runs the whole workload once per Dagster
+instance, each with fresh databases and its own folder under ``--workdir``: ``sqlite`` (incsync's
+batching SQLite event log) and ``postgres`` (deploy/dagster.yaml's storage over a database of its own,
+otherwise the same file; ``instances.py``).
 
 1. Initial sync, not the measured cycle: ``incsync transfer orders`` (every enabled recipient; each
    recipient without a transfer record is re-synced from its start as one full refresh).
@@ -15,10 +18,11 @@ config's tag limits, incsync's batching SQLite event log).
 
 Reported: time from the tick to the last materialization of its runs, the runs the tick created, the
 schedule and sensor ticks' durations, partitions and rows materialized, failures, and the peak RSS of
-the daemon's process tree (the daemon, its code server and the run workers with their JVMs) sampled
-every 0.5 s. Not part of ``make test``:
+the daemon's process tree (the daemon, its code server and the run workers with their JVMs), its
+Python processes and its JVMs, each sampled every 0.5 s; for ``postgres`` also the rows Dagster
+stored in its database. Not part of ``make test``:
 
-    .venv/bin/python benchmarks/scale_daemon.py --recipients 10000 --rows 20 --workdir /tmp/bench-s
+    .venv/bin/python benchmarks/scale_daemon.py --recipients 10000 --rows 20 --workdir /tmp/bench-s --instance sqlite,postgres
 """
 
 from __future__ import annotations
@@ -40,7 +44,8 @@ import yaml
 from psycopg import sql
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from jdbc_postgres import HOST, PORT, pg_user  # noqa: E402 - sibling script
+from instances import INSTANCES, Instances, environment, parse_instances  # noqa: E402 - sibling script
+from jdbc_postgres import HOST, PORT, pg_user  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
@@ -105,27 +110,34 @@ def write_config(path: Path, *, source_db: str, user: str, recipients: int, dest
 
 
 class TreeRss:
-    """Peak summed RSS of a process and its descendants, sampled every ``period`` seconds."""
+    """Peak summed RSS of a process and its descendants, sampled every ``period`` seconds: of the whole
+    tree, of its JVMs (``java``) and of the rest (Python: daemon, code servers, run workers), each its own peak."""
 
     def __init__(self, pid: int, period: float = 0.5):
         self.pid, self.period, self.peak, self.peak_processes = pid, period, 0, 0
+        self.peak_jvm = self.peak_python = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
 
-    def _tree(self) -> list[int]:
+    def _tree(self) -> list[tuple[int, bool]]:
+        """(pid, is a JVM) of the process and its descendants."""
         children: dict[int, list[int]] = {}
+        jvm: set[int] = set()
         for entry in Path("/proc").iterdir():
             if entry.name.isdigit():
                 try:
-                    ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+                    head, tail = (entry / "stat").read_text().rsplit(")", 1)
+                    ppid = int(tail.split()[1])
                 except (OSError, IndexError, ValueError):
                     continue
                 children.setdefault(ppid, []).append(int(entry.name))
+                if head.split("(", 1)[1] == "java":
+                    jvm.add(int(entry.name))
         out, todo = [], [self.pid]
         while todo:
             pid = todo.pop()
-            out.append(pid)
+            out.append((pid, pid in jvm))
             todo += children.get(pid, [])
         return out
 
@@ -141,10 +153,13 @@ class TreeRss:
 
     def _run(self) -> None:
         while not self._stop.wait(self.period):
-            pids = self._tree()
-            total = sum(self._rss(p) for p in pids)
+            tree = self._tree()
+            rss = [(self._rss(p), is_jvm) for p, is_jvm in tree]
+            total = sum(r for r, _ in rss)
+            self.peak_jvm = max(self.peak_jvm, sum(r for r, is_jvm in rss if is_jvm))
+            self.peak_python = max(self.peak_python, sum(r for r, is_jvm in rss if not is_jvm))
             if total > self.peak:
-                self.peak, self.peak_processes = total, len(pids)
+                self.peak, self.peak_processes = total, len(tree)
 
     def stop(self) -> None:
         self._stop.set()
@@ -229,24 +244,9 @@ def cycle_figures(instance, tick_time: datetime, timeout: float) -> dict[str, ob
     }
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--recipients", type=int, default=10_000)
-    parser.add_argument("--rows", type=int, default=20, help="rows per recipient")
-    parser.add_argument("--change", type=float, default=0.01, help="fraction of rows changed before the cycle")
-    parser.add_argument("--destination", choices=("postgres", "delta"), default="postgres")
-    parser.add_argument("--lead", type=float, default=60.0, help="seconds the daemon gets to load before the tick")
-    parser.add_argument("--timeout", type=float, default=3600.0)
-    parser.add_argument("--workdir", type=Path, default=None)
-    parser.add_argument("--keep", action="store_true", help="keep the databases and the work folder")
-    parser.add_argument("--resume", action="store_true",
-                        help="reuse --workdir's databases and initial sync (kept with --keep); run another cycle")
-    args = parser.parse_args()
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # clean up (databases, daemon) on kill too
-
-    work = args.workdir or Path(f"/tmp/incsync-bench-s-{uuid.uuid4().hex[:6]}")
+def cycle(args: argparse.Namespace, kind: str, work: Path, user: str, instances: Instances) -> dict[str, object]:
+    """The workload on the ``kind`` instance, in ``work`` (its own databases); its figures."""
     work.mkdir(parents=True, exist_ok=True)
-    user = pg_user()
     state_file = work / "state.json"
     if args.resume:
         state = json.loads(state_file.read_text())
@@ -254,30 +254,34 @@ def main() -> None:
         suffix = uuid.uuid4().hex[:8]
         state = {"source_db": f"bench_s_src_{suffix}", "dest_db": f"bench_s_dst_{suffix}",
                  "now": datetime.now(timezone.utc).replace(microsecond=0).isoformat()}
-    source_db, dest_db = state["source_db"], state["dest_db"]
+        if kind == "postgres":
+            state["dagster_db"] = instances.next_name()
+    source_db, dest_db, dagster_db = state["source_db"], state["dest_db"], state.get("dagster_db")
     admin = f"postgresql://{user}@{HOST}:{PORT}/postgres"
     dsn = lambda db: f"postgresql://{user}@{HOST}:{PORT}/{db}"  # noqa: E731
-    if not args.resume:
-        with psycopg.connect(admin, autocommit=True) as conn:
-            for db in (source_db, dest_db):
-                conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(db)))
-        state_file.write_text(json.dumps(state))
     home = work / ".dagster"
-    home.mkdir(exist_ok=True)
     config = work / "incsync.yaml"
     env = {**os.environ, "DAGSTER_HOME": str(home), "INCSYNC_CONFIG": str(config), "INCSYNC_STAGING_DIR": str(work / "staging"),
            "BENCH_DEST_DSN": dsn(dest_db)}
     daemon = None
-    result: dict[str, object] = {"recipients": args.recipients, "rows_per_recipient": args.rows,
+    result: dict[str, object] = {"instance": kind, "recipients": args.recipients, "rows_per_recipient": args.rows,
                                  "destination": args.destination}
+    print(f"--- instance {kind} ({work})", flush=True)
     try:
+        if not args.resume:
+            with psycopg.connect(admin, autocommit=True) as conn:
+                for db in (source_db, dest_db):
+                    conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(db)))
+            state_file.write_text(json.dumps(state))
         now = datetime.fromisoformat(state["now"])
         data_start = now - timedelta(days=30)
         # Never fires during the initial sync: the tick is set after it.
         write_config(config, source_db=source_db, user=user, recipients=args.recipients, destination=args.destination,
                      start=data_start - timedelta(days=365), frequency="0 0 1 1 *")
-        subprocess.run([str(BIN / "incsync"), "dagster-yaml", "-c", str(config), "--base", str(ROOT / "dagster.yaml"),
-                        "-o", str(home / "dagster.yaml")], check=True, env=env)
+        instance_env = instances.write(kind, config=config, home=home, base=ROOT / "dagster.yaml", db=dagster_db)
+        env.update(instance_env)
+        if dagster_db:
+            result["dagster_database"] = dagster_db
         if not args.resume:
             total = generate(dsn(source_db), args.recipients, args.rows, data_start, now - timedelta(minutes=5))
             print(f"source: {total:,} rows over {args.recipients:,} tenants", flush=True)
@@ -291,11 +295,11 @@ def main() -> None:
                 print(initial.stdout[-3000:], initial.stderr[-3000:])
                 raise SystemExit("the initial sync failed")
 
-        if args.resume:  # runs an interrupted cycle left queued would run before this cycle's
-            import dagster as dg
+        import dagster as dg
 
-            os.environ["DAGSTER_HOME"] = str(home)
-            with dg.DagsterInstance.get() as instance:
+        harness_env = {"DAGSTER_HOME": str(home), **instance_env}
+        if args.resume:  # runs an interrupted cycle left queued would run before this cycle's
+            with environment(harness_env), dg.DagsterInstance.get() as instance:
                 unfinished = [dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.NOT_STARTED, dg.DagsterRunStatus.STARTING,
                               dg.DagsterRunStatus.STARTED]
                 for run in instance.get_runs(dg.RunsFilter(statuses=unfinished)):
@@ -311,14 +315,14 @@ def main() -> None:
         daemon = subprocess.Popen([str(BIN / "dagster-daemon"), "run", "-w", str(ROOT / "workspace.yaml")], cwd=ROOT, env=env,
                                   stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         rss = TreeRss(daemon.pid)
-        import dagster as dg
-
-        os.environ["DAGSTER_HOME"] = str(home)
-        with dg.DagsterInstance.get() as instance:
+        with environment(harness_env), dg.DagsterInstance.get() as instance:
+            print(f"  instance storage: {type(instance.run_storage).__name__}, {type(instance.event_log_storage).__name__}", flush=True)
             figures = cycle_figures(instance, tick, args.timeout)
         rss.stop()
         result.update(figures)
         result["peak_tree_rss_mb"] = round(rss.peak / 2**20)
+        result["peak_tree_python_rss_mb"] = round(rss.peak_python / 2**20)
+        result["peak_tree_jvm_rss_mb"] = round(rss.peak_jvm / 2**20)
         result["peak_tree_processes"] = rss.peak_processes
     finally:
         if daemon is not None:
@@ -327,12 +331,71 @@ def main() -> None:
                 daemon.wait(30)
             except subprocess.TimeoutExpired:
                 os.killpg(daemon.pid, signal.SIGKILL)
-        if not args.keep:
+        if args.keep:
+            if dagster_db:
+                instances.keep(dagster_db)
+        else:
+            if dagster_db:
+                result["dagster_database_rows"] = instances.drop(dagster_db)
             with psycopg.connect(admin, autocommit=True) as conn:
                 for db in (source_db, dest_db):
                     conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(db)))
-    print(json.dumps(result, indent=2))
+    print(json.dumps(result, indent=2), flush=True)
     (work / "result.json").write_text(json.dumps(result, indent=2))
+    return result
+
+
+FIGURES = [("time from the tick to the last materialization, s", "tick_to_last_materialization_seconds"),
+           ("runs the tick created / failed", ("runs_created", "runs_failed")),
+           ("schedule tick, s", "schedule_tick_seconds"),
+           ("sensor ticks / the longest, s", ("sensor_ticks", "sensor_tick_seconds_max")),
+           ("partitions materialized / rows transferred", ("partitions_materialized", "rows_transferred")),
+           ("peak RSS of the daemon's tree / its Python / its JVMs, MB",
+            ("peak_tree_rss_mb", "peak_tree_python_rss_mb", "peak_tree_jvm_rss_mb")),
+           ("initial sync (not the cycle), s", "initial_sync_seconds")]
+
+
+def table(results: list[dict[str, object]]) -> list[str]:
+    """One column per instance."""
+    lines = ["| figure | " + " | ".join(str(r["instance"]) for r in results) + " |", "|---|" + "---|" * len(results)]
+    for label, keys in FIGURES:
+        keys = keys if isinstance(keys, tuple) else (keys,)
+        cells = [" / ".join(f"{r[k]:,}" if isinstance(r.get(k), int) else str(r.get(k, "–")) for k in keys) for r in results]
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--recipients", type=int, default=10_000)
+    parser.add_argument("--rows", type=int, default=20, help="rows per recipient")
+    parser.add_argument("--change", type=float, default=0.01, help="fraction of rows changed before the cycle")
+    parser.add_argument("--destination", choices=("postgres", "delta"), default="postgres")
+    parser.add_argument("--instance", default=",".join(INSTANCES),
+                        help="Dagster instances to run the workload on, one after the other: sqlite, postgres (instances.py)")
+    parser.add_argument("--lead", type=float, default=60.0, help="seconds the daemon gets to load before the tick")
+    parser.add_argument("--timeout", type=float, default=3600.0)
+    parser.add_argument("--workdir", type=Path, default=None, help="one folder per instance below it")
+    parser.add_argument("--keep", action="store_true", help="keep the databases and the work folder")
+    parser.add_argument("--resume", action="store_true",
+                        help="reuse --workdir's databases and initial sync (kept with --keep); run another cycle")
+    args = parser.parse_args()
+    kinds = parse_instances(args.instance)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # clean up (databases, daemon) on kill too
+
+    work = args.workdir or Path(f"/tmp/incsync-bench-s-{uuid.uuid4().hex[:6]}")
+    user = pg_user()
+    instances = Instances(host=HOST, port=PORT, user=user)
+    results = []
+    try:
+        for kind in kinds:
+            results.append(cycle(args, kind, work / kind, user, instances))
+    finally:
+        instances.close()
+    print(f"\n{os.cpu_count()} cores, load average {' '.join(f'{x:.1f}' for x in os.getloadavg())}; "
+          f"{args.recipients:,} recipients, {args.rows} rows each, {args.destination} destinations")
+    print("\n".join(table(results)))
+    (work / "results.json").write_text(json.dumps(results, indent=2))
 
 
 if __name__ == "__main__":
