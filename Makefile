@@ -46,10 +46,12 @@ SOAK_ARGS ?= --kills 210
 test-faults: $(STAMP)
 	$(BIN)/python -m incsync_tests.faults.soak $(SOAK_ARGS)
 
-# incsync (cold and warm) against dlt on the same PostgreSQL data; see benchmarks/README.md.
-BENCH_ARGS ?=
-# S: 10,000 recipients, one scheduled cycle through dagster-daemon (benchmarks/scale_daemon.py).
-S_ARGS ?= --recipients 10000
+# incsync (cold and warm) against dlt on the same PostgreSQL data, A/B and C200 (200 tenants, 5M rows);
+# S: 10,000 recipients, one scheduled cycle through dagster-daemon (benchmarks/scale_daemon.py). Both on
+# a SQLite-backed and a PostgreSQL-backed Dagster instance (deploy/dagster.yaml's storage over a database
+# each run creates and drops); see benchmarks/README.md "Instances: SQLite and PostgreSQL".
+BENCH_ARGS ?= --workloads A,B,C --c-tenants 200 --c-rows 5000000 --instance sqlite,postgres
+S_ARGS ?= --recipients 10000 --instance sqlite,postgres
 bench: $(STAMP)
 	$(BIN)/pip install --quiet -e '.[test,postgres,bench]'
 	$(BIN)/python benchmarks/compare_dlt.py $(BENCH_ARGS)
