@@ -410,7 +410,7 @@ def summarize(samples: list[Sample], sizes: dict[str, int]) -> list[str]:
              "| tree RSS MB | wall ÷ dlt |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     order = {"dlt": 0, "dlt1p": 1, "cold": 2, "warm": 3, "worker": 4, "warm1p": 5}
-    for key in sorted(groups, key=lambda k: (k[0], k[1], order.get(k[2], 9), k[3])):
+    for key in sorted(groups, key=lambda k: (k[0], k[1], order.get(k[2], 9), INSTANCES.index(k[3]) if k[3] in INSTANCES else -1)):
         runs, wall = groups[key], medians[key]
         walls = sorted(s.wall for s in runs)
         rows = int(statistics.median(s.rows for s in runs))
