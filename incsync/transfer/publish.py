@@ -113,9 +113,11 @@ def publish_span(span: PreparedSpan, batch: StagedBatch, *, on_commit: OnCommit)
                 duration_seconds=time.monotonic() - span.started,
                 full_refresh_reason=span.reason,
                 destination_metadata=destination_metadata,
-                # The schema goes with windows that hold rows and with the commit's last window, not with
-                # every empty window: at ~400 windows a recipient it doubled the cost of storing the events.
+                # The schema and the transfer's other facts go with windows that hold rows and with the
+                # commit's last window, not with every empty window: at ~400 windows a recipient they
+                # doubled the cost of storing the events.
                 columns=columns if counts.rows[i] or i == indexes[-1] else (),
+                detailed=bool(counts.rows[i]) or i == indexes[-1],
                 windows_in_transfer=len(windows),
                 batch=None if len(splits) == 1 else f"{k + 1}/{len(splits)}",
                 commit_rows=record.rows_transferred,

@@ -104,6 +104,7 @@ class TransferOutcome:
     commit_rows: int = 0  # rows of the commit holding the window (all its windows)
     first_of_commit: bool = True  # the first window of its commit (one log line per commit, not per window)
     last_of_commit: bool = True  # the last window of its commit (its windows are reported together)
+    detailed: bool = True  # holds rows or ends its commit: its materialization carries the transfer's own facts too
 
 
 OnCommit = Callable[[TransferRequest, TransferOutcome], None]

@@ -11,6 +11,7 @@ import yaml
 from sqlalchemy import event
 from sqlalchemy.engine import Engine
 
+import incsync.orchestration.reporting
 from incsync.orchestration.dagster_compat import (
     ASSET_PARTITION_RANGE_END_TAG,
     ASSET_PARTITION_RANGE_START_TAG,
@@ -29,6 +30,7 @@ def test_a_runs_materializations_reach_postgres_storage_in_batches(
     spark, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.delenv(EVENT_BATCH_ENV_VAR, raising=False)
+    monkeypatch.setattr(incsync.orchestration.reporting, "IN_PROGRESS_AFTER_SECONDS", 3600)  # however loaded the machine: none is slow
     write_table(tmp_path / "src", "orders", [order(d, "org_1", ts(d, 10)) for d in range(1, 7)])
     defs = build_definitions(lake_config(tmp_path))
     assert os.environ[EVENT_BATCH_ENV_VAR] == "10000"  # loading the definitions turns batches on
@@ -65,3 +67,46 @@ def test_a_runs_materializations_reach_postgres_storage_in_batches(
     # The six windows landed in one commit: their materializations reach the event log as ONE statement
     # of six rows (dagster-postgres' batch insert), not six round trips.
     assert [rows for _, rows in statements if rows > 1] == [len(DAYS)]
+
+
+def test_planned_windows_reach_postgres_storage_as_one_statement(spark, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A slow span's windows are planned together (``dagster_compat.report_planned``): dagster-postgres
+    would store each planned event alone, on a new connection (~25 ms apiece)."""
+    monkeypatch.setattr(incsync.orchestration.reporting, "IN_PROGRESS_AFTER_SECONDS", 0)  # every span counts as slow
+    write_table(tmp_path / "src", "orders", [order(d, "org_1", ts(d, 10)) for d in range(1, 7)])
+    defs = build_definitions(lake_config(tmp_path))
+    statements: list[tuple[str, int]] = []
+
+    def count(_conn, _cursor, statement, parameters, _context, executemany) -> None:  # noqa: ANN001
+        if statement.lstrip().upper().startswith("INSERT INTO EVENT_LOGS"):
+            rows = len(parameters) if executemany else max(1, statement.count("%(run_id_m"))
+            kind = parameters.get("dagster_event_type") if isinstance(parameters, dict) and rows == 1 else None
+            statements.append((kind or "", rows))
+
+    with postgres_database() as dsn:
+        home = tmp_path / "home"
+        home.mkdir()
+        url = "postgresql+psycopg2://" + dsn.split("://", 1)[1]
+        (home / "dagster.yaml").write_text(yaml.safe_dump({"storage": {"postgres": {"postgres_url": url}}}))
+        with dg.DagsterInstance.from_config(str(home)) as instance:
+            instance.add_dynamic_partitions(RECIPIENTS_PARTITIONS, ["acme"])
+            event.listen(Engine, "before_cursor_execute", count)
+            try:
+                result = defs.resolve_job_def("orders").execute_in_process(
+                    instance=instance, asset_selection=[MODEL], raise_on_error=False,
+                    tags={ASSET_PARTITION_RANGE_START_TAG: str(partition_key(DAYS[0], "acme")),
+                          ASSET_PARTITION_RANGE_END_TAG: str(partition_key(DAYS[-1], "acme"))},
+                )
+            finally:
+                event.remove(Engine, "before_cursor_execute", count)
+            assert result.success
+            planned = instance.get_records_for_run(result.run_id, of_type=dg.DagsterEventType.ASSET_MATERIALIZATION_PLANNED,
+                                                   limit=100).records
+            assert sorted(r.event_log_entry.dagster_event.asset_materialization_planned_data.partition for r in planned) == [
+                f"acme|{day}" for day in DAYS
+            ]
+            # Each planned window was materialized after it: none reads as in progress or failed.
+            assert instance.event_log_storage.get_latest_asset_partition_materialization_attempts_without_materializations(MODEL) == {}
+    # Six planned events in one statement, then the commit's six materializations in another.
+    assert [rows for _, rows in statements if rows > 1] == [len(DAYS), len(DAYS)]
+    assert [kind for kind, rows in statements if rows == 1 and kind.startswith("ASSET_")] == []  # none alone

@@ -1,0 +1,207 @@
+"""The one home of what incsync needs from Dagster and its storage beyond their public APIs.
+
+Each function names the private behaviour it relies on; ``incsync_tests/orchestration/test_dagster_compat.py`` pins
+each one, so a Dagster upgrade that changes it fails there, not silently in a transfer.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import dagster as dg
+from dagster._core.events import JobFailureData, RunFailureReason
+from dagster._core.storage import tags as _tags
+
+from incsync.orchestration.dagster_compat.sqlite import (  # re-exported: the one compat module
+    EVENT_BATCH_ENV_VAR,
+    EVENT_BATCH_SIZE,
+    SQLITE_SYNC_ENV_VAR,
+    event_log_storage_config,
+    tune_sqlite_storage,
+)
+
+__all__ = [
+    "ASSET_PARTITION_RANGE_END_TAG",
+    "ASSET_PARTITION_RANGE_START_TAG",
+    "BatchingSqliteEventLogStorage",
+    "DEFER_ASSET_EVENTS_TAG",
+    "EVENT_BATCH_ENV_VAR",
+    "EVENT_BATCH_SIZE",
+    "RUN_FAILURE_REASON_TAG",
+    "SQLITE_SYNC_ENV_VAR",
+    "WORKER_LOST_REASONS",
+    "add_partition_metadata",
+    "defers_asset_events",
+    "event_log_storage_config",
+    "instance_postgres_url",
+    "report_materialized",
+    "report_planned",
+    "report_run_orphaned",
+    "store_events_in_batches",
+    "tune_sqlite_storage",
+]
+
+# The run tags of a run over a partition range: what a backfill with a BackfillPolicy sets, what
+# ``incsync.orchestration.launch`` sets for a run of several partitions and what ``orchestration.statuses`` reads back.
+ASSET_PARTITION_RANGE_START_TAG: str = _tags.ASSET_PARTITION_RANGE_START_TAG
+ASSET_PARTITION_RANGE_END_TAG: str = _tags.ASSET_PARTITION_RANGE_END_TAG
+# A run with this tag set to "true" is one whose asset events its code reports itself: Dagster
+# neither stores the planned materializations when it creates the run nor materializes the output's
+# partitions when the step ends. Every run of a model's job carries it (``assets.model_job``): its
+# IO manager materializes landed commits' windows once a second and plans (marks in progress, then
+# failed) only the partitions it is slow on or fails (``report_planned``, ``report_materialized``).
+DEFER_ASSET_EVENTS_TAG: str = _tags.EXTERNALLY_MANAGED_ASSETS_TAG
+# Why a run failed, as Dagster tags it when the failure event carries a reason.
+RUN_FAILURE_REASON_TAG: str = _tags.RUN_FAILURE_REASON_TAG
+# The reasons the run monitor (and ``report_run_orphaned``) give a run whose worker died.
+WORKER_LOST_REASONS: frozenset[str] = frozenset(
+    r.value for r in (RunFailureReason.START_TIMEOUT, RunFailureReason.RUN_WORKER_RESTART, RunFailureReason.UNEXPECTED_TERMINATION)
+)
+
+
+def report_run_orphaned(instance: dg.DagsterInstance, run: dg.DagsterRun, message: str) -> None:
+    """Mark an in-progress run failed because its process died, as the run monitor does: the failure
+    carries the reason ``UNEXPECTED_TERMINATION``, so the run's ``RUN_FAILURE_REASON_TAG`` tells a
+    lost worker from a failed step; the pool slots its steps held are freed (no step will free them)."""
+    instance.report_run_failed(run, message, JobFailureData(error=None, failure_reason=RunFailureReason.UNEXPECTED_TERMINATION))
+    if instance.event_log_storage.supports_global_concurrency_limits:
+        instance.event_log_storage.free_concurrency_slots_for_run(run.run_id)
+
+
+def add_partition_metadata(context: dg.OutputContext, metadata: Mapping[str, Mapping[str, Any]]) -> None:
+    """Attach each partition's own metadata to the materializations Dagster records for the output.
+
+    An IO manager has no public way to do this: ``OutputContext.add_output_metadata`` gives every
+    partition the same metadata, and a materialization logged with ``OutputContext.log_event`` (say,
+    one per partition as its commit lands) comes on top of the one Dagster emits for every partition
+    of the output when ``handle_output`` returns, so each partition would have two (and each such
+    event is stored on its own: a 400-window run took 10-12 ms a window with one per committed window,
+    1.3-2.8 ms without, November 2026). The asset body's
+    ``AssetExecutionContext.add_asset_metadata(partition_key=...)`` recomputes the run's whole
+    partition range on every call (O(windows × recipients) each, so quadratic for a run). This sets
+    all partitions at once on the step's metadata accumulator, which Dagster reads when it builds each
+    partition's materialization at the end of the step (``execute_step._get_output_asset_events``),
+    stored as one batch by ``BatchingSqliteEventLogStorage``.
+    """
+    from dagster._core.execution.context.metadata_logging import AssetMetadataHandle, OutputMetadataAccumulator
+
+    step = context.step_context
+    current = step._metadata_accumulator  # noqa: SLF001 - see the docstring
+    merged = dict(current.per_output_metadata)
+    for partition, values in metadata.items():
+        handle = AssetMetadataHandle(asset_key=context.asset_key, partition_key=str(partition))
+        merged[handle] = {**merged.get(handle, {}), **values}
+    step._metadata_accumulator = OutputMetadataAccumulator(per_output_metadata=merged)  # noqa: SLF001
+
+
+def defers_asset_events(run: dg.DagsterRun | None) -> bool:
+    """Whether ``run`` carries ``DEFER_ASSET_EVENTS_TAG`` (a run of a model's job)."""
+    from dagster._core.storage.dagster_run import assets_are_externally_managed
+
+    return run is not None and assets_are_externally_managed(run)
+
+
+def report_planned(step: Any, asset_key: dg.AssetKey, partition_keys: Sequence[str]) -> None:
+    """Store the planned materialization of ``partition_keys`` of ``asset_key`` in the step's run
+    (``step``: a ``StepExecutionContext``), one event a partition in one batch, as Dagster does when it
+    creates a run without ``DEFER_ASSET_EVENTS_TAG``. A planned partition the run does not materialize
+    is what Dagster's partition status shows as in progress while the run goes on and as failed once it
+    failed (``get_latest_asset_partition_materialization_attempts_without_materializations``).
+
+    A model's run plans only the partitions it is slow on or failed to commit (``orchestration.reporting``):
+    planning every partition when the run starts doubled the stored events of a backfill, where most
+    windows are empty and commit within a second (issue 29)."""
+    from dagster._core.events import AssetMaterializationPlannedData, DagsterEvent, DagsterEventBatchMetadata, generate_event_batch_id
+
+    events = [
+        DagsterEvent.build_asset_materialization_planned_event(
+            step.job_name, step.step.key, AssetMaterializationPlannedData(asset_key, partition=key)
+        )
+        for key in partition_keys
+    ]
+    if events and _store_planned_on_postgres(step.instance, step.run_id, events):
+        return
+    batch_id, last = generate_event_batch_id(), len(events) - 1
+    for i, event in enumerate(events):
+        step.instance.report_dagster_event(event, step.run_id, batch_metadata=DagsterEventBatchMetadata(batch_id, i == last))
+
+
+def _store_planned_on_postgres(instance: dg.DagsterInstance, run_id: str, events: Sequence[Any]) -> bool:
+    """Store planned events as one batch on dagster-postgres' event log, the way it stores a batch of
+    materializations (``PostgresEventLogStorage.store_event_batch``): one multi-row insert, the
+    partitions' tags, the asset's row from the last event. Its own ``store_event_batch`` stores planned
+    events one at a time, each on a new connection (25-29 ms apiece, benchmark of November 2026), so a
+    slow span of 695 windows cost 17 s. False when the storage is not dagster-postgres'."""
+    try:
+        from dagster_postgres.event_log.event_log import PostgresEventLogStorage
+    except ImportError:
+        return False
+    storage = instance.event_log_storage
+    if not isinstance(storage, PostgresEventLogStorage):
+        return False
+    from dagster._core.events.log import EventLogEntry
+    from dagster._core.storage.event_log.schema import SqlEventLogStorageTable
+    from dagster._time import get_current_timestamp
+
+    now = get_current_timestamp()
+    entries = [
+        EventLogEntry(user_message="", level=logging.INFO, job_name=e.job_name, run_id=run_id, error_info=None,
+                      timestamp=now, step_key=e.step_key, dagster_event=e)
+        for e in events
+    ]
+    statement = storage.prepare_insert_event_batch(entries).returning(SqlEventLogStorageTable.c.id)
+    with storage._connect() as conn:  # noqa: SLF001 - see the docstring
+        ids = [int(row[0]) for row in conn.execute(statement).fetchall()]
+    with storage.index_transaction() as conn:
+        storage._store_asset_event_tags(conn, entries, ids)  # noqa: SLF001
+        storage._store_asset_event(conn, entries[-1], ids[-1])  # noqa: SLF001
+    return True
+
+
+def report_materialized(context: dg.OutputContext, materializations: Sequence[dg.AssetMaterialization]) -> None:
+    """Log ``materializations`` as the step's events now, stored as one batch (whole commits' windows).
+
+    ``OutputContext.log_event`` would hold them until ``handle_output`` returns and store each on its
+    own (10-12 ms apiece); this is what Dagster does with the output's own materializations at the
+    end of a step. Called from the run's reporter thread (``reporting.RunReporter``), one call at a time."""
+    from dagster._core.events import DagsterEvent, DagsterEventBatchMetadata, generate_event_batch_id
+
+    step = context.step_context
+    batch_id, last = generate_event_batch_id(), len(materializations) - 1
+    for i, materialization in enumerate(materializations):
+        DagsterEvent.asset_materialization(step, materialization, batch_metadata=DagsterEventBatchMetadata(batch_id, i == last))
+
+
+def store_events_in_batches() -> None:
+    """Let the instance store each batch of asset events at once, whatever its storage.
+
+    Dagster buffers the events it is handed with batch metadata (``report_planned``,
+    ``report_materialized``) only while ``DAGSTER_EVENT_BATCH_SIZE`` is set; then dagster-postgres
+    inserts a batch of materializations in one statement, and incsync's SQLite event log
+    (``BatchingSqliteEventLogStorage``) a batch of asset events in two transactions. Without it every
+    event is its own round trip. A value already in the environment is left as it is."""
+    os.environ.setdefault(EVENT_BATCH_ENV_VAR, str(EVENT_BATCH_SIZE))
+
+
+def instance_postgres_url(instance: dg.DagsterInstance) -> str | None:
+    """The database URL of a PostgreSQL-backed instance (dagster-postgres's storages keep it as
+    ``postgres_url``, resolved from the environment), else None."""
+    for storage in (instance.run_storage, instance.event_log_storage):
+        url = getattr(storage, "postgres_url", None)
+        if isinstance(url, str):
+            return url
+    return None
+
+
+def __getattr__(name: str) -> Any:
+    # ``module: incsync.orchestration.dagster_compat, class: BatchingSqliteEventLogStorage`` in dagster.yaml
+    if name == "BatchingSqliteEventLogStorage":
+        from incsync.orchestration.dagster_compat.sqlite import _batching_sqlite_event_log_storage
+
+        cls = _batching_sqlite_event_log_storage()
+        globals()[name] = cls
+        return cls
+    raise AttributeError(name)
