@@ -154,6 +154,7 @@ def _batching_sqlite_event_log_storage() -> type:
                 for i in sorted(last.values()):
                     self._store_asset_event(conn, events[i], ids[i])
 
+    BatchingSqliteEventLogStorage.__module__ = "incsync.orchestration.dagster_compat"  # where dagster.yaml names it
     return BatchingSqliteEventLogStorage
 
 
