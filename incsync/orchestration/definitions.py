@@ -23,7 +23,6 @@ from incsync.orchestration.resources import (
     source_resource_key,
     spark_resource,
 )
-from incsync.sources.jdbc.connect import driver_jars, driver_packages
 
 
 EXAMPLE_CONFIG = Path(__file__).resolve().parents[2] / "examples" / "lake-to-delta" / "incsync.yaml"
@@ -55,9 +54,7 @@ def build_definitions(path: str | os.PathLike[str] | None = None) -> dg.Definiti
     file = str(config_path(path).resolve())
     config = load_config(file)
     resources: dict[str, object] = {
-        "spark": spark_resource(
-            config.spark, extra_jars=driver_jars(config.sources), packages=driver_packages(config.sources)
-        ),
+        "spark": spark_resource(config),
         "incsync": IncsyncConfigResource(config_path=file),
         IO_MANAGER_KEY: TransferIOManager(
             staging_dir=default_staging_dir(config), staging_storage_options=dict(config.staging_storage_options),
