@@ -211,7 +211,7 @@ class IncsyncConfig(StrictModel):
     spark: dict[str, str] = Field(
         default_factory=dict,
         description="Extra Spark settings (spark.master, ...). A local master's JVM gets spark.driver.memory "
-        "sized for the widest read (512m, +256m per further task at once, at most 2g; docs/deploy.md) unless "
+        "sized for the widest read (512m, +128m per further task at once, at most 2g; docs/deploy.md) unless "
         "set here.",
     )
     retries: RetryPolicy = Field(
