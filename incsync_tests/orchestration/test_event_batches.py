@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 import dagster as dg
@@ -26,53 +27,10 @@ MODEL = dg.AssetKey(["lake", "orders"])
 DAYS = [f"2024-01-0{d}" for d in range(1, 7)]
 
 
-def test_a_runs_materializations_reach_postgres_storage_in_batches(
-    spark, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.delenv(EVENT_BATCH_ENV_VAR, raising=False)
-    monkeypatch.setattr(incsync.orchestration.reporting, "IN_PROGRESS_AFTER_SECONDS", 3600)  # however loaded the machine: none is slow
-    write_table(tmp_path / "src", "orders", [order(d, "org_1", ts(d, 10)) for d in range(1, 7)])
-    defs = build_definitions(lake_config(tmp_path))
-    assert os.environ[EVENT_BATCH_ENV_VAR] == "10000"  # loading the definitions turns batches on
-    statements: list[tuple[str, int]] = []
-
-    def count(_conn, _cursor, statement, parameters, _context, executemany) -> None:  # noqa: ANN001
-        if statement.lstrip().upper().startswith("INSERT INTO EVENT_LOGS"):
-            rows = len(parameters) if executemany else max(1, statement.count("%(run_id_m"))
-            statements.append((statement, rows))
-
-    with postgres_database() as dsn:
-        home = tmp_path / "home"
-        home.mkdir()
-        url = "postgresql+psycopg2://" + dsn.split("://", 1)[1]
-        (home / "dagster.yaml").write_text(yaml.safe_dump({"storage": {"postgres": {"postgres_url": url}}}))
-        with dg.DagsterInstance.from_config(str(home)) as instance:
-            instance.add_dynamic_partitions(RECIPIENTS_PARTITIONS, ["acme"])
-            event.listen(Engine, "before_cursor_execute", count)
-            try:
-                result = defs.resolve_job_def("orders").execute_in_process(  # the model's job: incsync reports its events
-                    instance=instance, asset_selection=[MODEL], raise_on_error=False,
-                    tags={ASSET_PARTITION_RANGE_START_TAG: str(partition_key(DAYS[0], "acme")),
-                          ASSET_PARTITION_RANGE_END_TAG: str(partition_key(DAYS[-1], "acme"))},
-                )
-            finally:
-                event.remove(Engine, "before_cursor_execute", count)
-            assert result.success
-            records = instance.fetch_materializations(MODEL, limit=100).records
-            got = sorted((r.asset_materialization.partition, r.asset_materialization.metadata["rows_transferred"].value)
-                         for r in records)
-    assert got == [(f"acme|{day}", 1) for day in DAYS]
-    # The six windows' materializations landed in one commit and reached the event log as one statement
-    # of six rows, not six statements.
-    # The six windows landed in one commit: their materializations reach the event log as ONE statement
-    # of six rows (dagster-postgres' batch insert), not six round trips.
-    assert [rows for _, rows in statements if rows > 1] == [len(DAYS)]
-
-
-def test_planned_windows_reach_postgres_storage_as_one_statement(spark, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A slow span's windows are planned together (``dagster_compat.report_planned``): dagster-postgres
-    would store each planned event alone, on a new connection (~25 ms apiece)."""
-    monkeypatch.setattr(incsync.orchestration.reporting, "IN_PROGRESS_AFTER_SECONDS", 0)  # every span counts as slow
+def _six_windows_on_postgres(tmp_path: Path, check: Callable[[dg.DagsterInstance, str], None]) -> list[tuple[str, int]]:
+    """One run of the model's job over six windows of one recipient (one transfer, one commit) on
+    a fresh PostgreSQL-backed instance; ``check(instance, run_id)`` runs before the database goes. The
+    inserts into ``event_logs``: (the event type of a one-row insert, else "", rows)."""
     write_table(tmp_path / "src", "orders", [order(d, "org_1", ts(d, 10)) for d in range(1, 7)])
     defs = build_definitions(lake_config(tmp_path))
     statements: list[tuple[str, int]] = []
@@ -92,7 +50,7 @@ def test_planned_windows_reach_postgres_storage_as_one_statement(spark, tmp_path
             instance.add_dynamic_partitions(RECIPIENTS_PARTITIONS, ["acme"])
             event.listen(Engine, "before_cursor_execute", count)
             try:
-                result = defs.resolve_job_def("orders").execute_in_process(
+                result = defs.resolve_job_def("orders").execute_in_process(  # the model's job: incsync reports its events
                     instance=instance, asset_selection=[MODEL], raise_on_error=False,
                     tags={ASSET_PARTITION_RANGE_START_TAG: str(partition_key(DAYS[0], "acme")),
                           ASSET_PARTITION_RANGE_END_TAG: str(partition_key(DAYS[-1], "acme"))},
@@ -100,13 +58,42 @@ def test_planned_windows_reach_postgres_storage_as_one_statement(spark, tmp_path
             finally:
                 event.remove(Engine, "before_cursor_execute", count)
             assert result.success
-            planned = instance.get_records_for_run(result.run_id, of_type=dg.DagsterEventType.ASSET_MATERIALIZATION_PLANNED,
-                                                   limit=100).records
-            assert sorted(r.event_log_entry.dagster_event.asset_materialization_planned_data.partition for r in planned) == [
-                f"acme|{day}" for day in DAYS
-            ]
-            # Each planned window was materialized after it: none reads as in progress or failed.
-            assert instance.event_log_storage.get_latest_asset_partition_materialization_attempts_without_materializations(MODEL) == {}
+            check(instance, result.run_id)
+    return statements
+
+
+def test_a_runs_materializations_reach_postgres_storage_in_batches(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, spark) -> None:
+    monkeypatch.delenv(EVENT_BATCH_ENV_VAR, raising=False)
+    monkeypatch.setattr(incsync.orchestration.reporting, "IN_PROGRESS_AFTER_SECONDS", 3600)  # however loaded the machine: none is slow
+    got = []
+
+    def check(instance: dg.DagsterInstance, _run_id: str) -> None:
+        assert os.environ[EVENT_BATCH_ENV_VAR] == "10000"  # loading the definitions turned batches on
+        records = instance.fetch_materializations(MODEL, limit=100).records
+        got.extend(sorted((r.asset_materialization.partition, r.asset_materialization.metadata["rows_transferred"].value)
+                          for r in records))
+
+    statements = _six_windows_on_postgres(tmp_path, check)
+    assert got == [(f"acme|{day}", 1) for day in DAYS]
+    # The six windows landed in one commit: their materializations reach the event log as ONE statement
+    # of six rows (dagster-postgres' batch insert), not six round trips; nothing was planned.
+    assert [rows for _, rows in statements if rows > 1] == [len(DAYS)]
+
+
+def test_planned_windows_reach_postgres_storage_as_one_statement(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, spark) -> None:
+    """A slow span's windows are planned together (``dagster_compat.report_planned``): dagster-postgres
+    would store each planned event alone, on a new connection (~25 ms apiece)."""
+    monkeypatch.setattr(incsync.orchestration.reporting, "IN_PROGRESS_AFTER_SECONDS", 0)  # every span counts as slow
+
+    def check(instance: dg.DagsterInstance, run_id: str) -> None:
+        planned = instance.get_records_for_run(run_id, of_type=dg.DagsterEventType.ASSET_MATERIALIZATION_PLANNED, limit=100).records
+        assert sorted(r.event_log_entry.dagster_event.asset_materialization_planned_data.partition for r in planned) == [
+            f"acme|{day}" for day in DAYS
+        ]
+        # Each planned window was materialized after it: none reads as in progress or failed.
+        assert instance.event_log_storage.get_latest_asset_partition_materialization_attempts_without_materializations(MODEL) == {}
+
+    statements = _six_windows_on_postgres(tmp_path, check)
     # Six planned events in one statement, then the commit's six materializations in another.
     assert [rows for _, rows in statements if rows > 1] == [len(DAYS), len(DAYS)]
     assert [kind for kind, rows in statements if rows == 1 and kind.startswith("ASSET_")] == []  # none alone

@@ -263,7 +263,10 @@ class PostgresDestination(Destination):
 
     def transfer_ownership(self, *, model: ModelConfig, recipient: RecipientConfig, reason: str) -> Owner | None:
         with self._connect() as conn:
-            conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", [_advisory_key(self.schema, model.model_name)])
+            # A stage table of its own, private to this transaction, for ``_lock`` to fence the catalog with.
+            conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(STAGE))
+            conn.execute(sql.SQL("CREATE TEMP TABLE {} () ON COMMIT DROP").format(STAGE))
+            _lock(conn, _advisory_key(self.schema, model.model_name))
             conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(self.schema)))
             previous = pg_owner(conn, self.schema, model.model_name)
             last = last_record(conn, self.schema, model=model.model_name, recipient=recipient.id)
