@@ -55,11 +55,8 @@ class TransferIOManager(dg.ConfigurableIOManager):
         committed: list[tuple[TransferRequest, dict[str, dg.MetadataValue]]] = []
         reporter = RunReporter.for_output(context) if deferred else None
 
-        def materialization(request: TransferRequest, outcome: TransferOutcome) -> dg.AssetMaterialization:
-            metadata = transfer_metadata(outcome, destination=request.destination.name, path=destination_path(request))
-            return dg.AssetMaterialization(asset_key=context.asset_key, partition=str(dagster_key(request.partition)), metadata=metadata)
-
         def on_commit(request: TransferRequest, outcome: TransferOutcome) -> None:
+            metadata = transfer_metadata(outcome, destination=request.destination.name, path=destination_path(request))
             if outcome.first_of_commit:  # one line per commit: every event costs a write to the event log
                 context.log.info(
                     "transfer %s committed %s rows of recipient %s from window %s (%s window(s) in the transfer), "
@@ -72,11 +69,13 @@ class TransferIOManager(dg.ConfigurableIOManager):
                 context.run_id, request.model.model_name, request.recipient.id, request.partition.window_key,
                 record.rows_transferred, record.delta_rows_transferred, record.high_watermark, record.transfer_type,
             ))
-            if reporter is not None:  # a model's job: reported as its commit lands, built by the reporter's thread
-                reporter.committed(request, (request.recipient.id, record.transfer_id, outcome.batch),
-                                   lambda: materialization(request, outcome), last_of_commit=outcome.last_of_commit)
+            if reporter is not None:  # a model's job: reported as its commit lands
+                reporter.committed(
+                    request, (request.recipient.id, outcome.record.transfer_id, outcome.batch),
+                    dg.AssetMaterialization(asset_key=context.asset_key, partition=str(dagster_key(request.partition)), metadata=metadata),
+                    last_of_commit=outcome.last_of_commit,
+                )
                 return
-            metadata = transfer_metadata(outcome, destination=request.destination.name, path=destination_path(request))
             committed.append((request, metadata))  # Dagster records these partitions at the step's end
             if single:
                 context.add_output_metadata(metadata)

@@ -65,12 +65,10 @@ class RunReporter:
         self._state = threading.Lock()  # the spans and the commits handed over
         self._reporting = threading.Lock()  # one report at a time, in the order decided
         self._spans: dict[tuple[str, str], _Span] = {}  # a waiting window's partition key -> its span
-        # The landed windows' materializations, built when reported (off the publish threads).
-        self._open: dict[Commit, list[Callable[[], dg.AssetMaterialization]]] = {}
-        self._ready: list[Callable[[], dg.AssetMaterialization]] = []
+        self._open: dict[Commit, list[dg.AssetMaterialization]] = {}
+        self._ready: list[dg.AssetMaterialization] = []
         self._stop = threading.Event()
         self._ticker: threading.Thread | None = None
-        self._error: BaseException | None = None  # what stopped the ticker
 
     @classmethod
     def for_output(cls, context: dg.OutputContext) -> RunReporter:
@@ -89,8 +87,6 @@ class RunReporter:
         # Whatever committed is reported, however the run ends; the spans at work when it broke off
         # show as failed.
         self._report(commits_in_flight=True, due=lambda span: exc_type is not None)
-        if self._error is not None and exc_type is None:  # windows it took and did not report: the run fails
-            raise self._error
 
     def started(self, requests: Sequence[TransferRequest]) -> None:
         """A span's work started (``transfer.execute``'s ``on_start``)."""
@@ -101,10 +97,9 @@ class RunReporter:
         if self._in_progress_after <= 0:
             self.tick()
 
-    def committed(self, request: TransferRequest, commit: Commit, materialization: Callable[[], dg.AssetMaterialization],
-                  *, last_of_commit: bool) -> None:
-        """A window landed: handed over (``materialization`` builds its event's content), reported with
-        its commit's other windows by the next tick."""
+    def committed(self, request: TransferRequest, commit: Commit, materialization: dg.AssetMaterialization, *,
+                  last_of_commit: bool) -> None:
+        """A window landed: handed over, reported with its commit's other windows by the next tick."""
         key = request.partition.key
         with self._state:
             span = self._spans.pop(key, None)
@@ -135,17 +130,8 @@ class RunReporter:
         self._report(commits_in_flight=False, due=lambda span: now - span.started >= self._in_progress_after)
 
     def _tick_until_stopped(self) -> None:
-        """A tick every ``interval``; at once again when a tick took that long (a backlog), so the run's
-        end does not find a backlog to store."""
-        pause = self._interval
-        while not self._stop.wait(max(pause, 0.05)):
-            began = time.monotonic()
-            try:
-                self.tick()
-            except BaseException as exc:  # noqa: BLE001 - raised in the run's thread when it ends (__exit__)
-                self._error = exc
-                return
-            pause = self._interval - (time.monotonic() - began)
+        while not self._stop.wait(max(self._interval, 0.05)):
+            self.tick()
 
     def _report(self, *, commits_in_flight: bool, due: Callable[[_Span], bool]) -> None:
         with self._reporting:
@@ -158,7 +144,7 @@ class RunReporter:
                     keys += [str(dagster_key(r.partition)) for r in span.waiting.values()]
             self._send(ready, keys)
 
-    def _take(self, *, commits_in_flight: bool) -> list[Callable[[], dg.AssetMaterialization]]:
+    def _take(self, *, commits_in_flight: bool) -> list[dg.AssetMaterialization]:
         """The landed commits' windows; those of a commit still handing its windows over only with
         ``commits_in_flight`` (the run's end, a failure), so a commit's windows stay one batch."""
         ready, self._ready = self._ready, []
@@ -167,8 +153,8 @@ class RunReporter:
             self._open = {}
         return ready
 
-    def _send(self, materialized: list[Callable[[], dg.AssetMaterialization]], planned: list[str]) -> None:
+    def _send(self, materialized: list[dg.AssetMaterialization], planned: list[str]) -> None:
         if materialized:
-            self._materialized([build() for build in materialized])
+            self._materialized(materialized)
         if planned:
             self._planned(planned)
