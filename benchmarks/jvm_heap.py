@@ -173,9 +173,7 @@ def main() -> None:
                                       capture_output=True, text=True)
                 line = next((x for x in done.stdout.splitlines() if x.startswith("{")), None)
                 if line is None:
-                    (work / "stderr.txt").write_text(done.stderr)
-                    why = next((x for x in done.stderr.splitlines() if "OutOfMemory" in x or "Exception:" in x), "?")
-                    print(f"{read:<6}{setting:<58} FAILED: {why.strip()[:150]} ({work / 'stderr.txt'})")
+                    print(f"{read:<6}{setting:<58} process failed: {done.stderr.strip().splitlines()[-1:]}")
                     continue
                 r = json.loads(line)
                 ok = "ok" if not r["error"] and r["landed"] == rows else f"FAILED {r['error'] or r['landed']}"

@@ -2,10 +2,8 @@
 
 A local session's JVM runs the driver and every task; staging streams the JDBC rows into Parquet, so
 what a task holds is its fetch buffer and one Parquet row group (up to 128 MB), whatever the read's
-size. The heap therefore follows how many tasks run at once, not how many rows they move: with 2 KB
-rows one or two tasks fit in 512 MB, four need 768 MB (benchmarks/README.md "JVM sizing"). Spark
-itself refuses a heap under 450 MB (300 MB reserved × 1.5). The serial collector holds 5-10% less
-memory than G1 there and was not slower on 2 cores.
+size. The heap therefore follows how many reads run at once, not how many rows they move
+(benchmarks/README.md "JVM sizing"). Spark itself refuses a heap under 450 MB (300 MB reserved × 1.5).
 """
 
 from __future__ import annotations
@@ -16,10 +14,8 @@ import re
 DRIVER_MEMORY = "spark.driver.memory"
 DRIVER_JAVA_OPTIONS = "spark.driver.extraJavaOptions"
 HEAP_FLOOR_MB = 512
-HEAP_PER_EXTRA_TASK_MB = 128
+HEAP_PER_EXTRA_TASK_MB = 256
 HEAP_CAP_MB = 2048
-SERIAL_GC = "-XX:+UseSerialGC"
-_GC_CHOSEN = re.compile(r"-XX:[+-]Use\w*GC\b")
 _LOCAL_CORES = re.compile(r"local\[(\d+|\*)(?:,\s*\d+)?\]")
 
 
@@ -50,14 +46,9 @@ def owns_heap(settings: dict[str, str]) -> bool:
 
 
 def driver_heap(settings: dict[str, str], *, queries: int) -> dict[str, str]:
-    """``spark.driver.memory`` for ``settings`` (the session's, the file's ``spark:`` included) when
-    incsync owns the heap, for one task per query of the widest read, at most one per core; and the
-    serial collector added to the driver's Java options unless they choose a collector."""
+    """``spark.driver.memory`` for ``settings`` (the file's ``spark:``) when incsync owns the heap: one
+    task per query of the widest read, at most one per core."""
     if not owns_heap(settings):
         return {}
     cores = local_cores(settings.get("spark.master", "local[*]")) or 1
-    heap = {DRIVER_MEMORY: f"{planned_heap_mb(concurrent_tasks=min(max(1, queries), cores))}m"}
-    options = settings.get(DRIVER_JAVA_OPTIONS, "")
-    if not _GC_CHOSEN.search(options):
-        heap[DRIVER_JAVA_OPTIONS] = f"{options} {SERIAL_GC}".strip()
-    return heap
+    return {DRIVER_MEMORY: f"{planned_heap_mb(concurrent_tasks=min(max(1, queries), cores))}m"}

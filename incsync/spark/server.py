@@ -37,10 +37,12 @@ def server_command(*, port: int, master: str = "local[*]", extra_conf: dict[str,
     A local master's heap is sized for a read on every core at once (its clients' runs overlap),
     unless ``extra_conf`` sets one.
     """
+    settings = {"spark.master": master, **(extra_conf or {})}
     conf = {
         "spark.connect.grpc.binding.address": "127.0.0.1",
         "spark.connect.grpc.binding.port": str(port),
-        **driver_address({"spark.master": master, **(extra_conf or {})}),
+        **driver_address(settings),
+        **driver_heap(settings, queries=local_cores(master) or 1),
         "spark.ui.enabled": "false",
         "spark.sql.session.timeZone": "UTC",
         "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
@@ -48,7 +50,6 @@ def server_command(*, port: int, master: str = "local[*]", extra_conf: dict[str,
         "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile=file:{Path(__file__).with_name('log4j2.properties')}",
         **(extra_conf or {}),
     }
-    conf.update(driver_heap({"spark.master": master, **conf}, queries=local_cores(master) or 1))
     command = [str(spark_submit()), "--class", CONNECT_SERVER_CLASS, "--master", master, "--name", "incsync-connect"]
     jars = [j for j in JDBC_DRIVER_JARS if Path(j).exists()]
     if jars:
