@@ -170,7 +170,7 @@ def main() -> None:
 
             t_start = time.monotonic()
             builder = SparkSession.builder
-            for key, value in spark_config(yaml.safe_load(config.read_text()).get("spark"), queries=args.partitions).items():
+            for key, value in spark_config(yaml.safe_load(config.read_text()).get("spark")).items():
                 builder = builder.config(key, value)
             spark = builder.getOrCreate()
             spark.sparkContext.setLogLevel("ERROR")

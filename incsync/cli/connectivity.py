@@ -78,10 +78,12 @@ def _storage_problems(where: str, url: str, options: dict[str, str], *, key: str
 def _jdbc_spark(config: IncsyncConfig):  # noqa: ANN202 - SparkSession, imported lazily
     from pyspark.sql import SparkSession
 
-    from incsync.orchestration.resources import session_settings
+    from incsync.spark.session import spark_config
+    from incsync.sources.jdbc.connect import driver_jars, driver_packages
 
     builder = SparkSession.builder
-    for key, value in session_settings(config).items():
+    conf = spark_config(config.spark, extra_jars=driver_jars(config.sources), packages=driver_packages(config.sources))
+    for key, value in conf.items():
         builder = builder.config(key, value)
     return builder.getOrCreate()
 

@@ -119,8 +119,6 @@ def build_parser() -> Parser:
     p.add_argument("--driver-host", help="address the cluster's executors reach this driver at (default: loopback "
                    "for a local master, this host's name otherwise)")
     p.add_argument("--bind-address", help="address the driver listens on (e.g. 0.0.0.0 for a cluster)")
-    p.add_argument("--driver-memory", help="the server JVM's heap, e.g. 2g (default: sized for a read on every "
-                   "core of a local master; docs/deploy.md)")
     p.add_argument("--log", help="file for the server's output")
     p.set_defaults(func=cmd_spark_server)
 

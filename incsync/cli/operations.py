@@ -60,8 +60,7 @@ def cmd_spark_server(args: argparse.Namespace) -> int:
     from incsync.spark.server import remote_url, start_server, stop_server
 
     print(f"starting a Spark Connect server ({args.master}) on 127.0.0.1:{args.port} ...", flush=True)
-    driver = {"spark.driver.host": args.driver_host, "spark.driver.bindAddress": args.bind_address,
-              "spark.driver.memory": args.driver_memory}
+    driver = {"spark.driver.host": args.driver_host, "spark.driver.bindAddress": args.bind_address}
     process = start_server(port=args.port, master=args.master, log_file=Path(args.log) if args.log else None,
                            extra_conf={k: v for k, v in driver.items() if v})
     print(f"ready: add to incsync.yaml\n  spark:\n    spark.remote: \"{remote_url(args.port)}\"\nCtrl-C stops it.", flush=True)

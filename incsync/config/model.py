@@ -208,12 +208,7 @@ class IncsyncConfig(StrictModel):
         description="Schedules, the sensor and the CLI launch one run per this many recipients of a model; "
         "the run reads them with one query and publishes each recipient's rows to its own destination.",
     )
-    spark: dict[str, str] = Field(
-        default_factory=dict,
-        description="Extra Spark settings (spark.master, ...). A local master's JVM gets spark.driver.memory "
-        "sized for the widest read (512m, +128m per further task at once, at most 2g; docs/deploy.md) unless "
-        "set here.",
-    )
+    spark: dict[str, str] = Field(default_factory=dict, description="Extra Spark settings (spark.master, ...).")
     retries: RetryPolicy = Field(
         default_factory=RetryPolicy,
         description="Retries of source reads and destination publishes that fail with a transient error "

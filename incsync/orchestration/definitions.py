@@ -23,6 +23,7 @@ from incsync.orchestration.resources import (
     source_resource_key,
     spark_resource,
 )
+from incsync.sources.jdbc.connect import driver_jars, driver_packages
 
 
 EXAMPLE_CONFIG = Path(__file__).resolve().parents[2] / "examples" / "lake-to-delta" / "incsync.yaml"
@@ -54,7 +55,9 @@ def build_definitions(path: str | os.PathLike[str] | None = None) -> dg.Definiti
     file = str(config_path(path).resolve())
     config = load_config(file)
     resources: dict[str, object] = {
-        "spark": spark_resource(config),
+        "spark": spark_resource(
+            config.spark, extra_jars=driver_jars(config.sources), packages=driver_packages(config.sources)
+        ),
         "incsync": IncsyncConfigResource(config_path=file),
         IO_MANAGER_KEY: TransferIOManager(
             staging_dir=default_staging_dir(config), staging_storage_options=dict(config.staging_storage_options),

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Sequence
 from functools import lru_cache
 from pathlib import Path
 
@@ -14,31 +15,16 @@ from dagster_pyspark import LazyPySparkResource
 
 from incsync.config.model import IncsyncConfig, ModelConfig, RecipientConfig
 from incsync.config.load import load_config
-from incsync.config.sources import JdbcSourceConfig
 from incsync.destinations.registry import Destination, build_destination
 from incsync.errors import ConfigError
-from incsync.sources.jdbc.connect import driver_jars, driver_packages
 from incsync.sources.registry import Source, build_source
 from incsync.spark.session import spark_config
 
 
-def concurrent_tasks(config: IncsyncConfig) -> int:
-    """Spark tasks the file's widest read runs at once: a JDBC source's queries per transfer; a lake
-    source's files, as many as there are cores."""
-    used = {m.source for m in config.models}
-    return max((s.max_concurrent_queries_per_transfer if isinstance(s, JdbcSourceConfig) else os.cpu_count() or 1
-                for s in config.sources if s.name in used), default=1)
-
-
-def session_settings(config: IncsyncConfig) -> dict[str, str]:
-    """The settings a run of ``config`` starts Spark with: the file's ``spark:``, its sources' JDBC
-    drivers, and a local JVM's heap sized for its widest read (``incsync.spark.memory``)."""
-    return spark_config(config.spark, extra_jars=driver_jars(config.sources), packages=driver_packages(config.sources),
-                        queries=concurrent_tasks(config))
-
-
-def spark_resource(config: IncsyncConfig) -> LazyPySparkResource:
-    return LazyPySparkResource(spark_config=session_settings(config))
+def spark_resource(
+    overrides: dict[str, str] | None = None, *, extra_jars: Sequence[str] = (), packages: Sequence[str] = ()
+) -> LazyPySparkResource:
+    return LazyPySparkResource(spark_config=spark_config(overrides, extra_jars=extra_jars, packages=packages))
 
 
 @lru_cache(maxsize=8)

@@ -17,7 +17,6 @@ from pathlib import Path
 from incsync.errors import IncsyncError
 from incsync.spark.session import JDBC_DRIVER_JARS
 from incsync.spark.cluster import cluster_problems, driver_address
-from incsync.spark.memory import driver_heap, local_cores
 
 CONNECT_SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
 DEFAULT_PORT = 15002
@@ -34,15 +33,11 @@ def server_command(*, port: int, master: str = "local[*]", extra_conf: dict[str,
 
     Its clients connect on 127.0.0.1; its driver is on loopback too unless ``master`` runs executors on
     other machines, where ``extra_conf`` names ``spark.driver.host`` / ``spark.driver.bindAddress``.
-    A local master's heap is sized for a read on every core at once (its clients' runs overlap),
-    unless ``extra_conf`` sets one.
     """
-    settings = {"spark.master": master, **(extra_conf or {})}
     conf = {
         "spark.connect.grpc.binding.address": "127.0.0.1",
         "spark.connect.grpc.binding.port": str(port),
-        **driver_address(settings),
-        **driver_heap(settings, queries=local_cores(master) or 1),
+        **driver_address({"spark.master": master, **(extra_conf or {})}),
         "spark.ui.enabled": "false",
         "spark.sql.session.timeZone": "UTC",
         "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",

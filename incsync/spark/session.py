@@ -13,7 +13,6 @@ from typing import Any, Protocol
 
 from incsync.core.vendor_sql import DRIVERS
 from incsync.spark.cluster import driver_address
-from incsync.spark.memory import driver_heap
 
 JDBC_DRIVER_JARS = tuple(dict.fromkeys(driver.os_jar for driver in DRIVERS.values()))
 
@@ -31,14 +30,12 @@ SPARK_DEFAULTS: dict[str, str] = {
 
 
 def spark_config(
-    overrides: dict[str, str] | None = None, *, extra_jars: Sequence[str] = (), packages: Sequence[str] = (),
-    queries: int = 1,
+    overrides: dict[str, str] | None = None, *, extra_jars: Sequence[str] = (), packages: Sequence[str] = ()
 ) -> dict[str, str]:
     """Defaults plus the OS's JDBC driver jars (no Maven download needed), the sources' own driver
     jars and Maven packages, plus the file's settings. ``spark.jars`` also ships the drivers to a
     cluster's executors. The driver stays on 127.0.0.1 unless the master runs executors elsewhere
-    (``spark_cluster``). A local JVM's heap is sized for ``queries`` Spark tasks at once (``memory``)
-    unless the file sets its own."""
+    (``spark_cluster``)."""
     # Spark's Python workers (staging to an object store runs in them) take PYSPARK_PYTHON, else the
     # PATH's python3, which lacks incsync's packages; a cluster's own setting wins.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -50,7 +47,6 @@ def spark_config(
     if packages:
         conf["spark.jars.packages"] = ",".join(packages)
     conf.update(overrides or {})
-    conf.update(driver_heap(conf, queries=queries))
     if "spark.remote" in conf:  # Spark Connect: the server owns master, jars and driver settings
         conf = {k: v for k, v in conf.items() if k in ("spark.remote", "spark.app.name") or k.startswith("spark.sql.")}
     return conf

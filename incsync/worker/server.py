@@ -104,8 +104,10 @@ class Worker:
         """Start (or connect to) Spark now, so the first transfer does not pay for it."""
         from incsync.config.load import load_config
         from incsync.orchestration.resources import spark_resource
+        from incsync.sources.jdbc.connect import driver_jars, driver_packages
 
-        resource = spark_resource(load_config(self.config_file))
+        config = load_config(self.config_file)
+        resource = spark_resource(config.spark, extra_jars=driver_jars(config.sources), packages=driver_packages(config.sources))
         resource.spark_session.sql("SELECT 1").collect()  # the runs' getOrCreate() finds this session
 
     def refusal(self, request: dict[str, Any]) -> str | None:
