@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable, Sequence
 
 import dagster as dg
 
-from incsync.orchestration.dagster_compat import report_materialized, report_planned
+from incsync.orchestration.dagster_compat import materialization_reporter, report_planned
 from incsync.orchestration.partitions import dagster_key
 from incsync.transfer.request import TransferRequest
 
@@ -73,7 +73,7 @@ class RunReporter:
     @classmethod
     def for_output(cls, context: dg.OutputContext) -> RunReporter:
         step, key = context.step_context, context.asset_key
-        return cls(lambda ms: report_materialized(context, ms), lambda keys: report_planned(step, key, keys))
+        return cls(materialization_reporter(context), lambda keys: report_planned(step, key, keys))
 
     def __enter__(self) -> RunReporter:
         self._ticker = threading.Thread(target=self._tick_until_stopped, name="incsync-run-reporter", daemon=True)

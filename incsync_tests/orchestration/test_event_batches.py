@@ -37,7 +37,8 @@ def _six_windows_on_postgres(tmp_path: Path, check: Callable[[dg.DagsterInstance
 
     def count(_conn, _cursor, statement, parameters, _context, executemany) -> None:  # noqa: ANN001
         if statement.lstrip().upper().startswith("INSERT INTO EVENT_LOGS"):
-            rows = len(parameters) if executemany else max(1, statement.count("%(run_id_m"))
+            # a list of rows, or one statement of several (Dagster's .values(rows), SQLAlchemy's insertmanyvalues)
+            rows = len(parameters) if isinstance(parameters, list | tuple) else max(1, statement.count("%(run_id_"))
             kind = parameters.get("dagster_event_type") if isinstance(parameters, dict) and rows == 1 else None
             statements.append((kind or "", rows))
 

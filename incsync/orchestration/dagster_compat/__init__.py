@@ -6,15 +6,16 @@ each one, so a Dagster upgrade that changes it fails there, not silently in a tr
 
 from __future__ import annotations
 
-import logging
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import dagster as dg
 from dagster._core.events import JobFailureData, RunFailureReason
 from dagster._core.storage import tags as _tags
 
+from incsync.orchestration.dagster_compat.events import MaterializationRows
+from incsync.orchestration.dagster_compat.postgres import store_planned_on_postgres, store_rows_on_postgres
 from incsync.orchestration.dagster_compat.sqlite import (  # re-exported: the one compat module
     EVENT_BATCH_ENV_VAR,
     EVENT_BATCH_SIZE,
@@ -37,6 +38,7 @@ __all__ = [
     "defers_asset_events",
     "event_log_storage_config",
     "instance_postgres_url",
+    "materialization_reporter",
     "report_materialized",
     "report_planned",
     "report_run_orphaned",
@@ -122,47 +124,52 @@ def report_planned(step: Any, asset_key: dg.AssetKey, partition_keys: Sequence[s
         )
         for key in partition_keys
     ]
-    if events and _store_planned_on_postgres(step.instance, step.run_id, events):
+    if events and store_planned_on_postgres(step.instance, step.run_id, events):
         return
     batch_id, last = generate_event_batch_id(), len(events) - 1
     for i, event in enumerate(events):
         step.instance.report_dagster_event(event, step.run_id, batch_metadata=DagsterEventBatchMetadata(batch_id, i == last))
 
 
-def _store_planned_on_postgres(instance: dg.DagsterInstance, run_id: str, events: Sequence[Any]) -> bool:
-    """Store planned events as one batch on dagster-postgres' event log, the way it stores a batch of
-    materializations (``PostgresEventLogStorage.store_event_batch``): one multi-row insert, the
-    partitions' tags, the asset's row from the last event. Its own ``store_event_batch`` stores planned
-    events one at a time, each on a new connection (25-29 ms apiece, benchmark of November 2026), so a
-    slow span of 695 windows cost 17 s. False when the storage is not dagster-postgres'."""
+def materialization_reporter(context: dg.OutputContext) -> Callable[[Sequence[dg.AssetMaterialization]], None]:
+    """What stores a batch of the output's materializations (whole commits' windows) as the step's
+    events, now: rows serialized from a template (``dagster_compat.events``) on incsync's SQLite event
+    log and on dagster-postgres', Dagster's own path (``report_materialized``) on any other storage.
+    Called from the run's reporter thread (``reporting.RunReporter``), one call at a time."""
+    step = context.step_context
+    storage = step.instance.event_log_storage
+    store = getattr(storage, "store_materialization_rows", None)
+    if store is None and _is_postgres(storage):
+        def store(rows: list[dict[str, Any]], last: Any) -> None:
+            store_rows_on_postgres(storage, rows, last)
+    if store is None:
+        return lambda materializations: report_materialized(context, materializations)
+    rows = MaterializationRows(step, context.asset_key)
+
+    def report(materializations: Sequence[dg.AssetMaterialization]) -> None:
+        for at in range(0, len(materializations), _ROWS_PER_INSERT):
+            part = materializations[at : at + _ROWS_PER_INSERT]
+            if any(m.tags for m in part):  # tags are indexed in their own table: Dagster's path
+                report_materialized(context, part)
+                continue
+            store(*rows.rows(part))
+
+    return report
+
+
+_ROWS_PER_INSERT = 1000
+
+
+def _is_postgres(storage: Any) -> bool:
     try:
         from dagster_postgres.event_log.event_log import PostgresEventLogStorage
     except ImportError:
         return False
-    storage = instance.event_log_storage
-    if not isinstance(storage, PostgresEventLogStorage):
-        return False
-    from dagster._core.events.log import EventLogEntry
-    from dagster._core.storage.event_log.schema import SqlEventLogStorageTable
-    from dagster._time import get_current_timestamp
-
-    now = get_current_timestamp()
-    entries = [
-        EventLogEntry(user_message="", level=logging.INFO, job_name=e.job_name, run_id=run_id, error_info=None,
-                      timestamp=now, step_key=e.step_key, dagster_event=e)
-        for e in events
-    ]
-    statement = storage.prepare_insert_event_batch(entries).returning(SqlEventLogStorageTable.c.id)
-    with storage._connect() as conn:  # noqa: SLF001 - see the docstring
-        ids = [int(row[0]) for row in conn.execute(statement).fetchall()]
-    with storage.index_transaction() as conn:
-        storage._store_asset_event_tags(conn, entries, ids)  # noqa: SLF001
-        storage._store_asset_event(conn, entries[-1], ids[-1])  # noqa: SLF001
-    return True
+    return isinstance(storage, PostgresEventLogStorage)
 
 
 def report_materialized(context: dg.OutputContext, materializations: Sequence[dg.AssetMaterialization]) -> None:
-    """Log ``materializations`` as the step's events now, stored as one batch (whole commits' windows).
+    """Log ``materializations`` as the step's events now, stored as one batch, Dagster's way.
 
     ``OutputContext.log_event`` would hold them until ``handle_output`` returns and store each on its
     own (10-12 ms apiece); this is what Dagster does with the output's own materializations at the

@@ -136,7 +136,17 @@ def _batching_sqlite_event_log_storage() -> type:
                 self._store_asset_events(group)
 
         def _store_asset_events(self, events: list[Any]) -> None:
-            rows = [self._event_to_row(event) for event in events]
+            last: dict[tuple[str, str], int] = {}
+            for i, event in enumerate(events):
+                last[(event.dagster_event.asset_key.to_string(), event.dagster_event_type)] = i
+            self._store_rows([self._event_to_row(event) for event in events], events, sorted(last.values()))
+
+        def store_materialization_rows(self, rows: list[dict[str, Any]], last: Any) -> None:
+            """Rows of one asset's materializations without tags (``dagster_compat.events``): stored
+            as ``store_event_batch`` stores their events; ``last`` is the last row's event."""
+            self._store_rows(rows, [], [], last=last)
+
+        def _store_rows(self, rows: list[dict[str, Any]], events: list[Any], updates: list[int], last: Any = None) -> None:
             by_run: dict[str, list[dict[str, Any]]] = {}
             for row in rows:
                 by_run.setdefault(row["run_id"], []).append(row)
@@ -147,12 +157,12 @@ def _batching_sqlite_event_log_storage() -> type:
                 table = SqlEventLogStorageTable
                 inserted = conn.execute(table.insert().returning(table.c.id, sort_by_parameter_order=True), rows)
                 ids = [row_id for (row_id,) in inserted]
-                self._store_asset_event_tags(conn, events, ids)
-                last: dict[tuple[str, str], int] = {}
-                for i, event in enumerate(events):
-                    last[(event.dagster_event.asset_key.to_string(), event.dagster_event_type)] = i
-                for i in sorted(last.values()):
+                if events:
+                    self._store_asset_event_tags(conn, events, ids)
+                for i in updates:
                     self._store_asset_event(conn, events[i], ids[i])
+                if last is not None:
+                    self._store_asset_event(conn, last, ids[-1])
 
     BatchingSqliteEventLogStorage.__module__ = "incsync.orchestration.dagster_compat"  # where dagster.yaml names it
     return BatchingSqliteEventLogStorage

@@ -1,0 +1,136 @@
+"""A run's materializations stored from a template (``dagster_compat.events``) are, byte for byte, the
+events Dagster's own path stores, on incsync's SQLite event log and on dagster-postgres' (issue 29)."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import dagster as dg
+import pytest
+import sqlalchemy as sa
+import yaml
+from dagster._core.storage.event_log.schema import SqlEventLogStorageTable
+from dagster._serdes import deserialize_value, serialize_value
+
+import incsync.orchestration.dagster_compat.events as events
+from incsync.orchestration.dagster_compat import DEFER_ASSET_EVENTS_TAG, materialization_reporter, report_materialized
+from incsync_tests.destination_support import postgres_database
+
+KEYS = ["a", "b|ü 1", "c", "d", "e", "f"]
+PARTS = dg.StaticPartitionsDefinition(KEYS)
+SCHEMA = dg.TableSchema(columns=[dg.TableColumn(name="id", type="bigint")])
+
+
+def _metadata(i: int) -> dict[str, dg.MetadataValue]:
+    """Every kind incsync's materializations carry, with edge values; the fifth has a table schema
+    (serialized by serdes), the sixth a null where the others hold a value (another shape)."""
+    texts = ["", 'quote " and \\ backslash', "ü ✓ 😀", "\n\t\x00", '"@@incsync-slot-3@@"', "plain"]
+    floats = [0.1, 1e-7, -0.0, 1e300, math.nan, math.inf]
+    metadata = {
+        "rows_transferred": dg.MetadataValue.int([0, -1, 2**62, 7, 77777777777000004, 1][i]),
+        "high_watermark": dg.MetadataValue.timestamp([0.0, 1735689600.123456, 1.5, 2e9, 3.25, 4.0][i]),
+        "epoch": dg.MetadataValue.null(),
+        "transfer_id": dg.MetadataValue.text(texts[i]),
+        "duration_seconds": dg.MetadataValue.float(floats[i]),
+        "destination_path": dg.MetadataValue.path(f"/lake/orders {i}"),
+    }
+    if i == 4:
+        metadata["dagster/column_schema"] = dg.MetadataValue.table_schema(SCHEMA)
+    if i == 5:
+        metadata["transfer_id"] = dg.MetadataValue.null()
+    return metadata
+
+
+class _Reporting(dg.ConfigurableIOManager):
+    fast: bool
+
+    def handle_output(self, context: dg.OutputContext, obj: int) -> None:
+        materializations = [dg.AssetMaterialization(asset_key=context.asset_key, partition=key, metadata=_metadata(i))
+                            for i, key in enumerate(KEYS)]
+        report = materialization_reporter(context) if self.fast else (lambda ms: report_materialized(context, ms))
+        report(materializations[:3])
+        report(materializations[3:])
+
+    def load_input(self, context: dg.InputContext) -> None:
+        return None
+
+
+@dg.asset(partitions_def=PARTS, io_manager_key="reporting")
+def shipped() -> int:
+    return 1
+
+
+def _stored(instance: dg.DagsterInstance, fast: bool) -> tuple[str, list[str], list[Any]]:
+    result = dg.materialize(
+        [shipped], instance=instance, resources={"reporting": _Reporting(fast=fast)}, raise_on_error=True,
+        tags={DEFER_ASSET_EVENTS_TAG: "true", "dagster/asset_partition_range_start": KEYS[0],
+              "dagster/asset_partition_range_end": KEYS[-1]},
+    )
+    storage = instance.event_log_storage
+    table = SqlEventLogStorageTable
+    query = (sa.select(table.c.event, table.c.partition, table.c.dagster_event_type, table.c.asset_key, table.c.step_key)
+             .where(table.c.run_id == result.run_id, table.c.dagster_event_type == "ASSET_MATERIALIZATION")
+             .order_by(table.c.id))
+    with (storage.index_connection() if hasattr(storage, "index_connection") else storage._connect()) as conn:  # noqa: SLF001
+        rows = conn.execute(query).fetchall()
+    texts = [row[0] for row in rows]
+    assert [(r[1], r[2], r[3], r[4]) for r in rows] == [(k, "ASSET_MATERIALIZATION", '["shipped"]', "shipped") for k in KEYS]
+    return result.run_id, texts, [deserialize_value(t) for t in texts]
+
+
+def _comparable(run_id: str, entry: Any) -> str:
+    """The stored text without what differs between any two runs (its id, the time, the process)."""
+    text = serialize_value(entry._replace(timestamp=0.0, dagster_event=entry.dagster_event._replace(pid=0)))
+    return text.replace(run_id, "<run>")
+
+
+@contextlib.contextmanager
+def _instance(kind: str, tmp_path: Path) -> Iterator[dg.DagsterInstance]:
+    home = tmp_path / kind
+    home.mkdir()
+    if kind == "postgres":
+        with postgres_database() as dsn:
+            url = "postgresql+psycopg2://" + dsn.split("://", 1)[1]
+            (home / "dagster.yaml").write_text(yaml.safe_dump({"storage": {"postgres": {"postgres_url": url}}}))
+            with dg.DagsterInstance.from_config(str(home)) as instance:
+                yield instance
+        return
+    storage = {"module": "incsync.orchestration.dagster_compat", "class": "BatchingSqliteEventLogStorage",
+               "config": {"base_dir": str(home / "runs")}}
+    with dg.instance_for_test(temp_dir=str(home), overrides={"event_log_storage": storage}) as instance:
+        yield instance
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "postgres"])
+def test_templated_materializations_are_the_events_dagster_stores(kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DAGSTER_EVENT_BATCH_SIZE", "1000")
+    with _instance(kind, tmp_path) as instance:
+        dagster_run, dagster_texts, dagster_entries = _stored(instance, fast=False)
+        fast_run, fast_texts, fast_entries = _stored(instance, fast=True)
+        # Byte for byte what serdes writes for the entry read back (the template's text is serdes' text)...
+        assert fast_texts == [serialize_value(e) for e in fast_entries]
+        # ...and the entry Dagster's log manager builds, but for the run, the time and the process.
+        assert [_comparable(fast_run, e) for e in fast_entries] == [_comparable(dagster_run, e) for e in dagster_entries]
+        assert math.isnan(fast_entries[4].asset_materialization.metadata["duration_seconds"].value)
+        assert fast_entries[2].asset_materialization.metadata["transfer_id"].value == "ü ✓ 😀"
+        assert instance.get_materialized_partitions(shipped.key) == set(KEYS)
+        latest = instance.get_latest_materialization_event(shipped.key)
+        assert (latest.run_id, latest.asset_materialization.partition) == (fast_run, KEYS[-1])
+        assert instance.event_log_storage.get_latest_asset_partition_materialization_attempts_without_materializations(shipped.key) == {}
+
+
+def test_a_template_that_does_not_reproduce_serdes_is_never_used(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                   caplog: pytest.LogCaptureFixture) -> None:
+    """A Dagster whose serialization no longer matches the template loses speed, never exactness."""
+    monkeypatch.setenv("DAGSTER_EVENT_BATCH_SIZE", "1000")
+    monkeypatch.setattr(events, "_fill", lambda template, m, timestamp: "{}")  # a template gone wrong
+    with _instance("sqlite", tmp_path) as instance, caplog.at_level(logging.WARNING):
+        _run, texts, entries = _stored(instance, fast=True)
+    assert texts == [serialize_value(e) for e in entries]
+    assert [e.asset_materialization.metadata["rows_transferred"].value for e in entries] == [0, -1, 2**62, 7, 77777777777000004, 1]
+    assert caplog.text.count("materializations of shipped are serialized by Dagster's serdes") == 1
