@@ -29,6 +29,10 @@ from incsync.transfer.request import TransferRequest
 REPORT_INTERVAL_SECONDS = 1.0
 # A span at work for this long shows its windows as in progress. 0: every span, as it starts.
 IN_PROGRESS_AFTER_SECONDS = 5.0
+# The most landed windows a run holds for its reporter: past it, the thread that commits reports
+# them itself. A materialization waiting to be stored is ~13 KB; a reporter that fell behind held the
+# run's whole backfill (139,000 windows, over 1 GB, C200 of November 2026).
+MAX_WAITING_WINDOWS = 5_000
 
 
 class _Span:
@@ -57,11 +61,14 @@ class RunReporter:
         *,
         interval: float | None = None,
         in_progress_after: float | None = None,
+        max_waiting: int | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._materialized, self._planned, self._clock = materialized, planned, clock
         self._interval = REPORT_INTERVAL_SECONDS if interval is None else interval
         self._in_progress_after = IN_PROGRESS_AFTER_SECONDS if in_progress_after is None else in_progress_after
+        self._max_waiting = MAX_WAITING_WINDOWS if max_waiting is None else max_waiting
+        self._waiting = 0  # landed windows not reported yet
         self._state = threading.Lock()  # the spans and the commits handed over
         self._reporting = threading.Lock()  # one report at a time, in the order decided
         self._spans: dict[tuple[str, str], _Span] = {}  # a waiting window's partition key -> its span
@@ -99,7 +106,8 @@ class RunReporter:
 
     def committed(self, request: TransferRequest, commit: Commit, materialization: dg.AssetMaterialization, *,
                   last_of_commit: bool) -> None:
-        """A window landed: handed over, reported with its commit's other windows by the next tick."""
+        """A window landed: handed over, reported with its commit's other windows by the next tick, or
+        now by this thread when the run holds ``max_waiting`` windows for the reporter already."""
         key = request.partition.key
         with self._state:
             span = self._spans.pop(key, None)
@@ -108,6 +116,10 @@ class RunReporter:
             self._open.setdefault(commit, []).append(materialization)
             if last_of_commit:
                 self._ready += self._open.pop(commit)
+            self._waiting += 1
+            behind = last_of_commit and self._waiting > self._max_waiting
+        if behind:
+            self._report(commits_in_flight=False, due=lambda span: False)
 
     def failed(self, requests: Iterable[TransferRequest]) -> None:
         """Windows the run did not commit: planned (unless they already are), so they show as failed."""
@@ -151,6 +163,7 @@ class RunReporter:
         if commits_in_flight:
             ready += [m for ms in self._open.values() for m in ms]
             self._open = {}
+        self._waiting -= len(ready)
         return ready
 
     def _send(self, materialized: list[dg.AssetMaterialization], planned: list[str]) -> None:
