@@ -29,8 +29,8 @@ from incsync.transfer.request import TransferRequest
 REPORT_INTERVAL_SECONDS = 1.0
 # A span at work for this long shows its windows as in progress. 0: every span, as it starts.
 IN_PROGRESS_AFTER_SECONDS = 5.0
-# The most landed windows a run holds for its reporter: past it, the thread that commits reports
-# them itself. A materialization waiting to be stored is ~13 KB; a reporter that fell behind held the
+# The most landed windows a run holds for its reporter: past it, a span that starts reports them on
+# its own thread first (outside the commit path, whose lock the publish threads share). A materialization waiting to be stored is ~13 KB; a reporter that fell behind held the
 # run's whole backfill (139,000 windows, over 1 GB, C200 of November 2026).
 MAX_WAITING_WINDOWS = 5_000
 
@@ -72,6 +72,7 @@ class RunReporter:
         self._state = threading.Lock()  # the spans and the commits handed over
         self._reporting = threading.Lock()  # one report at a time, in the order decided
         self._spans: dict[tuple[str, str], _Span] = {}  # a waiting window's partition key -> its span
+        self._unplanned: dict[int, _Span] = {}  # spans with waiting windows, not planned: what a tick looks at
         self._open: dict[Commit, list[dg.AssetMaterialization]] = {}
         self._ready: list[dg.AssetMaterialization] = []
         self._stop = threading.Event()
@@ -96,30 +97,35 @@ class RunReporter:
         self._report(commits_in_flight=True, due=lambda span: exc_type is not None)
 
     def started(self, requests: Sequence[TransferRequest]) -> None:
-        """A span's work started (``transfer.execute``'s ``on_start``)."""
+        """A span's work started (``transfer.execute``'s ``on_start``). When the run holds
+        ``max_waiting`` landed windows for the reporter already, this thread reports them first."""
         span = _Span(self._clock(), requests)
+        with self._state:
+            behind = self._waiting > self._max_waiting
+        if behind:
+            self._report(commits_in_flight=False, due=lambda span: False)
         with self._state:
             for key in span.waiting:
                 self._spans[key] = span
+            if span.waiting:
+                self._unplanned[id(span)] = span
         if self._in_progress_after <= 0:
             self.tick()
 
     def committed(self, request: TransferRequest, commit: Commit, materialization: dg.AssetMaterialization, *,
                   last_of_commit: bool) -> None:
-        """A window landed: handed over, reported with its commit's other windows by the next tick, or
-        now by this thread when the run holds ``max_waiting`` windows for the reporter already."""
+        """A window landed: handed over, reported with its commit's other windows by the next tick."""
         key = request.partition.key
         with self._state:
             span = self._spans.pop(key, None)
             if span is not None:
                 span.waiting.pop(key, None)
+                if not span.waiting:
+                    self._unplanned.pop(id(span), None)
             self._open.setdefault(commit, []).append(materialization)
             if last_of_commit:
                 self._ready += self._open.pop(commit)
             self._waiting += 1
-            behind = last_of_commit and self._waiting > self._max_waiting
-        if behind:
-            self._report(commits_in_flight=False, due=lambda span: False)
 
     def failed(self, requests: Iterable[TransferRequest]) -> None:
         """Windows the run did not commit: planned (unless they already are), so they show as failed."""
@@ -149,10 +155,12 @@ class RunReporter:
         with self._reporting:
             with self._state:
                 ready = self._take(commits_in_flight=commits_in_flight)
-                spans = {id(s): s for s in self._spans.values() if not s.planned and due(s)}
+                # the spans at work, not every waiting window: a tick costs what runs, not the run's size
+                spans = [s for s in self._unplanned.values() if due(s)]
                 keys = []
-                for span in spans.values():
+                for span in spans:
                     span.planned = True
+                    del self._unplanned[id(span)]
                     keys += [str(dagster_key(r.partition)) for r in span.waiting.values()]
             self._send(ready, keys)
 

@@ -143,14 +143,14 @@ def test_commits_are_handed_over_and_reported_by_the_next_tick_a_commits_windows
 
 def test_a_run_never_holds_more_landed_windows_than_its_bound_whatever_the_reporters_pace() -> None:
     """A reporter that falls behind (its clock never ticks here) does not make the run hold every
-    landed window: past the bound, the committing thread reports the landed commits itself."""
+    landed window: past the bound, the next span to start reports the landed commits on its thread."""
     log, clock = _Log(), _Clock()
     reporter = RunReporter(log.materialized, log.planned, interval=3600, in_progress_after=60, max_waiting=10, clock=clock)
     spans = [_requests(f"r{i}", 4) for i in range(7)]
     for i, span in enumerate(spans):
         reporter.started(span)
         _commit(reporter, span, f"t{i}")
-    # 3 commits (12 windows) pass the bound of 10: reported by the committing thread; then 3 more.
+    # 3 commits (12 windows) pass the bound of 10: reported as the fourth span starts; then 3 more.
     assert [len(b) for b in log.batches] == [12, 12]
     reporter.flush()
     assert [len(b) for b in log.batches] == [12, 12, 4]
