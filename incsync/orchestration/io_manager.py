@@ -57,13 +57,13 @@ class TransferIOManager(dg.ConfigurableIOManager):
 
         def on_commit(request: TransferRequest, outcome: TransferOutcome) -> None:
             metadata = transfer_metadata(outcome, destination=request.destination.name, path=destination_path(request))
+            line = None
             if outcome.first_of_commit:  # one line per commit: every event costs a write to the event log
-                context.log.info(
-                    "transfer %s committed %s rows of recipient %s from window %s (%s window(s) in the transfer), "
-                    "high watermark %s",
-                    outcome.record.transfer_id, outcome.commit_rows, request.recipient.id, request.partition.window_key,
-                    outcome.windows_in_transfer, outcome.record.high_watermark,
-                )
+                line = (f"transfer {outcome.record.transfer_id} committed {outcome.commit_rows} rows of recipient "
+                        f"{request.recipient.id} from window {request.partition.window_key} ({outcome.windows_in_transfer} "
+                        f"window(s) in the transfer), high watermark {outcome.record.high_watermark}")
+                if reporter is None:
+                    context.log.info(line)
             record = outcome.record
             progress.committed(progress.Committed(
                 context.run_id, request.model.model_name, request.recipient.id, request.partition.window_key,
@@ -73,7 +73,7 @@ class TransferIOManager(dg.ConfigurableIOManager):
                 reporter.committed(
                     request, (request.recipient.id, outcome.record.transfer_id, outcome.batch),
                     dg.AssetMaterialization(asset_key=context.asset_key, partition=str(dagster_key(request.partition)), metadata=metadata),
-                    last_of_commit=outcome.last_of_commit,
+                    last_of_commit=outcome.last_of_commit, line=line,
                 )
                 return
             committed.append((request, metadata))  # Dagster records these partitions at the step's end

@@ -63,8 +63,11 @@ class RunReporter:
         in_progress_after: float | None = None,
         max_waiting: int | None = None,
         clock: Callable[[], float] = time.monotonic,
+        log: Callable[[str], None] | None = None,
     ) -> None:
         self._materialized, self._planned, self._clock = materialized, planned, clock
+        self._log = log or (lambda _line: None)
+        self._lines: list[str] = []  # the run log's lines about landed commits, written with their windows
         self._interval = REPORT_INTERVAL_SECONDS if interval is None else interval
         self._in_progress_after = IN_PROGRESS_AFTER_SECONDS if in_progress_after is None else in_progress_after
         self._max_waiting = MAX_WAITING_WINDOWS if max_waiting is None else max_waiting
@@ -81,7 +84,7 @@ class RunReporter:
     @classmethod
     def for_output(cls, context: dg.OutputContext) -> RunReporter:
         step, key = context.step_context, context.asset_key
-        return cls(materialization_reporter(context), lambda keys: report_planned(step, key, keys))
+        return cls(materialization_reporter(context), lambda keys: report_planned(step, key, keys), log=context.log.info)
 
     def __enter__(self) -> RunReporter:
         self._ticker = threading.Thread(target=self._tick_until_stopped, name="incsync-run-reporter", daemon=True)
@@ -113,10 +116,14 @@ class RunReporter:
             self.tick()
 
     def committed(self, request: TransferRequest, commit: Commit, materialization: dg.AssetMaterialization, *,
-                  last_of_commit: bool) -> None:
-        """A window landed: handed over, reported with its commit's other windows by the next tick."""
+                  last_of_commit: bool, line: str | None = None) -> None:
+        """A window landed: handed over, reported with its commit's other windows by the next tick, and
+        ``line`` with them in the run's log (each line is an event of its own in the event log: written
+        by the publish thread, the others waited for it)."""
         key = request.partition.key
         with self._state:
+            if line is not None:
+                self._lines.append(line)
             span = self._spans.pop(key, None)
             if span is not None:
                 span.waiting.pop(key, None)
@@ -175,6 +182,10 @@ class RunReporter:
         return ready
 
     def _send(self, materialized: list[dg.AssetMaterialization], planned: list[str]) -> None:
+        with self._state:
+            lines, self._lines = self._lines, []
+        for line in lines:
+            self._log(line)
         if materialized:
             self._materialized(materialized)
         if planned:

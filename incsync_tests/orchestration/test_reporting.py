@@ -189,3 +189,18 @@ def test_with_no_threshold_every_span_is_planned_as_it_starts() -> None:
     _commit(reporter, acme, "t1")
     reporter.flush()
     assert log.events == [*[("planned", _key(r)) for r in acme], *[("materialized", _key(r)) for r in acme]]
+
+
+def test_a_commits_line_goes_to_the_run_log_with_its_windows_not_from_the_publish_thread() -> None:
+    log, clock, lines = _Log(), _Clock(), []
+    reporter = RunReporter(log.materialized, log.planned, interval=3600, in_progress_after=60, clock=clock, log=lines.append)
+    acme = _requests("acme", 2)
+    reporter.started(acme)
+    reporter.committed(acme[0], ("acme", "t1", None), dg.AssetMaterialization(asset_key=ASSET, partition=_key(acme[0])),
+                       last_of_commit=False, line="transfer t1 committed 5 rows of recipient acme")
+    reporter.committed(acme[1], ("acme", "t1", None), dg.AssetMaterialization(asset_key=ASSET, partition=_key(acme[1])),
+                       last_of_commit=True)
+    assert lines == []  # handed over only
+    reporter.tick()
+    assert lines == ["transfer t1 committed 5 rows of recipient acme"]
+    assert log.batches == [[_key(r) for r in acme]]
