@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from datetime import datetime
 
 import dagster as dg
@@ -34,8 +35,15 @@ ROW_COUNT = "dagster/row_count"
 HORIZON_HELD_BACK_SECONDS = HELD_BACK_SECONDS  # the horizon's keys are defined once, in incsync.core.horizon
 
 
+# A backfill's windows repeat the same values (the same window starts for every recipient, zeros, one
+# destination name, one transfer id per commit): metadata values are immutable, so each is built once.
+@functools.lru_cache(maxsize=8192)
 def _ts(iso: str) -> dg.MetadataValue:
     return dg.MetadataValue.timestamp(datetime.fromisoformat(iso))
+
+
+_int = functools.lru_cache(maxsize=4096)(dg.MetadataValue.int)
+_text = functools.lru_cache(maxsize=4096)(dg.MetadataValue.text)
 
 
 def transfer_metadata(outcome: TransferOutcome, *, destination: str, path: str | None = None) -> dict[str, dg.MetadataValue]:
@@ -50,27 +58,27 @@ def transfer_metadata(outcome: TransferOutcome, *, destination: str, path: str |
     hw = record.high_watermark
     hw_epoch = high_watermark_epoch(record)
     metadata: dict[str, dg.MetadataValue] = {
-        ROWS_TRANSFERRED: dg.MetadataValue.int(record.rows_transferred),
-        DELTA_ROWS_TRANSFERRED: dg.MetadataValue.int(record.delta_rows_transferred),
+        ROWS_TRANSFERRED: _int(record.rows_transferred),
+        DELTA_ROWS_TRANSFERRED: _int(record.delta_rows_transferred),
         HIGH_WATERMARK: dg.MetadataValue.timestamp(hw) if hw is not None else dg.MetadataValue.null(),
-        HIGH_WATERMARK_EPOCH: dg.MetadataValue.int(hw_epoch) if hw_epoch is not None else dg.MetadataValue.null(),
+        HIGH_WATERMARK_EPOCH: _int(hw_epoch) if hw_epoch is not None else dg.MetadataValue.null(),
     }
     if detailed:
         metadata[HIGH_WATERMARK_EXACT] = dg.MetadataValue.text(hw.isoformat()) if hw is not None else dg.MetadataValue.null()
-        metadata[ROW_COUNT] = dg.MetadataValue.int(record.rows_transferred)
+        metadata[ROW_COUNT] = _int(record.rows_transferred)
     metadata.update({
         WINDOW_START: _ts(record.window_start),
         WINDOW_END: _ts(record.window_end),
         LOWER_BOUND: _ts(record.lower_bound),
         UPPER_BOUND: _ts(record.upper_bound),
-        LOOKBACK_SECONDS: dg.MetadataValue.int(record.lookback_seconds),
-        TRANSFER_ID: dg.MetadataValue.text(record.transfer_id),
-        TRANSFER_TYPE: dg.MetadataValue.text(record.transfer_type),
-        DESTINATION: dg.MetadataValue.text(destination),
+        LOOKBACK_SECONDS: _int(record.lookback_seconds),
+        TRANSFER_ID: _text(record.transfer_id),
+        TRANSFER_TYPE: _text(record.transfer_type),
+        DESTINATION: _text(destination),
     })
     if detailed:
         metadata[RECIPIENT] = dg.MetadataValue.text(record.recipient_id)
-    metadata[STAGED_BYTES] = dg.MetadataValue.int(outcome.staged_bytes)
+    metadata[STAGED_BYTES] = _int(outcome.staged_bytes)
     metadata[DURATION_SECONDS] = dg.MetadataValue.float(round(outcome.duration_seconds, 3))
     if path and detailed:
         metadata[DESTINATION_PATH] = dg.MetadataValue.path(path)
@@ -79,7 +87,7 @@ def transfer_metadata(outcome: TransferOutcome, *, destination: str, path: str |
             dg.TableSchema(columns=[dg.TableColumn(name=name, type=kind) for name, kind in outcome.columns])
         )
     if outcome.windows_in_transfer > 1:
-        metadata[TRANSFER_WINDOWS] = dg.MetadataValue.int(outcome.windows_in_transfer)
+        metadata[TRANSFER_WINDOWS] = _int(outcome.windows_in_transfer)
     if outcome.batch:
         metadata[TRANSFER_BATCH] = dg.MetadataValue.text(outcome.batch)
     if outcome.full_refresh_reason:
