@@ -23,14 +23,15 @@ class _Compose(Exception):
     """A document the event reader leaves to PyYAML's composer (anchors, complex keys, several documents)."""
 
 
-def node_lines(text: str) -> dict[str, int]:
-    """Every path of the document -> its 1-based line (a key's own line for mappings).
+def node_lines(text: str, roots: set[str] | None = None) -> dict[str, int]:
+    """Every path of the document -> its 1-based line (a key's own line for mappings); with ``roots``,
+    only the paths under those top-level keys (a warning about a source need not map 10,000 recipients).
 
     Named items are reachable by name too (``recipients[acme].destination``); where a path could mean
     two places, the first one in the file wins.
     """
     try:
-        root = _read_events(text)
+        root = _read_events(text, roots)
     except _Compose:
         try:
             root = _from_composed(yaml.compose(text, Loader=_LOADER))
@@ -41,14 +42,29 @@ def node_lines(text: str) -> dict[str, int]:
     return _walk(root) if root is not None else {}
 
 
-def _read_events(text: str) -> _Node | None:
+def _read_events(text: str, roots: set[str] | None = None) -> _Node | None:
     """The document's nodes from PyYAML's parser events: what ``yaml.compose`` gives, without resolving
-    every scalar's tag in Python (a tenth of the time)."""
+    every scalar's tag in Python (a tenth of the time). A top-level key outside ``roots`` keeps its own
+    line, and its value is skipped."""
     stack: list[list[Any]] = []  # [kind, line, children, pending key or None]
     root: _Node | None = None
     documents = 0
+    skipping = 0  # the nesting depth inside a skipped top-level value
     for event in yaml.parse(text, Loader=_LOADER):
         kind = type(event)
+        if skipping:
+            if kind is yaml.MappingStartEvent or kind is yaml.SequenceStartEvent:
+                skipping += 1
+            elif kind is yaml.MappingEndEvent or kind is yaml.SequenceEndEvent:
+                skipping -= 1
+                if not skipping:
+                    key, stack[0][3] = stack[0][3], None
+                    stack[0][2].append((key[1], key[2], ("scalar", key[1], None)))
+            continue
+        if (roots is not None and len(stack) == 1 and stack[0][0] == "map" and stack[0][3] is not None
+                and (kind is yaml.MappingStartEvent or kind is yaml.SequenceStartEvent) and str(stack[0][3][2]) not in roots):
+            skipping = 1
+            continue
         if kind is yaml.ScalarEvent:
             if event.anchor is not None:
                 raise _Compose
@@ -180,5 +196,12 @@ def problem_lines(text: str, problems: list[str]) -> list[int | None]:
     """The line of each problem (the file is not read again when there is none)."""
     if not problems:
         return []
-    lines = node_lines(text)
+    roots: set[str] | None = set()
+    for problem in problems:
+        match = _PATH.match(problem)
+        if match is None:
+            roots = None
+            break
+        roots.add(re.split(r"[.\[]", match.group(1), maxsplit=1)[0])
+    lines = node_lines(text, roots)
     return [problem_line(p, lines) for p in problems]

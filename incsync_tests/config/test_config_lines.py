@@ -80,3 +80,27 @@ def test_named_items_are_found_by_name_and_by_index() -> None:
     shown = [text.splitlines()[n - 1].strip() if n else None for n in problem_lines(text, problems)]
     recipient = "- {id: acme-00002, id_in_provider_system: org_2, destination: acme-00002_delta, tags: {tier: bronze}}"
     assert shown == [recipient, recipient, "- {name: acme-00001_delta, kind: delta, path: ./out/acme-00001}", None]
+
+
+def test_problems_map_only_the_top_level_sections_they_name() -> None:
+    """A warning about a source does not walk 10,000 recipients: only its section is mapped, and the
+    other sections' keys keep their lines."""
+    text = (
+        "sources:\n"
+        "  - name: app\n"
+        "    password_env: APP_PW\n"
+        "recipients:\n"
+        "  - {id: acme, destination: lake}\n"
+        "  - id: globex\n"
+        "    destination: lake\n"
+        "models:\n"
+        "  - model_name: orders\n"
+    )
+    assert node_lines(text, {"sources"}) == {
+        "sources": 1, "sources[0]": 2, "sources[0].name": 2, "sources[0].password_env": 3,
+        "sources[app]": 2, "sources.app": 2, "sources[app].name": 2, "sources[app].password_env": 3,
+        "recipients": 4, "models": 8,
+    }
+    assert problem_lines(text, ["sources[0].password_env: variable APP_PW is not set here",
+                                "recipients[globex].destination: unknown"]) == [3, 7]
+    assert problem_lines(text, ["models[orders]: no primary key"]) == [9]
