@@ -15,7 +15,7 @@ from dagster._core.events import JobFailureData, RunFailureReason
 from dagster._core.storage import tags as _tags
 
 from incsync.orchestration.dagster_compat.events import MaterializationRows
-from incsync.orchestration.dagster_compat.postgres import store_planned_on_postgres, store_rows_on_postgres
+from incsync.orchestration.dagster_compat.postgres import is_postgres_event_log, store_planned_on_postgres, store_rows_on_postgres
 from incsync.orchestration.dagster_compat.sqlite import (  # re-exported: the one compat module
     EVENT_BATCH_ENV_VAR,
     EVENT_BATCH_SIZE,
@@ -139,7 +139,7 @@ def materialization_reporter(context: dg.OutputContext) -> Callable[[Sequence[dg
     step = context.step_context
     storage = step.instance.event_log_storage
     store = getattr(storage, "store_materialization_rows", None)
-    if store is None and _is_postgres(storage):
+    if store is None and is_postgres_event_log(storage):
         def store(rows: list[dict[str, Any]], last: Any) -> None:
             store_rows_on_postgres(storage, rows, last)
     if store is None:
@@ -158,14 +158,6 @@ def materialization_reporter(context: dg.OutputContext) -> Callable[[Sequence[dg
 
 
 _ROWS_PER_INSERT = 1000
-
-
-def _is_postgres(storage: Any) -> bool:
-    try:
-        from dagster_postgres.event_log.event_log import PostgresEventLogStorage
-    except ImportError:
-        return False
-    return isinstance(storage, PostgresEventLogStorage)
 
 
 def report_materialized(context: dg.OutputContext, materializations: Sequence[dg.AssetMaterialization]) -> None:

@@ -10,18 +10,23 @@ from typing import Any
 import dagster as dg
 
 
+def is_postgres_event_log(storage: Any) -> bool:
+    """Whether ``storage`` is dagster-postgres' event log (False when dagster-postgres is not installed)."""
+    try:
+        from dagster_postgres.event_log.event_log import PostgresEventLogStorage
+    except ImportError:
+        return False
+    return isinstance(storage, PostgresEventLogStorage)
+
+
 def store_planned_on_postgres(instance: dg.DagsterInstance, run_id: str, events: Sequence[Any]) -> bool:
     """Store planned events as one batch on dagster-postgres' event log, the way it stores a batch of
     materializations (``PostgresEventLogStorage.store_event_batch``): one multi-row insert, the
     partitions' tags, the asset's row from the last event. Its own ``store_event_batch`` stores planned
     events one at a time, each on a new connection (25-29 ms apiece, benchmark of November 2026), so a
     slow span of 695 windows cost 17 s. False when the storage is not dagster-postgres'."""
-    try:
-        from dagster_postgres.event_log.event_log import PostgresEventLogStorage
-    except ImportError:
-        return False
     storage = instance.event_log_storage
-    if not isinstance(storage, PostgresEventLogStorage):
+    if not is_postgres_event_log(storage):
         return False
     from dagster._core.events.log import EventLogEntry
     from dagster._core.storage.event_log.schema import SqlEventLogStorageTable
