@@ -400,6 +400,13 @@ class Bench:
             self.done_with(config)
 
 
+def settle(admin: psycopg.Connection) -> None:
+    """Write the previous tool's dirty pages out before the next tool is timed: without it, the tool that
+    follows dlt's (or incsync's) large load pays for that load's checkpoint (PostgreSQL-destination figures
+    varied 82-191 s by order alone, session 10)."""
+    admin.execute("CHECKPOINT")
+
+
 def summarize(samples: list[Sample], sizes: dict[str, int]) -> list[str]:
     """The results table, one line per (workload, destination, tool, instance), with ratios to dlt."""
     groups: dict[tuple[str, str, str, str], list[Sample]] = {}
@@ -497,11 +504,13 @@ def main() -> None:
             for destination in destinations:
                 for tool in tools:
                     for kind in each(tool):
+                        settle(admin)
                         bench.a_and_b(destination, tool, kind, rep, args.tenant_rows)
         for rep in range(args.c_repeat if "C" in workloads else 0):
             for destination in destinations:
                 for tool in c_tools:
                     for kind in each(tool):
+                        settle(admin)
                         bench.c(destination, tool, kind, rep, sizes)
     finally:
         if server is not None:
