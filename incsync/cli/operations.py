@@ -1,5 +1,6 @@
-"""Commands that set up and look after where incsync runs: `janitor` (object-storage files no manifest
-lists), `dagster-yaml` (run concurrency limits), `spark-server` (a warm Spark Connect server) and `demo`."""
+"""Commands that set up and look after where incsync runs: `maintain` (compaction and vacuum), `janitor`
+(object-storage files no manifest lists), `dagster-yaml` (run concurrency limits), `spark-server` (a warm
+Spark Connect server) and `demo`."""
 
 from __future__ import annotations
 
@@ -71,4 +72,28 @@ def cmd_spark_server(args: argparse.Namespace) -> int:
         pass
     finally:
         stop_server(process)
+    return 0
+
+
+def cmd_maintain(args: argparse.Namespace) -> int:
+    """Compact and vacuum the destinations now (what the `incsync_maintenance` schedule runs)."""
+    from incsync.config.load import load_config
+    from incsync.orchestration.instance import dagster_instance
+    from incsync.orchestration.maintenance import maintain_destinations, summary
+
+    file = config_path(args.config)
+    config = load_config(file)
+    done = []
+    for result in maintain_destinations(config, instance=dagster_instance(file), dry_run=args.dry_run,
+                                        destination=args.destination, model=args.model):
+        print(result.line(), flush=True)
+        done.append(result)
+    totals = summary(done)
+    verb = "would free" if args.dry_run else "freed"
+    freed = totals["bytes_stored_before"] - totals["bytes_stored_after"]
+    print(f"{totals['tables']} table(s) maintained ({totals['tables_skipped']} skipped): "
+          f"{totals['files_compacted']} file(s) compacted, {totals['files_vacuumed']} vacuumed, "
+          f"{verb} {freed / 1e6:.1f} MB" if not args.dry_run else
+          f"{totals['tables']} table(s) looked at (dry run): {totals['files_compacted']} file(s) smaller than the target size, "
+          f"{totals['files_vacuumed']} file(s) to vacuum")
     return 0

@@ -97,6 +97,8 @@ def cross_check_problems(cfg: IncsyncConfig) -> list[str]:
         if not is_valid_cron(m.frequency):
             problems.append(f'{where}.frequency: "{m.frequency}" is not a cron expression (e.g. "*/15 * * * *")')
 
+    if not is_valid_cron(cfg.maintenance.frequency):
+        problems.append(f'maintenance.frequency: "{cfg.maintenance.frequency}" is not a cron expression (e.g. "0 3 * * *")')
     destination_names = [d.name for d in cfg.destinations]
     kinds = {d.name: d.kind for d in cfg.destinations}
     users: dict[str, list[str]] = {}

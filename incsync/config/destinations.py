@@ -28,6 +28,12 @@ class DeltaDestinationConfig(StrictModel):
         description="Bytes per data file (delta.targetFileSize), set when the table is created: many files let "
         "a MERGE rewrite only those holding changed keys.",
     )
+    retention_hours: int = Field(
+        default=168, ge=0,
+        description="`incsync maintain` keeps the files an older table version still reads for this long after a "
+        "later commit replaced them (Delta's default, 7 days): a reader of any version younger than that never "
+        "fails; files older than that are deleted (vacuum).",
+    )
 
 
 class PostgresDestinationConfig(StrictModel):

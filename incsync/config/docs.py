@@ -12,7 +12,7 @@ from typing import Any
 from pydantic import BaseModel
 from pydantic_core import PydanticUndefined
 
-from incsync.config.model import IncsyncConfig, ModelConfig, RecipientConfig, RecipientsFromConfig
+from incsync.config.model import IncsyncConfig, MaintenanceConfig, ModelConfig, RecipientConfig, RecipientsFromConfig
 from incsync.config.destinations import DeltaDestinationConfig, ObjectStorageDestinationConfig, PostgresDestinationConfig
 from incsync.config.sources import JdbcSourceConfig, LakeSourceConfig
 
@@ -24,6 +24,7 @@ SECTIONS: list[tuple[str, str, list[type[BaseModel]]]] = [
     ("models", "One entry per shared table.", [ModelConfig]),
     ("recipients", "One entry per customer.", [RecipientConfig]),
     ("recipients_from", "Recipients kept in a PostgreSQL table, beside those of the file.", [RecipientsFromConfig]),
+    ("maintenance", "Compaction, vacuum and log checkpoints of the destinations (docs/maintenance.md).", [MaintenanceConfig]),
 ]
 
 

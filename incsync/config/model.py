@@ -158,6 +158,21 @@ class RecipientsFromConfig(StrictModel):
     refresh_seconds: int = Field(default=30, ge=0, description="Read the table again after this long (0: every time).")
 
 
+class MaintenanceConfig(StrictModel):
+    """When ``incsync maintain`` runs on its own: compaction, vacuum and log checkpoints of the destinations."""
+
+    frequency: str = Field(
+        default="0 3 * * *",
+        description="Cron of the `incsync_maintenance` schedule (Dagster), which maintains every destination of "
+        "an enabled recipient; `incsync maintain` runs the same from the command line.",
+    )
+    compact: bool = Field(
+        default=True,
+        description="Rewrite a Delta table's small files (the many small commits of frequent syncs) into files of "
+        "its `target_file_size`, keeping their key order; off: vacuum and checkpoints only.",
+    )
+
+
 class RetryPolicy(StrictModel):
     """How often a source read or a destination publish is tried when it fails with a transient error."""
 
@@ -209,6 +224,11 @@ class IncsyncConfig(StrictModel):
         "the run reads them with one query and publishes each recipient's rows to its own destination.",
     )
     spark: dict[str, str] = Field(default_factory=dict, description="Extra Spark settings (spark.master, ...).")
+    maintenance: MaintenanceConfig = Field(
+        default_factory=MaintenanceConfig,
+        description="Keeping the destinations' storage bounded: `maintenance: {frequency: \"0 3 * * *\"}` "
+        "(docs/maintenance.md).",
+    )
     retries: RetryPolicy = Field(
         default_factory=RetryPolicy,
         description="Retries of source reads and destination publishes that fail with a transient error "

@@ -6,6 +6,7 @@ import json
 from abc import ABC, abstractmethod
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
+from typing import Any
 
 import pyarrow as pa
 
@@ -85,6 +86,7 @@ class Destination(ABC):
 
     kind: str
     name: str
+    maintained = False  # whether ``maintain`` has anything to do
 
     @abstractmethod
     def read_state(self, *, model: ModelConfig, recipient: RecipientConfig) -> DestinationState:
@@ -107,6 +109,12 @@ class Destination(ABC):
         record's rows replace the destination's rows of the same keys. ``removals`` go in the same commit.
         Raises LeaseError when the state moved since ``expected`` was read.
         """
+
+    def maintain(self, models: list[ModelConfig], *, compact: bool, dry_run: bool) -> list[Any]:
+        """Compact and vacuum what the models' copies occupy here (``incsync maintain``); a list of
+        ``Maintained``, one per table or prefix. Nothing to do by default: a PostgreSQL server reclaims
+        the space of updated rows itself (autovacuum)."""
+        return []
 
     def transfer_ownership(self, *, model: ModelConfig, recipient: RecipientConfig, reason: str) -> object | None:
         """Stamp ``recipient`` as the owner of the model's table or prefix (an explicit move, logged in the

@@ -78,13 +78,16 @@ def build_definitions(path: str | os.PathLike[str] | None = None) -> dg.Definiti
     status = dg.DefaultScheduleStatus.RUNNING if automation_running() else dg.DefaultScheduleStatus.STOPPED
     schedules = [*schedules, *(build_check_schedule(m, default_status=status) for m in config.models
                                if m.integrity_check == "schedule")]
+    from incsync.orchestration.maintenance import build_maintenance_schedule, maintenance_job
+
+    schedules.append(build_maintenance_schedule(config, default_status=status))
     return dg.Definitions(
         assets=[*source_specs(config), *(build_model_asset(config, m) for m in config.models)],
         asset_checks=[build_integrity_check(m) for m in config.models],
         resources=resources,
         sensors=sensors,
         schedules=schedules,
-        jobs=list(jobs.values()),
+        jobs=[*jobs.values(), maintenance_job],
         # One process per run: its Spark session serves every model and partition of the run.
         executor=dg.in_process_executor,
     )

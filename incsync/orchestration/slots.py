@@ -49,8 +49,7 @@ def run_slots(*, model: str, destinations: Sequence[Any], sources: Sequence[Any]
     """
     slots = {Slot(0, f"model_destination:{model}@{d.name}", 1, f"model {model} → destination {d.name} (one transfer at a time)")
              for d in destinations if d.max_concurrent_transfers > 1}
-    slots |= {Slot(1, f"destination:{d.name}", d.max_concurrent_transfers,
-                   f"destination {d.name} (max_concurrent_transfers {d.max_concurrent_transfers})") for d in destinations}
+    slots |= {destination_slot(d) for d in destinations}
     slots |= {Slot(2, f"source:{s.name}", s.max_concurrent_transfers,
                    f"source {s.name} (max_concurrent_transfers {s.max_concurrent_transfers})") for s in sources}
     return sorted(slots)
@@ -170,6 +169,33 @@ def holding(
                     notify(f"waiting: {slot.what} is taken by {held}; this transfer starts when it is free")
                 time.sleep(poll)
         yield
+
+
+@contextmanager
+def holding_all(
+    slot: Slot, backend: Backend, *, holder: str, notify: Callable[[str], None], poll: float = POLL_SECONDS
+) -> Iterator[None]:
+    """Take every one of ``slot``'s ``limit`` places (in order), so no transfer holds it meanwhile; a
+    transfer holding one finishes first (it waits for nothing this holds), then this goes on. The
+    caller closes ``backend``."""
+    with ExitStack() as stack:
+        for index in range(slot.limit):
+            waited_since = None
+            while (handle := backend.try_take(slot.key, index, holder)) is None:
+                if waited_since is None:
+                    waited_since = time.monotonic()
+                    held = ", ".join(backend.holders(slot.key, slot.limit)) or "a transfer"
+                    notify(f"waiting: {slot.what} is taken by {held}; maintenance starts when it is free")
+                time.sleep(poll)
+            stack.callback(backend.release, handle)
+        yield
+
+
+def destination_slot(destination: Any) -> Slot:
+    """The slot every transfer publishing to ``destination`` takes one place of."""
+    limit = destination.max_concurrent_transfers
+    return Slot(1, f"destination:{destination.name}", limit,
+                f"destination {destination.name} (max_concurrent_transfers {limit})")
 
 
 def instance_backend(instance: Any, holder: str) -> Backend:

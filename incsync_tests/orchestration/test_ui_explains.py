@@ -31,8 +31,9 @@ def test_assets_and_jobs_say_what_they_are(tmp_path: Path) -> None:
     assert model.tags == {"dagster/kind/spark": "", "dagster/kind/delta": ""}
     assert model.metadata["last_modified_column"] == "updated_at"
     assert "orders" in {job.name for job in defs.resolve_all_job_defs()}
-    [schedule] = list(defs.schedules)
-    assert schedule.job_name == "orders"  # scheduled runs are named after the model too
+    schedules = {s.name: s.job_name for s in defs.schedules}
+    assert schedules == {"incsync_orders_schedule": "orders", "incsync_maintenance_schedule": "incsync_maintenance"}
+    # scheduled runs are named after the model too
 
 
 def test_a_composite_primary_key_reads_as_its_column_names(tmp_path: Path) -> None:

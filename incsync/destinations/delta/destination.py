@@ -29,7 +29,9 @@ from incsync.destinations.base import (
     reset_reason,
 )
 from incsync.destinations.delta.batch import batch_reader
+from incsync.destinations.delta.maintain import maintain_table
 from incsync.destinations.delta.merge import merge, merge_fixes
+from incsync.destinations.maintenance import Maintained
 from incsync.destinations.delta.rewrite import rewrite
 from incsync.destinations.delta.state import RECORD_KEY, find_record, transactions
 from incsync.destinations.delta.state import app_id as delta_app_id
@@ -64,6 +66,7 @@ class DeltaDestination(Destination):
     """Table ``<path>/<model_name>`` holds one recipient's copy of one model."""
 
     kind = "delta"
+    maintained = True
 
     def __init__(self, config: DeltaDestinationConfig):
         self.config = config
@@ -176,6 +179,19 @@ class DeltaDestination(Destination):
             f"{where}: {path} changed under {PUBLISH_ATTEMPTS} publish "
             "attempts in a row; nothing was published. Lower the destination's concurrency or re-run the window."
         )
+
+    def maintain(self, models: list[ModelConfig], *, compact: bool, dry_run: bool) -> list[Maintained]:
+        """Compaction, vacuum past ``retention_hours`` and a checkpoint of each model's table (``delta.maintain``)."""
+        done = []
+        for model in models:
+            path = self.table_path(model)
+            dt = self._table_at(path)
+            if dt is None:
+                continue
+            done.append(maintain_table(dt, destination=self.name, path=path, storage_options=self.storage_options,
+                                       target_file_size=self.config.target_file_size,
+                                       retention_hours=self.config.retention_hours, compact=compact, dry_run=dry_run))
+        return done
 
     def _layout(self) -> dict[str, str | None]:
         """Table properties of a new table: files small enough that a MERGE rewrites only a few of them."""

@@ -59,6 +59,7 @@ class ObjectStorageDestination(Destination):
     """Parquet + manifests under a prefix: a local folder, ``file://`` or an object store (``s3://``, ...)."""
 
     kind = "object_storage"
+    maintained = True
 
     def __init__(self, config: ObjectStorageDestinationConfig):
         self.config = config
@@ -192,6 +193,16 @@ class ObjectStorageDestination(Destination):
         history.append({"owner": json.loads(owner.to_json()), "previous": json.loads(previous.to_json()) if previous else None,
                         "reason": reason, "at": now_iso()})
         self.store.write(path, json.dumps({**json.loads(owner.to_json()), "history": history}, indent=1))
+
+    def maintain(self, models: list[ModelConfig], *, compact: bool, dry_run: bool) -> list[object]:
+        """The janitor's pass over the prefix: data files no manifest lists (a crashed transfer's), and
+        stale temporary files, once older than its grace period. Manifested files stay: readers may start
+        from any manifest."""
+        from incsync.destinations.maintenance import Maintained
+        from incsync.destinations.object_storage.janitor import janitor
+
+        removed = janitor(self.store, dry_run=dry_run)
+        return [Maintained(destination=self.name, table=self.root, files_vacuumed=len(removed), dry_run=dry_run)]
 
     def transfer_ownership(self, *, model: ModelConfig, recipient: RecipientConfig, reason: str) -> Owner | None:
         with self.log.lock(model.model_name, recipient.id):
