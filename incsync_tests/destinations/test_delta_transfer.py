@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import time
-
 from pathlib import Path
 
 import dagster as dg
+import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
 
@@ -95,6 +95,11 @@ def test_first_window_exact_rows_and_metadata(project: Path, dagster_instance) -
         "delta_table_version": 1,  # version 0 is the owner stamp's commit
         "delta_table_path": str(project.parent / "out" / "acme" / "orders"),
         "destination_owner": "acme",
+        "delta_files_removed": 0,  # the first transfer rewrites nothing; its one file is all it adds
+        "delta_bytes_removed": 0,
+        "delta_files_added": 1,
+        "delta_bytes_added": sum(pa.table(DeltaTable(str(project.parent / "out" / "acme" / "orders")).get_add_actions())
+                                 .column("size_bytes").to_pylist()),
         "horizon": "lookback-only",
         "horizon_held_back_seconds": 0.0,
         "future_dated_rows": 0,

@@ -112,6 +112,8 @@ def test_maintenance_bounds_storage_and_keeps_every_version_inside_the_retention
     after = arrow_transfer.run(config, "2024-01-01", scheduled=True)
     assert after.record.delta_rows_transferred == 3 and target.state().last_transfer == after.record
     assert _rewritten(table, int(after.destination_metadata["delta_table_version"])) <= 2
+    assert after.destination_metadata["delta_files_removed"] == _rewritten(table, int(after.destination_metadata["delta_table_version"]))
+    assert 0 < after.destination_metadata["delta_bytes_removed"] < _live(table) / 2
 
 
 def test_maintenance_waits_for_the_transfer_that_holds_the_destination(synced, dagster_instance) -> None:

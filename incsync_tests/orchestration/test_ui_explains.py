@@ -124,6 +124,10 @@ def test_the_asset_page_in_a_browser_shows_the_lineage_names_and_a_partitions_me
         "delta_table_version": "1",
         "delta_table_path": path,
         "destination_owner": "acme",
+        "delta_files_removed": "0",  # the first transfer rewrites nothing
+        "delta_bytes_removed": "0",
+        "delta_files_added": "1",
+        "delta_bytes_added": str(recorded_metadata["delta_bytes_added"].value),
     }
     assert metadata == expected, shown
     assert list(metadata) == list(expected)  # in the order the transfer recorded them

@@ -29,7 +29,7 @@ from incsync.destinations.base import (
     reset_reason,
 )
 from incsync.destinations.delta.batch import batch_reader
-from incsync.destinations.delta.maintain import maintain_table
+from incsync.destinations.delta.maintain import file_sizes, maintain_table, rewritten
 from incsync.destinations.delta.merge import merge, merge_fixes
 from incsync.destinations.maintenance import Maintained
 from incsync.destinations.delta.rewrite import rewrite
@@ -148,6 +148,7 @@ class DeltaDestination(Destination):
                 custom_metadata={RECORD_KEY: record.to_json()},
                 app_transactions=transactions(record, commit_version=dt.version() + 1), max_commit_retries=0,
             )
+            files_before = file_sizes(dt)
             try:
                 if dt.version() == 0 and not refresh and not dt.file_uris():
                     write_deltalake(dt, batch_reader(batch), mode="append", commit_properties=props)  # the stamped, empty table
@@ -173,8 +174,9 @@ class DeltaDestination(Destination):
                 ) from exc
             # A full refresh overwrites the schema: columns the source dropped are gone, not kept.
             applied = replace(change, dropped=()) if refresh else change
-            return {"delta_table_version": self._table_at(path).version(), "delta_table_path": path, OWNER_KEY: recipient.id,
-                    **change_metadata(change, applied, replaced=refresh)}
+            published = self._table_at(path)
+            return {"delta_table_version": published.version(), "delta_table_path": path, OWNER_KEY: recipient.id,
+                    **rewritten(files_before, file_sizes(published)), **change_metadata(change, applied, replaced=refresh)}
         raise LeaseError(
             f"{where}: {path} changed under {PUBLISH_ATTEMPTS} publish "
             "attempts in a row; nothing was published. Lower the destination's concurrency or re-run the window."

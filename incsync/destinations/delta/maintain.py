@@ -32,7 +32,7 @@ def maintain_table(
     retention_hours: int, compact: bool, dry_run: bool,
 ) -> Maintained:
     """One pass over the table ``dt`` (loaded at its newest version); ``dry_run`` changes nothing."""
-    before = _files(dt)
+    before = file_sizes(dt)
     stored_before = stored_bytes(path, storage_options)
     small = sum(1 for size in before.values() if size < target_file_size)
     if dry_run:
@@ -57,14 +57,22 @@ def maintain_table(
     vacuumed = dt.vacuum(retention_hours=retention_hours, dry_run=False, enforce_retention_duration=False)
     dt.create_checkpoint()
     dt.cleanup_metadata()
-    after = _files(dt)
+    after = file_sizes(dt)
     return Maintained(destination=destination, table=path, files_before=len(before), files_after=len(after),
                       files_compacted=compacted, files_vacuumed=len(vacuumed), bytes_live=sum(after.values()),
                       bytes_stored_before=stored_before, bytes_stored_after=stored_bytes(path, storage_options),
                       checkpoint_version=dt.version())
 
 
-def _files(dt: DeltaTable) -> dict[str, int]:
-    """The current version's data files and their sizes."""
+def file_sizes(dt: DeltaTable) -> dict[str, int]:
+    """The data files of the version ``dt`` is loaded at, and their sizes."""
     actions = pa.table(dt.get_add_actions(flatten=False)).select(["path", "size_bytes"]).to_pydict()
     return dict(zip(actions["path"], actions["size_bytes"], strict=True))
+
+
+def rewritten(before: dict[str, int], after: dict[str, int]) -> dict[str, int]:
+    """What a commit took out of the table and put in (``file_sizes`` before and after it): the metadata
+    that shows whether an incremental's rewrite followed its change."""
+    removed, added = before.keys() - after.keys(), after.keys() - before.keys()
+    return {"delta_files_removed": len(removed), "delta_bytes_removed": sum(before[f] for f in removed),
+            "delta_files_added": len(added), "delta_bytes_added": sum(after[f] for f in added)}
