@@ -33,13 +33,17 @@ def _config(root: Path, *, retention_hours: int | None = None) -> Path:
                        destinations=[destination])
 
 
+def _at(minute: int):
+    return ts(1, 8 + minute // 60, minute % 60)
+
+
 def _source(changed: dict[int, int], added: int = 0) -> list[dict]:
     """ROWS orders of org_1 on 2024-01-01 and ``added`` newer ones; ``changed``: id -> the minute (after
     08:00) it was last updated; the k-th added order came at minute k // 10 + 1 after 08:00 (the n-th
     incremental's changes and orders all at minute n)."""
-    return [*(order(i, "org_1", ts(1, 8, changed[i]) if i in changed else ts(1, 1), status="changed" if i in changed else "new")
+    return [*(order(i, "org_1", _at(changed[i]) if i in changed else ts(1, 1), status="changed" if i in changed else "new")
               for i in range(1, ROWS + 1)),
-            *(order(i, "org_1", ts(1, 8, changed[i]), status="changed") if i in changed else order(i, "org_1", ts(1, 8, k // 10 + 1))
+            *(order(i, "org_1", _at(changed[i]), status="changed") if i in changed else order(i, "org_1", ts(1, 8, k // 10 + 1))
               for k in range(added) for i in [ROWS + k + 1])]
 
 
@@ -114,6 +118,15 @@ def test_maintenance_bounds_storage_and_keeps_every_version_inside_the_retention
     assert _rewritten(table, int(after.destination_metadata["delta_table_version"])) <= 2
     assert after.destination_metadata["delta_files_removed"] == _rewritten(table, int(after.destination_metadata["delta_table_version"]))
     assert 0 < after.destination_metadata["delta_bytes_removed"] < _live(table) / 2
+
+    # And after a full refresh, which writes the keys in the order the source gives them, as the backfill did.
+    refresh = arrow_transfer.run(config, "2024-01-01", scheduled=False, full_refresh=True)
+    assert refresh.destination_metadata["delta_files_added"] >= 3  # target_file_size splits the table again
+    changed.update({ROWS + 299 - j: 61 for j in range(0, 150, 50)})
+    write_table(root / "src", "orders", _source(changed, added=300))
+    last = arrow_transfer.run(config, "2024-01-01", scheduled=True)
+    assert last.record.delta_rows_transferred == 3
+    assert 1 <= last.destination_metadata["delta_files_removed"] <= 2
 
 
 def test_maintenance_waits_for_the_transfer_that_holds_the_destination(synced, dagster_instance) -> None:
