@@ -19,6 +19,7 @@ from incsync.errors import ConfigError
 from incsync.orchestration.dagster_compat import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG
 from incsync.orchestration.definitions import build_definitions
 from incsync.orchestration.partitions import RECIPIENTS_PARTITIONS, partition_key
+from incsync.sources.jdbc.types import catalog_sql
 from incsync.sources.registry import build_source
 from incsync.core.bounds import Bounds
 from incsync_tests.jdbc_support import MariaDatabase, PgDatabase, jdbc_config, maria_database, mariadb_cli, pg_database
@@ -161,6 +162,26 @@ def test_a_source_query_reads_the_recipient_schema_and_validate_connects(vendor:
             if vendor == "mariadb":
                 for schema in names.values():
                     mariadb_cli(f"DROP DATABASE IF EXISTS `{schema}`")
+
+
+def test_mariadb_catalog_answers_for_the_exact_database_only() -> None:
+    """information_schema compares names case-insensitively; under lower_case_table_names=0 `BigCo` and
+    `bigco` are two databases, and the column types must come from the one read."""
+    suffix = uuid.uuid4().hex[:8]
+    exact, other = f"BigCo_{suffix}", f"bigco_{suffix}"
+    with maria_database() as db:
+        if db.execute("SELECT @@lower_case_table_names") != [["0"]]:
+            pytest.skip("the server folds database names (lower_case_table_names > 0): they are one database")
+        try:
+            _create(db, exact)
+            _create(db, other, scale=6)
+            rows = db.execute(catalog_sql("mariadb", f"`{exact}`.`orders`", [exact, "orders"]))
+            assert sorted(name for name, _ in rows) == sorted(
+                ["id", "organization_id", "status", "amount", "payload", "flag", "updated_at"])  # each once
+            assert dict(map(tuple, rows))["amount"] == "decimal(12,2)"
+        finally:
+            for schema in (exact, other):
+                mariadb_cli(f"DROP DATABASE IF EXISTS `{schema}`")
 
 
 def _config(vendor: str, schema: str, **model: object):
