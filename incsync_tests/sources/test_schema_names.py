@@ -164,6 +164,27 @@ def test_a_source_query_reads_the_recipient_schema_and_validate_connects(vendor:
                     mariadb_cli(f"DROP DATABASE IF EXISTS `{schema}`")
 
 
+def test_a_mariadb_database_named_with_a_question_mark_reads_through_source_table(spark, tmp_path: Path) -> None:
+    """The driver ends the URL's database at the first ``?``, so such a database stays out of the URL; a
+    source_table read names it in the query, and the horizon and verify's queries need no database."""
+    schema = f"who?what&x=1/{uuid.uuid4().hex[:8]}"
+    with maria_database() as db:
+        try:
+            _create(db, schema)
+            _insert(db, schema, [(1, "new", "1.50", ts(1, 1))])
+            recipients = [{"id": "acme", "id_in_provider_system": schema, "destination": "acme_delta"}]
+            path = jdbc_config(tmp_path, db, recipients=recipients, model={
+                "organization_column": None, "tenancy": "schema", "columns": COLUMNS})
+            config = load_config(path)
+            source, model, recipient = build_source(config.source("db")), config.model("orders"), config.recipients[0]
+            rows = source.read(spark, model=model, recipient=recipient, bounds=Bounds(
+                lower=ts(1), upper=ts(2), lookback_seconds=0, reason="test")).collect()
+            assert [(r["id"], r["status"], str(r["amount"])) for r in rows] == [(1, "new", "1.50")]
+            assert source.horizon(lambda: spark, model=model, recipient=recipient).mode == "transactions"
+        finally:
+            mariadb_cli(f"DROP DATABASE IF EXISTS `{schema}`")
+
+
 def test_mariadb_catalog_answers_for_the_exact_database_only() -> None:
     """information_schema compares names case-insensitively; under lower_case_table_names=0 `BigCo` and
     `bigco` are two databases, and the column types must come from the one read."""
