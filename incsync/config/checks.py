@@ -120,9 +120,27 @@ def cross_check_problems(cfg: IncsyncConfig) -> list[str]:
             problems.append(
                 f'recipients[{i}].destination: "{r.destination}" is not a configured destination; known: [{known}]'
             )
+    problems += _schema_name_problems(cfg)
     from incsync.spark.cluster import cluster_problems
 
     problems += cluster_problems(cfg.spark)
+    return problems
+
+
+def _schema_name_problems(cfg: IncsyncConfig) -> list[str]:
+    """Each recipient whose schema a schema-tenanted database model cannot read (one line per recipient)."""
+    from incsync.core.schema_names import schema_name_problem, shown
+
+    vendors = {s.name: getattr(s, "vendor", None) for s in cfg.sources}
+    tenanted = [m for m in cfg.models if m.tenancy == "schema" and vendors.get(m.source) in ("postgres", "mysql", "mariadb")]
+    problems = []
+    for i, r in enumerate(cfg.recipients if tenanted else []):
+        for m in tenanted:
+            vendor = vendors[m.source]
+            if problem := schema_name_problem(vendor, r.id_in_provider_system, source_query=m.source_query is not None):  # type: ignore[arg-type]
+                problems.append(f'recipients[{i}].id_in_provider_system: schema {shown(r.id_in_provider_system)} of '
+                                f"schema-tenanted model {m.model_name} (source {m.source}, {vendor}) {problem}")
+                break
     return problems
 
 

@@ -28,6 +28,44 @@ SECTIONS: list[tuple[str, str, list[type[BaseModel]]]] = [
 ]
 
 
+NAMES = """## Names: how incsync quotes them
+
+Tables, schemas and columns are used exactly as written and always quoted in the SQL incsync builds:
+`"..."` on PostgreSQL, `` `...` `` on MySQL/MariaDB, a quote character inside a name doubled. So upper
+case, spaces, dashes, dots, quotes and reserved words work, and nothing is folded: write a name as the
+database spells it (as `\\dn`, `\\dt` or `SHOW DATABASES` print it). On PostgreSQL, `BigCo` is the
+schema made by `CREATE SCHEMA "BigCo"`; `CREATE SCHEMA BigCo` makes `bigco`.
+
+- `source_table`: `table` or `schema.table`. A part that is not a plain word is quoted as database
+  tools print it: `public."Order Lines"`, `` `shop`.`order lines` ``.
+- Columns: any name but an empty one or one holding a control character, at most 128 characters.
+- Schema tenancy (`tenancy: schema`): each recipient's `id_in_provider_system` is its schema (on
+  MySQL/MariaDB, its database), read as `<schema>.<source_table>`, both quoted: `globex-eu`,
+  `Acme Corp`, `BigCo` and `o'brien` all work. Every query that names the schema quotes it: reads and
+  row counts, the column-type lookup in the catalog, the safe-horizon probe, `incsync verify`'s source
+  side, and `incsync validate --connect` with its drift check. A `source_query` names its tables
+  unqualified; they resolve in the recipient's schema (PostgreSQL: `search_path`, set to the quoted
+  name; MySQL/MariaDB: the JDBC URL's database, which the driver takes as written).
+- Refused, by `incsync validate` and again before any read, naming the recipient, the model and the fix:
+  schema names the database cannot hold, or holds as another name.
+  - Any database: an empty name, or one holding a NUL character.
+  - PostgreSQL: more than 63 bytes (PostgreSQL cuts a longer name to 63 bytes, so two such schemas would
+    be one).
+  - MySQL/MariaDB: more than 64 characters, a trailing space, or a character beyond the Basic
+    Multilingual Plane (an emoji): the server refuses these as database names. With a `source_query`,
+    also a `?`: the driver ends the URL's database at the first `?` (read such a database with
+    `source_table`, which names it in the query).
+- MySQL/MariaDB and `lower_case_table_names`: with `0` (the default on Linux) database and table names
+  are case-sensitive, so `BigCo` and `bigco` are two databases and each recipient reads exactly its own
+  (the catalog lookup compares names byte for byte). With `1` or `2` the server folds them to lower
+  case: `BigCo` then reads `bigco`, and two recipients whose schemas differ only in case read the same
+  database.
+- Lake sources: a recipient's schema is a folder, `<path>/<schema>/<table>`.
+- Source, destination and model names and recipient ids name folders, tables and partition keys, so they
+  keep to the patterns given in their fields above.
+"""
+
+
 def _type(annotation: Any) -> str:
     origin = typing.get_origin(annotation)
     args = typing.get_args(annotation)
@@ -102,4 +140,5 @@ def render() -> str:
                     description += f" ({constraints})"
                 lines.append(f"| `{key}` | {_type(field.annotation)} | {_default(field)} | {description} |")
             lines.append("")
+    lines.append(NAMES)
     return "\n".join(lines)

@@ -45,7 +45,8 @@ class ModelConfig(StrictModel):
     )
     tenancy: Literal["column", "schema"] = Field(
         default="column",
-        description="`column` (one table for all tenants, split by `organization_column`) or `schema` (one schema per tenant).",
+        description="`column` (one table for all tenants, split by `organization_column`) or `schema` (one schema per "
+        "tenant, named by each recipient's `id_in_provider_system`: any name the database holds, see Names below).",
     )
     last_modified_timezone: str | None = Field(
         default=None, description="IANA zone of a last-modified column stored without zone."
@@ -125,7 +126,8 @@ class RecipientConfig(StrictModel):
         description="Recipient id: letters, digits, _ and -; the recipient partition key.",
     )
     id_in_provider_system: str = Field(
-        description="The recipient's tenant value (organization_column) or schema name (tenancy: schema).",
+        description="The recipient's tenant value (organization_column) or schema name (tenancy: schema), exactly as "
+        "the database spells it (see Names below).",
     )
     destination: str = Field(description="Name of the destination holding its copy.")
     default_full_refresh_min_start_time_epoch: int | None = Field(

@@ -119,9 +119,12 @@ class _MySqlDialect(_Dialect):
     def url(self, url: str, schema: str | None) -> str:
         """``jdbc:mysql:`` so Spark picks its MySQL dialect (backquotes, DATETIME as timestamp_ntz);
         the MariaDB driver accepts it (3.x with ``permitMysqlScheme``). Schema tenancy: the
-        recipient's schema is the URL's database."""
+        recipient's schema is the URL's database, written as it is (the driver takes every character
+        up to the first ``?``, undecoded: ``/globex-eu``, ``/Acme Corp``), so a ``source_query``'s
+        unqualified tables resolve in it; a name holding a ``?`` cannot be written there, and a
+        ``source_table`` read names the schema in the query anyway (see ``schema_names``)."""
         url = re.sub(r"^jdbc:mariadb:", "jdbc:mysql:", url)
-        if schema:
+        if schema and "?" not in schema:
             url = re.sub(r"^(jdbc:mysql://[^/?]*)(/[^?]*)?", lambda m: f"{m.group(1)}/{schema}", url)
         if "permitMysqlScheme" not in url:
             url += ("&" if "?" in url else "?") + "permitMysqlScheme"

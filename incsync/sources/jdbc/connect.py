@@ -10,10 +10,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from incsync.config.model import ModelConfig, RecipientConfig
-from incsync.config.base import IDENTIFIER_RE
 from incsync.config.sources import JdbcSourceConfig
 from incsync.errors import ConfigError, SourceError
 from incsync.sources.jdbc.errors import root_cause, sanitize, url_without_query
+from incsync.core.schema_names import schema_name_problem, shown
 from incsync.core.vendor_sql import DRIVERS, dialect_for
 
 if TYPE_CHECKING:
@@ -40,16 +40,15 @@ class JdbcConnection:
         self.driver = DRIVERS[config.vendor]
 
     def schema_of(self, model: ModelConfig, recipient: RecipientConfig) -> str | None:
+        """The recipient's schema under schema tenancy, exactly as written (every use quotes it); None otherwise."""
         if model.tenancy != "schema":
             return None
         schema = recipient.id_in_provider_system
-        if not IDENTIFIER_RE.match(schema):
+        if problem := schema_name_problem(self.vendor, schema, source_query=model.source_query is not None):
             raise ConfigError(
                 "recipients",
-                [
-                    f'{recipient.id}.id_in_provider_system: "{schema}" names the schema of schema-tenanted model '
-                    f"{model.model_name}, so it must be a plain identifier (letters, digits, _)"
-                ],
+                [f"{recipient.id}.id_in_provider_system: schema {shown(schema)} of schema-tenanted model {model.model_name} "
+                 f"(source {self.config.name}, {self.vendor}) {problem}"],
             )
         return schema
 
@@ -101,9 +100,11 @@ class JdbcConnection:
         with psycopg.connect(
             **target, user=self.config.user, password=password.get_secret_value() if password else None,
             connect_timeout=10, autocommit=True, application_name="incsync",
-            options="-c default_transaction_read_only=on" + (f" -c search_path={self.dialect.ident(schema)}" if schema else ""),
+            options="-c default_transaction_read_only=on",
         ) as conn:
             conn.execute("SET TIME ZONE 'UTC'")
+            if schema:  # a statement, not a connection option: libpq's options would split a name at its spaces
+                conn.execute(f"SET search_path TO {self.dialect.ident(schema)}")
             yield conn
 
     def _error(self, exc: BaseException, *, what: str) -> SourceError:

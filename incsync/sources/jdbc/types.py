@@ -29,9 +29,13 @@ def catalog_sql(vendor: str, relation: str, parts: list[str]) -> str:
             f"WHERE a.attrelid = to_regclass({postgres_literal(relation)}) AND a.attnum > 0 AND NOT a.attisdropped"
         )
     schema = mysql_literal(parts[0]) if len(parts) > 1 else "DATABASE()"
+    table = mysql_literal(parts[-1])
+    # information_schema compares names case-insensitively; with lower_case_table_names=0 the server
+    # does not, so `BigCo` and `bigco` are two databases and only the exact one may answer.
     return (
         "SELECT COLUMN_NAME AS name, LOWER(COLUMN_TYPE) AS type FROM information_schema.COLUMNS "
-        f"WHERE TABLE_SCHEMA = {schema} AND TABLE_NAME = {mysql_literal(parts[-1])}"
+        f"WHERE TABLE_SCHEMA = {schema} AND TABLE_NAME = {table} AND (@@lower_case_table_names <> 0 "
+        f"OR BINARY TABLE_SCHEMA = BINARY {schema} AND BINARY TABLE_NAME = BINARY {table})"
     )
 
 
