@@ -24,6 +24,7 @@ from incsync.errors import IncsyncError, LeaseError, SourceError, StagingError
 from incsync.staging.batch import StagedBatch, filtered_batch
 from incsync.staging.folders import claim, remove, remove_stale_staging
 from incsync.staging.spark import stage, stage_by_tenant
+from incsync.transfer.errors import named_error
 from incsync.transfer.publish import publish_span
 from incsync.transfer.reads import Read, RunReads, open_span, plan_reads, reopen
 from incsync.transfer.request import OnCommit, OnStart, PreparedSpan, SpanFailure, TransferOutcome, TransferRequest
@@ -136,7 +137,7 @@ def _run_alone(
                 return [SpanFailure(rid, remaining, exc)]
             log.warning("%s (attempt %s of %s; starting over from the new state)", exc, attempt, LEASE_ATTEMPTS)
         except Exception as exc:  # noqa: BLE001 - one recipient's failure is reported, the others go on
-            return [SpanFailure(rid, _uncommitted(remaining, committed), exc)]
+            return [SpanFailure(rid, _uncommitted(remaining, committed), _named(exc, requests[0]))]
     raise AssertionError("unreachable")
 
 
@@ -198,7 +199,7 @@ def _publish_share(
                           on_commit=on_commit, committed=committed, on_start=on_start)
         return rest[0] if rest else None
     except Exception as exc:  # noqa: BLE001 - one recipient's failure is its own
-        return SpanFailure(span.first.recipient.id, _uncommitted(span.requests, committed), exc)
+        return SpanFailure(span.first.recipient.id, _uncommitted(span.requests, committed), _named(exc, span.first))
 
 
 def _in_parallel(prepared: Sequence[PreparedSpan], work) -> list[SpanFailure]:  # noqa: ANN001 - span -> failure(s)
@@ -218,6 +219,10 @@ def _isolable(exc: Exception, prepared: Sequence[PreparedSpan]) -> bool:
     """Whether reading each recipient alone may spare the others: not when the source itself failed (down,
     refused, or returned rows of no recipient) or staging cannot work, which alone reads would meet again."""
     return len(prepared) > 1 and transient_cause(exc) is None and not isinstance(exc, (SourceError, StagingError))
+
+
+def _named(exc: Exception, request: TransferRequest) -> Exception:
+    return named_error(exc, model=request.model.model_name, recipient=request.recipient.id)
 
 
 def _destination_limits(prepared: Sequence[PreparedSpan]) -> dict[str, threading.Semaphore]:

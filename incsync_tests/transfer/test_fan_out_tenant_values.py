@@ -18,6 +18,7 @@ from incsync.core.vendor_sql import mysql_literal
 from incsync.destinations.registry import build_destination
 from incsync.orchestration.io_manager import transfer_failure
 from incsync.sources.registry import build_source
+from incsync.transfer.errors import EngineError, named_error
 from incsync.transfer.execute import execute_requests
 from incsync.transfer.request import TransferRun
 from incsync_tests.jdbc_support import jdbc_config, maria_database, pg_database
@@ -124,3 +125,17 @@ def test_a_value_that_fails_the_shared_read_fails_only_its_recipient(
     assert "infinity" in message and "(key 2)" in message
     assert "Py4J" not in message and "java" not in message.lower()
     assert list((tmp_path / "staging").iterdir()) == []
+
+
+def test_an_engine_error_of_one_recipient_names_it_and_no_java_class(spark) -> None:
+    with pytest.raises(Exception) as parse:
+        spark._jvm.java.lang.Long.parseLong("org_1")  # a real Py4JJavaError (NumberFormatException)
+    with pytest.raises(Exception) as raised:
+        spark.sql("SELECT raise_error('tenant org_1: bad row') AS x").collect()
+    for caught, words in [(parse.value, 'For input string: "org_1"'), (raised.value, "tenant org_1: bad row")]:
+        error = named_error(caught, model="orders", recipient="acme")
+        assert isinstance(error, EngineError) and error.__cause__ is caught
+        assert str(error).startswith("model orders, recipient acme: Spark failed: ") and words in str(error)
+        assert "java" not in str(error).lower() and "Exception" not in str(error) and "error occurred while calling" not in str(error)
+    kept = ValueError("not Spark's")
+    assert named_error(kept, model="orders", recipient="acme") is kept
