@@ -21,6 +21,7 @@ from incsync.core.crashpoints import crash_point
 from incsync.core.lease import LEASE_ATTEMPTS
 from incsync.core.transfer_id import new_transfer_id
 from incsync.errors import IncsyncError, LeaseError, SourceError, StagingError
+from incsync.sources.jdbc.errors import root_cause
 from incsync.staging.batch import StagedBatch, filtered_batch
 from incsync.staging.folders import claim, remove, remove_stale_staging
 from incsync.staging.spark import stage, stage_by_tenant
@@ -28,7 +29,7 @@ from incsync.transfer.errors import named_error
 from incsync.transfer.publish import publish_span
 from incsync.transfer.reads import Read, RunReads, open_span, plan_reads, reopen
 from incsync.transfer.request import OnCommit, OnStart, PreparedSpan, SpanFailure, TransferOutcome, TransferRequest
-from incsync.transfer.retries import transient_cause, with_retries
+from incsync.transfer.retries import PERMANENT_PHRASES, transient_cause, with_retries
 
 log = logging.getLogger(__name__)
 
@@ -218,7 +219,10 @@ def _in_parallel(prepared: Sequence[PreparedSpan], work) -> list[SpanFailure]:  
 def _isolable(exc: Exception, prepared: Sequence[PreparedSpan]) -> bool:
     """Whether reading each recipient alone may spare the others: not when the source itself failed (down,
     refused, or returned rows of no recipient) or staging cannot work, which alone reads would meet again."""
-    return len(prepared) > 1 and transient_cause(exc) is None and not isinstance(exc, (SourceError, StagingError))
+    if len(prepared) < 2 or transient_cause(exc) is not None or isinstance(exc, (SourceError, StagingError)):
+        return False
+    text = f"{exc} {root_cause(exc)}".lower()
+    return not any(phrase in text for phrase in PERMANENT_PHRASES)  # refused, or no such table: alone too
 
 
 def _named(exc: Exception, request: TransferRequest) -> Exception:
