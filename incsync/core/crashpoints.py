@@ -1,7 +1,8 @@
 """Named points where the crash-safety tests SIGKILL a transfer (``INCSYNC_TEST_CRASH_AT=<point>``).
 
-Points: ``after_staging`` (batch staged and validated, nothing published), ``mid_publish`` (inside a
-destination's publish, before its commit point), ``after_manifest`` (object storage: manifest
+Points: ``after_claim`` (the staging folder's lock taken, nothing read yet), ``after_staging`` (batch
+staged and validated, nothing published), ``mid_publish`` (inside a destination's publish, before its
+commit point), ``after_manifest`` (object storage: manifest
 committed, state pointer not yet updated), ``after_publish`` (committed, staging not yet removed).
 ``mid_copy`` (PostgreSQL: each chunk of the COPY sent). ``INCSYNC_TEST_PAUSE_AT=<point>`` instead
 stops there: it writes its pid to ``$INCSYNC_TEST_PAUSE_FILE`` and waits until the test removes that

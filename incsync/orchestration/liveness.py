@@ -33,7 +33,6 @@ HEARTBEAT_SECONDS = 30
 STALE_AFTER = 100  # seconds without a heartbeat before a run of another host counts as dead
 IN_PROGRESS = [dg.DagsterRunStatus.STARTING, dg.DagsterRunStatus.STARTED, dg.DagsterRunStatus.CANCELING]
 REAPER_SENSOR = "incsync_reaper"
-LOCK_GRACE_SECONDS = 60  # a lock file without its folder is left this long (a transfer may be creating it)
 
 
 def _start_ticks(pid: int) -> str | None:
@@ -120,30 +119,12 @@ def reap(instance: dg.DagsterInstance, *, staging_root: Path | None = None, now:
 
 
 def remove_abandoned_staging(root: Path) -> list[Path]:
-    """Remove staging folders no live transfer holds, and lock files left without their folder."""
-    from incsync.staging.folders import remove_if_abandoned
+    """Remove staging folders no live transfer holds, and their lock files, with or without the folder."""
+    from incsync.staging.folders import remove_abandoned
     from incsync.core.transfer_id import TRANSFER_ID_PATTERN
 
-    if not root.is_dir():
-        return []
-    ours = re.compile(rf".+-{TRANSFER_ID_PATTERN}")  # <model>-<recipient>-<id> and <model>-fanout-<id>
-    removed = []
-    for path in sorted(root.iterdir()):
-        if path.is_dir() and ours.fullmatch(path.name) and remove_if_abandoned(path):
-            removed.append(path)
-    for lock in sorted(root.glob("*.lock")):
-        folder = lock.with_name(lock.name.removesuffix(".lock"))
-        if not ours.fullmatch(folder.name):
-            continue
-        try:
-            old = time.time() - lock.stat().st_mtime > LOCK_GRACE_SECONDS
-        except FileNotFoundError:
-            continue
-        if not folder.exists() and old and remove_if_abandoned(folder):
-            removed.append(lock)
-    for path in removed:
-        log.warning("removed staging %s left by an interrupted transfer", path)
-    return removed
+    # <model>-<recipient>-<id> and <model>-fanout-<id>
+    return remove_abandoned(root, re.compile(rf".+-{TRANSFER_ID_PATTERN}"))  # type: ignore[return-value]
 
 
 def build_reaper_sensor(staging_root: str, *, default_status: dg.DefaultSensorStatus = dg.DefaultSensorStatus.RUNNING) -> dg.SensorDefinition:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import fcntl
 import logging
 import re
 import shutil
@@ -11,8 +10,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from incsync.storage.locks import exclusive_lock
-from incsync.storage.files import StoragePath
+from incsync.storage.locks import exclusive_lock, lock_if_free
+from incsync.storage.files import StoragePath, locks_folder
 from incsync.core.transfer_id import TRANSFER_ID_PATTERN
 
 if TYPE_CHECKING:
@@ -52,7 +51,7 @@ def claim(path: Path | StoragePath) -> Iterator[None]:
 
 
 def remove_if_abandoned(path: Path | StoragePath) -> bool:
-    """Remove a staging folder whose transfer no longer holds its lock; False when it is in use.
+    """Remove a staging folder and its lock file when no transfer holds the lock; False when one does.
 
     A folder on an object store is removed only by the host whose transfer made it (its lock file is
     local); other hosts' leftovers are for the bucket's lifecycle rules (docs/storage.md).
@@ -60,26 +59,41 @@ def remove_if_abandoned(path: Path | StoragePath) -> bool:
     lock = _lock_file(path)
     if isinstance(path, StoragePath) and not lock.exists():
         return False
-    with open(lock, "a") as handle:
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return False
-        remove(path)
-        lock.unlink(missing_ok=True)
-    return True
+    with lock_if_free(lock) as free:
+        if free:
+            remove(path)
+            lock.unlink(missing_ok=True)
+    return free
 
 
-def remove_stale_staging(staging_root: Path, model: ModelConfig, recipient: RecipientConfig) -> list[Path]:
-    """Remove staging folders that dead transfers of (model, recipient) left behind.
+def remove_abandoned(root: Path | StoragePath, names: re.Pattern[str]) -> list[Path | StoragePath]:
+    """Remove what dead transfers left in ``root`` under ``names``: folders and lock files, found by either.
 
-    A live transfer holds its folder's lock (see ``claim``), so only abandoned ones go.
+    A transfer locks ``<folder>.lock`` before it makes its folder and removes the folder before the lock,
+    so a lock file alone is a transfer that died before it staged (or one about to stage: it holds its lock).
     """
-    if not staging_root.is_dir():
-        return []
-    pattern = re.compile(rf"{re.escape(model.model_name)}-{re.escape(recipient.id)}-{TRANSFER_ID_PATTERN}")
-    candidates = [p for p in staging_root.iterdir() if pattern.fullmatch(p.name) and p.is_dir()]
-    removed = [path for path in candidates if remove_if_abandoned(path)]
+    found: set[str] = set()
+    if root.is_dir():
+        for entry in root.iterdir():
+            name = entry.name.removesuffix(".lock") if isinstance(entry, Path) else entry.name
+            if names.fullmatch(name) and (entry.is_dir() or name != entry.name):
+                found.add(name)
+    if isinstance(root, StoragePath):  # their lock files are this host's: <name[:80]>-<digest of the URL>.lock
+        locks = locks_folder()
+        for lock in sorted(locks.glob("*.lock")) if locks.is_dir() else []:
+            name = lock.name[: -len("-0123456789abcdef01234567.lock")]
+            if names.fullmatch(name) and (root / name).lock_file() == lock:
+                found.add(name)
+    removed = [root / name for name in sorted(found) if remove_if_abandoned(root / name)]
     for path in removed:
         log.warning("removed staging %s left by an interrupted transfer", path)
     return removed
+
+
+def remove_stale_staging(staging_root: Path | StoragePath, model: ModelConfig, recipient: RecipientConfig) -> list[Path | StoragePath]:
+    """Remove what dead transfers of (model, recipient), and dead fan-out reads of the model, left in staging.
+
+    A live transfer holds its folder's lock (see ``claim``), so only abandoned ones go, lock files included.
+    """
+    names = rf"{re.escape(model.model_name)}-(?:{re.escape(recipient.id)}|fanout)-{TRANSFER_ID_PATTERN}"
+    return remove_abandoned(staging_root, re.compile(names))

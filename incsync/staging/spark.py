@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import re
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from urllib.parse import unquote
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
@@ -127,18 +126,24 @@ def check_staged_rows(path: Path, *, extracted: int | None, staged: int) -> None
 
 
 TENANT_PARTITION = "__incsync_tenant"
+STRAY_TENANT = -1  # the folder of rows whose tenant is none of the run's
 
 
 def stage_by_tenant(
-    df: DataFrame, path: Path | StoragePath, column: str, *, known_empty: bool = False, collect: bool = False
+    df: DataFrame, path: Path | StoragePath, column: str, tenants: Sequence[str], *, known_empty: bool = False,
+    collect: bool = False,
 ) -> tuple[pa.Schema, dict[str, StagedBatch]]:
     """Stage a fan-out read once, split by the tenant column's text: the schema, and a batch per tenant value.
 
-    Spark writes the split itself (``partitionBy`` on a text copy of the column, so the files keep the
-    column as it was); a small read collected through Arrow is split here. Every later step reads only
-    its tenant's files.
+    ``tenants`` are the run's tenant values (the plan's, ``Read.tenants``); each one's rows go to a folder
+    named by its index there, never by the value: a value ``validate`` accepts may be 255 characters of
+    any script, past the 255 bytes a file name holds. Rows whose tenant text is none of ``tenants`` share
+    one folder, keyed here by each of their values (the caller refuses them, naming them). Spark writes the
+    split itself (``partitionBy`` on the index, so the files keep the column as it was); a small read
+    collected through Arrow is split here. Every later step reads only its tenant's files.
     """
     path.mkdir(parents=True, exist_ok=True)
+    tenants = list(dict.fromkeys(tenants))
     plans = column_plans(df)
     if known_empty:
         return faithful_schema(spark_parquet_schema(df), plans), {}
@@ -149,20 +154,36 @@ def stage_by_tenant(
             str(value): stage_arrow(table.filter(pc.equal(text, value)), path / f"t{i:05d}", schema=schema)
             for i, value in enumerate(pc.unique(text).to_pylist())
         }
-    from pyspark.sql import functions as F
-
-    written = _write(df.withColumn(TENANT_PARTITION, F.col(column).cast("string")), path, plans, partition_by=TENANT_PARTITION)
+    written = _write(df.withColumn(TENANT_PARTITION, tenant_index(column, tenants)), path, plans, partition_by=TENANT_PARTITION)
     fs = filesystem_of(path)
     folders = sorted((p for p in path.glob(f"{TENANT_PARTITION}=*") if p.is_dir()), key=str)
     files = {f: tuple(sorted(file_ref(p) for p in f.glob("*.parquet"))) for f in folders}
     schema = _faithful_files(df, tuple(f for parts in files.values() for f in parts), plans, fs)
-    batches = {}
+    batches, staged = {}, 0
     for folder, parts in files.items():
         rows = files_dataset(parts, fs, schema).count_rows() if parts else 0
-        value = unquote(folder.name.split("=", 1)[1])  # Spark escapes path characters as %XX
-        batches[value] = StagedBatch(path=folder, files=parts, schema=schema, rows=rows, bytes=files_size(parts, fs))
-    check_staged_rows(path, extracted=written, staged=sum(b.rows for b in batches.values()))
+        batch = StagedBatch(path=folder, files=parts, schema=schema, rows=rows, bytes=files_size(parts, fs))
+        index = int(folder.name.split("=", 1)[1])
+        batches.update(dict.fromkeys([tenants[index]] if index != STRAY_TENANT else _values(batch, column), batch))
+        staged += rows
+    check_staged_rows(path, extracted=written, staged=staged)
     return schema, batches
+
+
+def tenant_index(column: str, tenants: Sequence[str]):  # noqa: ANN201 - a Spark Column
+    """The index in ``tenants`` of the row's tenant text; ``STRAY_TENANT`` for any other value (or NULL)."""
+    from pyspark.sql import functions as F
+
+    if not tenants:
+        return F.lit(STRAY_TENANT)
+    lookup = F.create_map(*(F.lit(x) for i, value in enumerate(tenants) for x in (value, i)))
+    return F.coalesce(lookup[F.col(column).cast("string")], F.lit(STRAY_TENANT))
+
+
+def _values(batch: StagedBatch, column: str) -> list[str]:
+    """The distinct tenant texts of a batch (its rows' values, as the column's text)."""
+    values = pc.unique(pc.cast(batch.table(columns=[column])[column], pa.string())).to_pylist() if batch.rows else []
+    return [str(v) for v in values] or [str(STRAY_TENANT)]
 
 
 def _collect(df: DataFrame, plans: dict[str, ColumnPlan]) -> tuple[pa.Table, pa.Schema]:

@@ -178,6 +178,10 @@ def open_store(url: str | os.PathLike[str], options: Mapping[str, str] | None = 
     return Store(url=str(url) if is_url(str(url)) else root, fs=fs, root=root)
 
 
+def locks_folder() -> Path:
+    """Where ``StoragePath.lock_file`` keeps its files: this host's temporary folder."""
+    return Path(os.environ.get("TMPDIR", "/tmp")) / "incsync-locks"
+
 
 @dataclass(frozen=True)
 class StoragePath:
@@ -236,7 +240,7 @@ class StoragePath:
     def lock_file(self) -> Path:
         """A local file to lock while a transfer uses this folder (object stores have no locks)."""
         digest = hashlib.sha256(self.url.encode()).hexdigest()[:24]
-        folder = Path(os.environ.get("TMPDIR", "/tmp")) / "incsync-locks"
+        folder = locks_folder()
         folder.mkdir(parents=True, exist_ok=True)
         return folder / f"{self.name[:80]}-{digest}.lock"
 

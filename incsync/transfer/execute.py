@@ -17,16 +17,19 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.dataset as ds
 
+from incsync.core.crashpoints import crash_point
 from incsync.core.lease import LEASE_ATTEMPTS
 from incsync.core.transfer_id import new_transfer_id
-from incsync.errors import IncsyncError, LeaseError, SourceError
+from incsync.errors import IncsyncError, LeaseError, SourceError, StagingError
+from incsync.sources.jdbc.errors import root_cause
 from incsync.staging.batch import StagedBatch, filtered_batch
 from incsync.staging.folders import claim, remove, remove_stale_staging
 from incsync.staging.spark import stage, stage_by_tenant
+from incsync.transfer.errors import named_error
 from incsync.transfer.publish import publish_span
 from incsync.transfer.reads import Read, RunReads, open_span, plan_reads, reopen
 from incsync.transfer.request import OnCommit, OnStart, PreparedSpan, SpanFailure, TransferOutcome, TransferRequest
-from incsync.transfer.retries import with_retries
+from incsync.transfer.retries import PERMANENT_PHRASES, transient_cause, with_retries
 
 log = logging.getLogger(__name__)
 
@@ -82,6 +85,7 @@ def run_span(requests: Sequence[TransferRequest], *, staging_root: Path, on_comm
     span = read.spans[0]
     _assign_staging(span, staging_root)
     with claim(span.staging):
+        crash_point("after_claim")
         batch = _stage_with_retries(read, lambda r: stage(r.dataframe, span.staging, known_empty=r.known_empty, collect=r.collect),
                                     folder=span.staging)
         publish_span(span, batch, on_commit=on_commit)
@@ -134,53 +138,95 @@ def _run_alone(
                 return [SpanFailure(rid, remaining, exc)]
             log.warning("%s (attempt %s of %s; starting over from the new state)", exc, attempt, LEASE_ATTEMPTS)
         except Exception as exc:  # noqa: BLE001 - one recipient's failure is reported, the others go on
-            return [SpanFailure(rid, _uncommitted(remaining, committed), exc)]
+            return [SpanFailure(rid, _uncommitted(remaining, committed), _named(exc, requests[0]))]
     raise AssertionError("unreachable")
 
 
 def _publish_fan_out(
     read: Read, *, staging_root: Path, on_commit: OnCommit, committed: set[object], on_start: OnStart = _started,
 ) -> list[SpanFailure]:
-    """Stage the shared read once, split by tenant, and publish each recipient's share to its destination."""
+    """Stage the shared read once, split by tenant, and publish each recipient's share to its destination.
+
+    When the shared read fails for a reason one tenant's rows may hold (a value no faithful type holds,
+    an engine error), each recipient is read alone instead: the rows at fault fail their recipient only."""
     prepared = read.spans
     model = read.first.model
     shared = staging_root / f"{model.model_name}-fanout-{new_transfer_id()}"
     with claim(shared):
+        crash_point("after_claim")
         assert model.organization_column is not None
         column = model.organization_column
         try:
             schema, staged = _stage_with_retries(
-                read, lambda r: stage_by_tenant(r.dataframe, shared, column, known_empty=r.known_empty, collect=r.collect),
+                read, lambda r: stage_by_tenant(r.dataframe, shared, column, r.tenants, known_empty=r.known_empty,
+                                                collect=r.collect),
                 folder=shared,
             )
             _check_tenants(staged, prepared)
-        except Exception as exc:  # noqa: BLE001 - the shared read failed: every recipient of it fails
-            return [SpanFailure(p.first.recipient.id, p.requests, exc) for p in prepared]
-        log.info(
-            "fan-out read of model %s: %s rows for %s recipients, staged once",
-            model.model_name, sum(b.rows for b in staged.values()), len(prepared),
-        )
-        limits = _destination_limits(prepared)
+        except Exception as exc:  # noqa: BLE001 - the shared read failed: every recipient of it fails, or is read alone
+            if not _isolable(exc, prepared):
+                return [SpanFailure(p.first.recipient.id, p.requests, exc) for p in prepared]
+            log.warning("%s failed (%s: %s); reading each recipient alone, so that rows at fault fail only their "
+                        "recipient", read.what, type(exc).__name__, str(exc).splitlines()[0][:300] if str(exc) else "")
+            staged = None
+        if staged is not None:
+            log.info(
+                "fan-out read of model %s: %s rows for %s recipients, staged once",
+                model.model_name, sum(b.rows for b in {id(b): b for b in staged.values()}.values()), len(prepared),
+            )
+            return _in_parallel(prepared, lambda span: _publish_share(
+                span, staged, schema, staging_root=staging_root, on_commit=on_commit, committed=committed,
+                on_start=on_start,
+            ))
+    return _in_parallel(prepared, lambda span: _run_alone(
+        span.requests, staging_root=staging_root, on_commit=on_commit, committed=committed, on_start=on_start,
+    ) or None)
 
-        def publish(span: PreparedSpan) -> SpanFailure | None:
-            with limits[span.first.destination.name]:
-                try:
-                    on_start(span.requests)
-                    _assign_staging(span, staging_root)
-                    with claim(span.staging):
-                        publish_span(span, _share_of(staged, schema, span), on_commit=on_commit)
-                    return None
-                except LeaseError:
-                    # Another writer committed since this span read its state: redo it alone, from fresh state.
-                    rest = _run_alone(_uncommitted(span.requests, committed), staging_root=staging_root,
-                                      on_commit=on_commit, committed=committed, on_start=on_start)
-                    return rest[0] if rest else None
-                except Exception as exc:  # noqa: BLE001 - one recipient's failure is its own
-                    return SpanFailure(span.first.recipient.id, _uncommitted(span.requests, committed), exc)
 
-        with ThreadPoolExecutor(max_workers=min(MAX_PARALLEL_PUBLISHES, len(prepared))) as pool:
-            failures = [f for f in pool.map(publish, prepared) if f is not None]
-    return failures
+def _publish_share(
+    span: PreparedSpan, staged: dict[str, StagedBatch], schema: pa.Schema, *, staging_root: Path, on_commit: OnCommit,
+    committed: set[object], on_start: OnStart,
+) -> SpanFailure | None:
+    """Publish one recipient's share of a staged fan-out read."""
+    try:
+        on_start(span.requests)
+        _assign_staging(span, staging_root)
+        with claim(span.staging):
+            publish_span(span, _share_of(staged, schema, span), on_commit=on_commit)
+        return None
+    except LeaseError:
+        # Another writer committed since this span read its state: redo it alone, from fresh state.
+        rest = _run_alone(_uncommitted(span.requests, committed), staging_root=staging_root,
+                          on_commit=on_commit, committed=committed, on_start=on_start)
+        return rest[0] if rest else None
+    except Exception as exc:  # noqa: BLE001 - one recipient's failure is its own
+        return SpanFailure(span.first.recipient.id, _uncommitted(span.requests, committed), _named(exc, span.first))
+
+
+def _in_parallel(prepared: Sequence[PreparedSpan], work) -> list[SpanFailure]:  # noqa: ANN001 - span -> failure(s)
+    """Run ``work`` for each span, in parallel within each destination's ``max_concurrent_transfers``."""
+    limits = _destination_limits(prepared)
+
+    def limited(span: PreparedSpan) -> list[SpanFailure]:
+        with limits[span.first.destination.name]:
+            result = work(span)
+        return [] if result is None else result if isinstance(result, list) else [result]
+
+    with ThreadPoolExecutor(max_workers=min(MAX_PARALLEL_PUBLISHES, len(prepared))) as pool:
+        return [f for failures in pool.map(limited, prepared) for f in failures]
+
+
+def _isolable(exc: Exception, prepared: Sequence[PreparedSpan]) -> bool:
+    """Whether reading each recipient alone may spare the others: not when the source itself failed (down,
+    refused, or returned rows of no recipient) or staging cannot work, which alone reads would meet again."""
+    if len(prepared) < 2 or transient_cause(exc) is not None or isinstance(exc, (SourceError, StagingError)):
+        return False
+    text = f"{exc} {root_cause(exc)}".lower()
+    return not any(phrase in text for phrase in PERMANENT_PHRASES)  # refused, or no such table: alone too
+
+
+def _named(exc: Exception, request: TransferRequest) -> Exception:
+    return named_error(exc, model=request.model.model_name, recipient=request.recipient.id)
 
 
 def _destination_limits(prepared: Sequence[PreparedSpan]) -> dict[str, threading.Semaphore]:

@@ -41,7 +41,7 @@ def publish_span(span: PreparedSpan, batch: StagedBatch, *, on_commit: OnCommit)
         from incsync.transfer.deletes import find_removals
 
         removals = find_removals(first.source, destination, model=model, recipient=recipient, spark=first.spark,
-                                 staging_root=span.staging.parent, allowed=first.allow_mass_delete)
+                                 staging_root=span.staging, allowed=first.allow_mass_delete)  # in the span's claim
     hw, state = span.previous_hw, span.state
     for k, indexes in enumerate(splits):
         lo, hi = indexes.start, indexes.stop - 1
@@ -49,7 +49,7 @@ def publish_span(span: PreparedSpan, batch: StagedBatch, *, on_commit: OnCommit)
         lower = span.bounds.lower if is_first else windows[lo].start
         upper = span.bounds.upper if is_last else windows[hi].end
         part = batch if len(splits) == 1 else slice_batch(
-            batch, span.staging.with_name(f"{span.staging.name}-b{k + 1}"), model.last_modified_column,
+            batch, span.staging / f"b{k + 1}", model.last_modified_column,  # in the span's claim: a crash leaves no stray
             lower=None if is_first else windows[lo].start, upper=None if is_last else windows[hi].end,
         )
         try:

@@ -57,6 +57,12 @@ class Read:
         return self.count is not None and self.count <= COLLECT_MAX_ROWS
 
     @property
+    def tenants(self) -> tuple[str, ...]:
+        """The tenant values of a fan-out, in plan order: staging names each one's folder by its index here,
+        never by the value (which may hold any character, and more bytes than a file name)."""
+        return tuple(dict.fromkeys(p.first.recipient.id_in_provider_system for p in self.spans))
+
+    @property
     def what(self) -> str:
         return _what(self.spans[0].requests, recipients=len(self.spans) if self.fan_out else None)
 

@@ -106,3 +106,4 @@ def test_a_source_killed_on_every_try_fails_cleanly_and_the_next_run_is_exact(sp
         outcome = transfer(file, "2024-01-01", spark, staging_root=_staging())
         assert (outcome.record.rows_transferred, outcome.record.high_watermark) == (3, ts(1, 4))
         assert [(r["id"], r["updated_at"]) for r in delta_rows(tmp_path / "out" / "acme" / "orders")] == EXPECTED
+        assert list(_staging().iterdir()) == []

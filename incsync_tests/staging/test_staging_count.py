@@ -18,7 +18,7 @@ def _frame(spark):
 def test_spark_staging_reports_what_it_wrote(spark, tmp_path: Path) -> None:
     batch = stage(_frame(spark), tmp_path / "s")
     assert batch.rows == 10
-    schema, by_tenant = stage_by_tenant(_frame(spark), tmp_path / "t", "org")
+    schema, by_tenant = stage_by_tenant(_frame(spark), tmp_path / "t", "org", ["org_0", "org_1"])
     assert {k: b.rows for k, b in by_tenant.items()} == {"org_0": 5, "org_1": 5}
 
 
@@ -38,7 +38,7 @@ def test_files_written_where_this_process_cannot_see_them_fail_naming_staging(
     path = tmp_path / "staged"
     with pytest.raises(StagingError) as caught:
         if split:
-            stage_by_tenant(_frame(spark), path, "org")
+            stage_by_tenant(_frame(spark), path, "org", ["org_0", "org_1"])
         else:
             stage(_frame(spark), path)
     assert str(caught.value) == (

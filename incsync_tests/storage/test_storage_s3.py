@@ -248,7 +248,7 @@ def test_staging_on_s3_splits_a_fan_out_by_tenant(s3, spark) -> None:
     assert batch.table().schema.field("updated_at").type == pa.timestamp("us", tz="UTC")
     assert all(str(f).startswith(root.path) for f in batch.files)
 
-    schema, batches = stage_by_tenant(df, root / "fan", "organization_id")
+    schema, batches = stage_by_tenant(df, root / "fan", "organization_id", ["org_1", "org_2"])
     assert sorted(batches) == ["org_1", "org_2"]
     assert sorted(batches["org_1"].table()["id"].to_pylist()) == [1, 2, 4]
     assert batches["org_2"].table().to_pylist() == [ROWS[2]]
