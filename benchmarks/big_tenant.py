@@ -88,6 +88,7 @@ def main() -> None:
     parser.add_argument("--history-days", type=int, default=665)
     parser.add_argument("--destinations", default="delta,postgres")
     parser.add_argument("--workdir", type=Path, default=None)
+    parser.add_argument("--keep", action="store_true", help="keep the databases and configs (to profile a command)")
     args = parser.parse_args()
     user = os.environ.get("PGUSER", "postgres")
     work = args.workdir or Path(tempfile.mkdtemp(prefix="incsync-big-tenant-"))
@@ -125,7 +126,10 @@ def main() -> None:
                 print(results[-1], flush=True)
     finally:
         for db in (source_db, dest_db):
-            admin.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(db)))
+            if args.keep:
+                print(f"kept database {db}; configs under {work}")
+            else:
+                admin.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(db)))
     print("\n| destination | tenant | phase | wall s | py MB | JVM MB | tree MB | Delta files/bytes rewritten |")
     print("|---|---|---|---|---|---|---|---|")
     for d, t, phase, wall, py, jvm, tree, rewrote in results:

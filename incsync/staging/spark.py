@@ -236,13 +236,30 @@ def _out_of_range(plans: dict[str, ColumnPlan]) -> Iterator[None]:
         ) from None
 
 
+CONVERT_ROWS = 65_536
+
+
 def _convert_files(files: tuple[Path, ...] | tuple[str, ...], plans: dict[str, ColumnPlan], fs: pafs.FileSystem) -> None:
-    """Rewrite Spark's files with the planned Arrow types (only batches that have such columns pay this)."""
+    """Rewrite Spark's files with the planned Arrow types (only batches that have such columns pay this),
+    64k rows at a time into a file beside each, then over it: memory follows those rows, not the file (a
+    big tenant's window is one file of millions of rows)."""
     import pyarrow.parquet as pq
 
     for file in files:
-        table = convert_table(pq.read_table(str(file), filesystem=fs), plans).replace_schema_metadata(None)  # Spark's schema is stale
-        pq.write_table(table, str(file), coerce_timestamps="us", filesystem=fs)
+        converted = f"{file}.converting"
+        with fs.open_input_file(str(file)) as source:
+            reader = pq.ParquetFile(source)
+            writer = None
+            for batch in reader.iter_batches(batch_size=CONVERT_ROWS):
+                part = convert_table(pa.Table.from_batches([batch]), plans).replace_schema_metadata(None)  # Spark's schema is stale
+                if writer is None:
+                    writer = pq.ParquetWriter(converted, part.schema, coerce_timestamps="us", filesystem=fs)
+                writer.write_table(part)
+            if writer is None:  # no row group: an empty file keeps the converted schema
+                empty = convert_table(reader.schema_arrow.empty_table(), plans).replace_schema_metadata(None)
+                writer = pq.ParquetWriter(converted, empty.schema, coerce_timestamps="us", filesystem=fs)
+            writer.close()
+        fs.move(converted, str(file))
 
 
 def _utc_schema(df: DataFrame, file_schema: pa.Schema | None) -> pa.Schema:
