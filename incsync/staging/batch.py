@@ -85,10 +85,34 @@ def last_modified_micros(batch: StagedBatch, column: str) -> np.ndarray:
     return pc.cast(pc.cast(values, pa.timestamp("us", tz="UTC")), pa.int64()).to_numpy(zero_copy_only=False)
 
 
+SLICE_ROWS = 65_536
+
+
 def filtered_batch(batch: StagedBatch, path: Path | StoragePath, where: ds.Expression | None) -> StagedBatch:
-    """The staged rows matching ``where`` (None: all), as a batch of its own in ``path`` (same schema)."""
-    table = batch.dataset().to_table(filter=where) if batch.rows else batch.schema.empty_table()
-    return stage_arrow(table, path, schema=batch.schema)
+    """The staged rows matching ``where`` (None: all), as a batch of its own in ``path`` (same schema),
+    written as they are scanned: memory follows ``SLICE_ROWS`` rows, not the slice (a commit of a big
+    tenant's backfill is up to ``max_rows_per_batch`` rows)."""
+    import pyarrow.parquet as pq
+
+    path.mkdir(parents=True, exist_ok=True)
+    fs = filesystem_of(path)
+    file = file_ref(path / "part-00000.parquet")
+    schema = batch.schema.remove_metadata()
+    rows, writer = 0, None
+    scanned = batch.dataset().scanner(filter=where, batch_size=SLICE_ROWS).to_batches() if batch.rows else iter(())
+    try:
+        for part in scanned:
+            if not part.num_rows:
+                continue
+            if writer is None:
+                writer = pq.ParquetWriter(str(file), schema, coerce_timestamps="us", filesystem=fs)
+            writer.write_batch(part.replace_schema_metadata(None))
+            rows += part.num_rows
+    finally:
+        if writer is not None:
+            writer.close()
+    files: tuple[Path, ...] | tuple[str, ...] = (file,) if rows else ()  # type: ignore[assignment]
+    return StagedBatch(path=path, files=files, schema=schema, rows=rows, bytes=files_size(files, fs))
 
 
 def slice_batch(
