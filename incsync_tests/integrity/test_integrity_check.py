@@ -25,7 +25,7 @@ def _latest(instance: dg.DagsterInstance):
 
 def test_after_transfer_the_check_reports_the_counters(spark, dagster_instance, tmp_path: Path) -> None:
     write_table(tmp_path / "src", "orders", _rows())
-    defs = build_definitions(lake_config(tmp_path, model={"integrity_check": "after_transfer"}))
+    defs = build_definitions(lake_config(tmp_path, model={"integrity_check": "after_transfer", "deletes": "hard"}))
     assert CHECK in defs.resolve_asset_graph().asset_check_keys
     result = materialize_partition(defs, dagster_instance, window="2024-01-01", recipient="acme")
     evaluation = result.get_asset_check_evaluations()[0]
@@ -62,7 +62,7 @@ def test_other_modes_keep_the_check_out_of_transfer_runs(mode: str, spark, dagst
 def test_a_failing_check_can_repair_the_copy(spark, dagster_instance, tmp_path: Path) -> None:
     write_table(tmp_path / "src", "orders", _rows())
     defs = build_definitions(lake_config(tmp_path, model={"integrity_check": "after_transfer", "integrity_repair": True,
-                                                          "max_delete_fraction": 1.0}))
+                                                          "deletes": "hard", "max_delete_fraction": 1.0}))
     materialize_partition(defs, dagster_instance, window="2024-01-01", recipient="acme")
     write_table(tmp_path / "src", "orders", _rows()[1:])  # row 1 deleted at the source
     job = defs.resolve_job_def("__ASSET_JOB").get_subset(asset_check_selection={CHECK}, asset_selection=set())
