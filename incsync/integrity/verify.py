@@ -32,6 +32,7 @@ from incsync.integrity.destination_side import DestinationSide
 from incsync.integrity.source_side import SourceSide
 from incsync.sources.registry import build_source
 from incsync.staging.batch import StagedBatch
+from incsync.staging.infinity import python_rows
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -147,7 +148,7 @@ def verify_recipient(
         batch = src.rows(src_kinds, buckets=buckets, which=differing, path=path)
         try:
             found = compare_rows(
-                batch.table().to_pylist(), dst.rows(dst_kinds, buckets=buckets, which=differing),
+                python_rows(batch.table()), dst.rows(dst_kinds, buckets=buckets, which=differing),
                 primary_key=list(model.primary_key), last_modified=model.last_modified_column,
                 values=[c for c in compared if c not in model.primary_key and c != model.last_modified_column],
                 start_micros=_micros(start), hw_micros=_micros(hw) if hw else None,

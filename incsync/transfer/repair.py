@@ -28,6 +28,7 @@ from incsync.destinations.base import REPAIR, Removals, TransferRecord
 from incsync.errors import IncsyncError
 from incsync.transfer.deletes import check_fraction
 from incsync.integrity.compare import normalize
+from incsync.staging.infinity import refuse_infinities
 from incsync.staging.spark import stage
 from incsync.core.transfer_id import new_transfer_id
 from incsync.integrity.verify import VerifyResult, verify_recipient
@@ -106,6 +107,9 @@ def repair_recipient(
         )
         destination = build_destination(config.destination(recipient.destination))
         try:
+            if destination.kind != "postgres":  # PostgreSQL's own ±infinity: only a PostgreSQL destination holds it
+                refuse_infinities(batch, model=model.model_name, recipient=recipient.id, key=list(model.primary_key),
+                                  destination=recipient.destination, kind=destination.kind)
             destination.publish(model=model, recipient=recipient, batch=batch, record=record, expected=state, removals=removals)
         finally:
             shutil.rmtree(batch.path, ignore_errors=True)
