@@ -144,3 +144,48 @@ def test_the_read_and_the_postgres_load_forms() -> None:
     assert text.column(1).type == pa.timestamp("us", tz="UTC")  # not read from PostgreSQL: left as it is
     finite = batch.slice(2)
     assert infinities_as_text(finite) is finite  # no infinity: the batch goes as it is
+
+
+def test_in_a_fan_out_only_the_recipient_whose_destination_cannot_hold_infinity_fails(
+    spark, dagster_instance, tmp_path: Path, monkeypatch
+) -> None:
+    """One read for three recipients: acme (PostgreSQL) gets its 'infinity', globex (Delta) fails naming
+    itself, initech (Delta, finite dates only) is published."""
+    import dagster as dg
+    import yaml
+    from dagster._core.storage.tags import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG
+
+    from incsync.orchestration.definitions import build_definitions
+    from incsync.orchestration.partitions import RECIPIENTS_PARTITIONS, partition_key
+    from incsync_tests.destination_support import destination_spec
+    from incsync_tests.jdbc_support import jdbc_config
+    from incsync_tests.support import delta_rows
+
+    recipients = [{"id": r, "id_in_provider_system": f"org_{n}", "destination": f"{r}_dest"}
+                  for n, r in enumerate(("acme", "globex", "initech"), start=1)]
+    with pg_database() as db, destination_env("postgres", monkeypatch):
+        db.execute(DDL)
+        for i, org, d in ((1, "org_1", "infinity"), (2, "org_2", "-infinity"), (3, "org_3", "2024-01-01")):
+            db.execute("INSERT INTO orders VALUES (%s, %s, '2024-01-01 10:00+00', NULL, NULL, %s, 'x')", (i, org, d))
+        config = jdbc_config(tmp_path, db, recipients=recipients)
+        doc = yaml.safe_load(config.read_text())
+        doc["destinations"][0] = destination_spec("postgres", name="acme_dest")
+        config.write_text(yaml.safe_dump(doc, sort_keys=False))
+        dagster_instance.add_dynamic_partitions(RECIPIENTS_PARTITIONS, ["acme", "globex", "initech"])
+        model = dg.AssetKey(["db", "orders"])
+        result = build_definitions(config).resolve_implicit_global_asset_job_def().execute_in_process(
+            instance=dagster_instance, asset_selection=[model], raise_on_error=False,
+            tags={ASSET_PARTITION_RANGE_START_TAG: str(partition_key("2024-01-01", "acme")),
+                  ASSET_PARTITION_RANGE_END_TAG: str(partition_key("2024-01-01", "initech"))},
+        )
+        assert not result.success
+        assert dagster_instance.get_materialized_partitions(model) == {"acme|2024-01-01", "initech|2024-01-01"}
+        import psycopg
+
+        with psycopg.connect(os.environ[PG_DSN_ENV]) as conn:
+            assert conn.execute("SELECT id, d::text FROM acme.orders").fetchall() == [(1, "infinity")]
+        assert [(r["id"], r["d"]) for r in delta_rows(tmp_path / "out" / "initech" / "orders")] == [(3, date(2024, 1, 1))]
+        failures = [e.event_specific_data.error.message for e in result.all_events if e.event_type_value == "STEP_FAILURE"]
+        assert len(failures) == 1 and failures[0].startswith("dagster._core.definitions.events.Failure: model orders, "
+                                                             "recipient globex, window 2024-01-01 not committed: ")
+        assert 'column "d" (postgres date) holds \'-infinity\' (key 2)' in failures[0] and "globex_dest is delta" in failures[0]
