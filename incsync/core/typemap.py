@@ -193,14 +193,14 @@ def _pg_epoch(plan: ColumnPlan, quoted: str) -> str:
 
 def spark_from_epoch(plan: ColumnPlan, column: str) -> str | None:
     """The Spark SQL expression turning a column read by ``_pg_epoch`` (backquoted ``column``) back into
-    its date or timestamp; None for any other plan. Spark's session time zone is UTC (``incsync.spark``)."""
+    its date or timestamp, whatever Spark's session time zone; None for any other plan."""
     kind = plan.cast.removeprefix("epoch:") if plan.cast and plan.cast.startswith("epoch:") else None
     if kind == "date":
         return f"date_from_unix_date({column})"
     if kind == "timestamptz":
         return f"timestamp_micros({column})"
     if kind == "timestamp":
-        return f"CAST(timestamp_micros({column}) AS TIMESTAMP_NTZ)"
+        return f"timestampadd(MICROSECOND, {column}, TIMESTAMP_NTZ'1970-01-01 00:00:00')"  # a CAST would shift by the zone
     return None
 
 
