@@ -95,7 +95,8 @@ def add_parsers(sub: Commands) -> None:
     p.add_argument("-c", "--config")
     p.set_defaults(func=cmd_verify)
 
-    p = sub.add_parser("repair", help="re-transfer only the rows verify finds wrong; remove orphaned ones")
+    p = sub.add_parser("repair", help="re-transfer only the rows verify finds wrong; remove orphaned ones "
+                       "(deletes: hard/soft; deletes: none keeps them)")
     p.add_argument("model")
     p.add_argument("--recipient", action="append", help="a recipient id (repeatable; default: every enabled recipient)")
     p.add_argument("--allow-mass-delete", action="store_true",

@@ -77,8 +77,11 @@ class ModelConfig(StrictModel):
     )
     deletes: Literal["none", "hard", "soft"] = Field(
         default="none",
-        description="Rows deleted at the source: kept (none), deleted (hard) or stamped _incsync_deleted_at (soft) "
-        "in the destination, by `incsync repair` and the integrity check's repair.",
+        description="Rows that leave the tenant at the source (deleted, or moved to another tenant): kept (none: by "
+        "transfers and by `incsync repair`; verify counts them as total_rows_retained, which never fails it), deleted "
+        "(hard) or stamped _incsync_deleted_at (soft) in the destination, by every transfer and by `incsync repair` "
+        "(verify fails on them as total_rows_orphaned until then). A full refresh rebuilds the copy from the source "
+        "under every mode.",
     )
     is_deleted_column: str | None = Field(
         default=None,
@@ -87,8 +90,8 @@ class ModelConfig(StrictModel):
     )
     max_delete_fraction: float = Field(
         default=0.1, ge=0, le=1,
-        description="A repair that would remove more than this fraction of a recipient's rows stops unless "
-        "--allow-mass-delete.",
+        description="A transfer or repair that would remove more than this fraction of a recipient's rows stops "
+        "unless --allow-mass-delete.",
     )
     integrity_check: Literal["manual", "after_transfer", "schedule"] = Field(
         default="manual",

@@ -11,6 +11,9 @@ compared column's canonical text (NULL as ``\\N``) with the unit separator, colu
 | timestamp (with or without zone) | microseconds since the epoch | ``extract(epoch ...)`` | ``TIMESTAMPDIFF(MICROSECOND ...)`` | ``unix_micros`` | ``cast(int64)`` |
 | date | days since the epoch | ``x - DATE '1970-01-01'`` | ``DATEDIFF`` | ``unix_date`` | ``cast(int32)`` |
 
+PostgreSQL's 'infinity' / '-infinity' read as the greatest / least microsecond (day), as staging holds
+them (``incsync.core.typemap.INFINITY``).
+
 Forms that still differ between two engines (floats, binary, nested values) only cost speed: such a
 bucket differs and is compared row by row, in Python, on typed values.
 """
@@ -23,6 +26,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+
+from incsync.core.typemap import INFINITY
 
 if TYPE_CHECKING:
     from pyspark.sql import Column
@@ -93,12 +98,17 @@ def _pg_one(expr: str, kind: Kind) -> str:
     if kind is Kind.BOOL:
         text = f"({expr})::int::text"
     elif kind is Kind.TS:
-        text = f"(extract(epoch from {expr}) * 1000000)::numeric(20,0)::text"
+        text = _pg_infinite(expr, "timestamp", f"(extract(epoch from {expr}) * 1000000)::numeric(20,0)::text")
     elif kind is Kind.DATE:
-        text = f"(({expr}) - DATE '1970-01-01')::text"
+        text = _pg_infinite(expr, "date", f"(({expr}) - DATE '1970-01-01')::text")
     else:
         text = f"({expr})::text"
     return f"coalesce({text}, E'\\\\N')"
+
+
+def _pg_infinite(expr: str, kind: str, finite: str) -> str:
+    least, greatest = INFINITY[kind]
+    return f"CASE WHEN ({expr}) = 'infinity' THEN '{greatest}' WHEN ({expr}) = '-infinity' THEN '{least}' ELSE {finite} END"
 
 
 def _mysql_one(expr: str, kind: Kind) -> str:

@@ -34,7 +34,7 @@ class ColumnPlan:
     name: str
     vendor: str
     source_type: str
-    cast: str | None = None  # "text", "text[]" or "integer": the database converts before Spark sees the value
+    cast: str | None = None  # "text", "text[]", "integer" or "epoch:<kind>": the database converts before Spark sees the value
     arrow: str | None = None  # the staged Arrow type, from text; None: as Spark reads it
     model: str = ""
     key: tuple[str, ...] = ()
@@ -102,8 +102,8 @@ def plan_column(
     if vendor in ("mysql", "mariadb") and kind == "char":
         return _with(plan, cast="text")  # CHAR/ENUM/SET: as stored, not padded to the length by Spark
     if vendor == "postgres" and kind in ("date", "timestamp", "timestamptz") and name != last_modified:
-        # Spark reads 'infinity' as 9999-12-31 23:59:59.999 and '-infinity' as a made-up date: refuse it instead.
-        return _with(plan, cast=f"finite:{kind}")
+        # Spark's JDBC reader cannot hold 'infinity' / '-infinity': read the integer behind the value (see INFINITY).
+        return _with(plan, cast=f"epoch:{kind}")
     if spark_type.startswith("decimal"):
         return _decimal_plan(plan, spark_type, metadata, catalog_type)
     return plan
@@ -154,11 +154,8 @@ def cast_sql(plan: ColumnPlan, quoted: str) -> str:
     if plan.cast is None:
         return quoted
     if plan.vendor == "postgres":
-        if plan.cast.startswith("finite:"):
-            kind = plan.cast.removeprefix("finite:")
-            key = " || ', ' || ".join(f"coalesce({_pg_ident(k)}::text, 'NULL')" for k in plan.key) or "'?'"
-            message = _pg_string(f"{FINITE_MARK} column {plan.name} holds ") + f" || {quoted}::text || ' at key ' || {key}"
-            return f"CASE WHEN {quoted} IS NULL OR isfinite({quoted}) THEN {quoted} ELSE ({message})::{kind} END"
+        if plan.cast.startswith("epoch:"):
+            return _pg_epoch(plan, quoted)
         if plan.cast == "text[]":
             return f"{quoted}::text[]"
         return f"{quoted}::numeric::text" if plan.source_type == "money" else f"{quoted}::text"
@@ -166,6 +163,45 @@ def cast_sql(plan: ColumnPlan, quoted: str) -> str:
 
 
 FINITE_MARK = "incsync:"
+
+# PostgreSQL's 'infinity' / '-infinity' in a date or timestamp column, staged exactly: such a column is read
+# as the integer behind its value (microseconds / days since 1970-01-01) and staged as timestamp[us] /
+# date32, with 'infinity' as the integer's greatest value and '-infinity' as its least. No finite date
+# reaches those days; the one finite timestamp at the greatest microsecond (294247-01-10 04:00:54.775807
+# UTC) is refused when read, so the extremes mean infinity only. The staged field's metadata (source
+# vendor postgres, a date or timestamp source type) is what says a column may hold them: a PostgreSQL
+# destination writes them back as 'infinity' / '-infinity', every other destination refuses them.
+INFINITY = {"timestamp": (-(2**63), 2**63 - 1), "date": (-(2**31), 2**31 - 1)}
+
+
+def _pg_epoch(plan: ColumnPlan, quoted: str) -> str:
+    kind = plan.cast.removeprefix("epoch:") if plan.cast else ""
+    least, greatest = INFINITY["date" if kind == "date" else "timestamp"]
+    if kind == "date":
+        finite = f"{quoted} - DATE '1970-01-01'"
+        refused = ""
+    else:
+        key = " || ', ' || ".join(f"coalesce({_pg_ident(k)}::text, 'NULL')" for k in plan.key) or "'?'"
+        message = _pg_string(f"{FINITE_MARK} column {plan.name} holds ") + f" || {quoted}::text || ' at key ' || {key}"
+        limit = "'294247-01-10 04:00:54.775807" + ("+00'::timestamptz" if kind == "timestamptz" else "'::timestamp")
+        finite = f"(extract(epoch FROM {quoted}) * 1000000)::bigint"
+        refused = f" WHEN {quoted} >= {limit} THEN ({message})::bigint"
+    sql_type = "integer" if kind == "date" else "bigint"
+    return (f"CASE WHEN {quoted} = 'infinity' THEN ({greatest})::{sql_type} WHEN {quoted} = '-infinity' THEN "
+            f"({least})::{sql_type}{refused} ELSE ({finite})::{sql_type} END")
+
+
+def spark_from_epoch(plan: ColumnPlan, column: str) -> str | None:
+    """The Spark SQL expression turning a column read by ``_pg_epoch`` (backquoted ``column``) back into
+    its date or timestamp, whatever Spark's session time zone; None for any other plan."""
+    kind = plan.cast.removeprefix("epoch:") if plan.cast and plan.cast.startswith("epoch:") else None
+    if kind == "date":
+        return f"date_from_unix_date({column})"
+    if kind == "timestamptz":
+        return f"timestamp_micros({column})"
+    if kind == "timestamp":
+        return f"timestampadd(MICROSECOND, {column}, TIMESTAMP_NTZ'1970-01-01 00:00:00')"  # a CAST would shift by the zone
+    return None
 
 
 def _pg_ident(name: str) -> str:

@@ -5,7 +5,8 @@ Per key, with ``s`` the source row and ``d`` the destination's (DESIGN "Integrit
   start: out of scope; either way ``d`` is not judged;
 - ``d`` absent: missing; ``d`` older: stale; same last-modified, other values — or ``d`` newer than the
   source, which no transfer can produce: incorrect;
-- ``d`` without any ``s``: orphaned.
+- ``d`` without any ``s``: orphaned — or, when the model keeps rows that left the tenant (``deletes:
+  none``), retained: reported, never wrong.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ class RowFindings:
     stale: list[Key] = field(default_factory=list)
     incorrect: list[Key] = field(default_factory=list)
     orphaned: list[Key] = field(default_factory=list)
+    retained: list[Key] = field(default_factory=list)  # no longer the tenant's at the source, kept on purpose
     orphaned_rows: list[dict[str, Any]] = field(default_factory=list)  # their primary key values as the destination holds them
     examples: dict[str, list[str]] = field(default_factory=dict)
 
@@ -74,7 +76,7 @@ def key_of(row: dict[str, Any], primary_key: list[str]) -> Key:
 
 def compare_rows(
     source: list[dict[str, Any]], destination: list[dict[str, Any]], *, primary_key: list[str], last_modified: str,
-    values: list[str], start_micros: int, hw_micros: int | None,
+    values: list[str], start_micros: int, hw_micros: int | None, retain_orphans: bool = False,
 ) -> RowFindings:
     found = RowFindings()
     by_key = {key_of(r, primary_key): r for r in source}
@@ -83,6 +85,9 @@ def compare_rows(
         key = key_of(d, primary_key)
         seen.add(key)
         s = by_key.get(key)
+        if s is None and retain_orphans:
+            found.note("retained", key, f"{key}: in the destination, no longer the tenant's in the source (kept: deletes none)")
+            continue
         if s is None:
             found.note("orphaned", key, f"{key}: in the destination, not in the source")
             found.orphaned_rows.append({c: d[c] for c in primary_key})

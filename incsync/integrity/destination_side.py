@@ -138,7 +138,8 @@ class DestinationSide:
                 cols = self.destination._columns(conn, self.model.model_name) or {}  # type: ignore[attr-defined]
                 live = self._where_live(cols, kinds)
                 cond = f"{sql_key_bucket('postgres', key, buckets)} IN ({', '.join(map(str, which))})"
-                cur = conn.execute(f"SELECT * FROM {table}{live}{' AND ' if live else ' WHERE '}{cond}", {"skip": self.skip} if self.skip else None)
+                cur = _infinity_as_text(conn.cursor())
+                cur.execute(f"SELECT * FROM {table}{live}{' AND ' if live else ' WHERE '}{cond}", {"skip": self.skip} if self.skip else None)
                 names = [d.name for d in cur.description]
                 return [dict(zip(names, r, strict=True)) for r in cur.fetchall()]
         table = self.arrow()
@@ -146,3 +147,22 @@ class DestinationSide:
             return []
         mask = np.isin(self._arrow_buckets(buckets), np.asarray(which, dtype=np.int64))
         return table.filter(pa.array(mask)).to_pylist()
+
+
+def _infinity_as_text(cursor: Any) -> Any:
+    """Read PostgreSQL's 'infinity' / '-infinity' dates and timestamps as that text, as the source side's
+    staged rows give them (``incsync.staging.infinity.python_rows``); psycopg would refuse them."""
+    from psycopg.types.datetime import DateLoader, TimestampLoader, TimestamptzLoader
+
+    for name, base in (("date", DateLoader), ("timestamp", TimestampLoader), ("timestamptz", TimestamptzLoader)):
+        cursor.adapters.register_loader(name, _infinite(base))
+    return cursor
+
+
+def _infinite(base: type) -> type:
+    class Infinite(base):  # type: ignore[misc, valid-type]
+        def load(self, data: Any) -> Any:
+            text = bytes(data)
+            return text.decode() if text in (b"infinity", b"-infinity") else super().load(data)
+
+    return Infinite

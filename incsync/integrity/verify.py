@@ -5,6 +5,8 @@ in their own engine, a fingerprint per bucket (row count, sum of row hashes over
 last-modified and every compared column: ``incsync.core.canonical``); only the buckets whose
 fingerprints differ are read row by row and compared on typed values (``incsync.integrity.compare``).
 Source rows in scope are those with ``recipient start <= last-modified <= HW``; newer ones are pending.
+Under ``deletes: none`` the destination's rows the source no longer has for the tenant (deleted, or
+moved to another tenant) are kept on purpose: counted as retained, never failing the check.
 A sampling rate below 1 checks the first ``ceil(rate * buckets)`` buckets: a deterministic subset,
 uniform over keys because buckets are hashes.
 """
@@ -30,12 +32,13 @@ from incsync.integrity.destination_side import DestinationSide
 from incsync.integrity.source_side import SourceSide
 from incsync.sources.registry import build_source
 from incsync.staging.batch import StagedBatch
+from incsync.staging.infinity import python_rows
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 COUNTERS = ("total_rows_compared", "total_rows_pending", "total_rows_stale", "total_rows_missing",
-            "total_rows_incorrect", "total_rows_orphaned")
+            "total_rows_incorrect", "total_rows_orphaned", "total_rows_retained")
 FAILING = ("total_rows_missing", "total_rows_stale", "total_rows_incorrect", "total_rows_orphaned")
 ROWS_PER_BUCKET = 256
 MAX_PENDING_KEYS = 100_000  # more changes waiting than this: their buckets are compared row by row instead
@@ -66,6 +69,7 @@ class VerifyResult:
     buckets_checked: int
     buckets_differing: int
     high_watermark: str | None
+    deletes: str = "none"  # the model's mode: under none, rows that left the tenant are retained, not orphaned
     counts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(COUNTERS, 0))
     findings: RowFindings = field(default_factory=RowFindings)
     columns_not_compared: list[str] = field(default_factory=list)
@@ -83,7 +87,7 @@ class VerifyResult:
         """The check's metadata: the counters, the sample, and a few example keys per failing counter."""
         out: dict[str, Any] = {"sampling_rate": self.sampling_rate, **self.counts, "buckets": self.buckets,
                                "buckets_checked": self.buckets_checked, "buckets_differing": self.buckets_differing,
-                               "high_watermark": self.high_watermark or "none"}
+                               "high_watermark": self.high_watermark or "none", "deletes": self.deletes}
         if self.columns_not_compared:
             out["columns_not_compared"] = ", ".join(self.columns_not_compared)
         for counter, examples in self.findings.examples.items():
@@ -124,6 +128,7 @@ def verify_recipient(
     result = VerifyResult(
         model=model.model_name, recipient=recipient.id, destination=recipient.destination, sampling_rate=sampling_rate,
         buckets=buckets, buckets_checked=checked, buckets_differing=0, high_watermark=hw.isoformat() if hw else None,
+        deletes=model.deletes,
         columns_not_compared=sorted(c for c in src_kinds if c not in dst_kinds) if dst_kinds else [], state=state,
         destination_rows=estimate,
     )
@@ -143,16 +148,17 @@ def verify_recipient(
         batch = src.rows(src_kinds, buckets=buckets, which=differing, path=path)
         try:
             found = compare_rows(
-                batch.table().to_pylist(), dst.rows(dst_kinds, buckets=buckets, which=differing),
+                python_rows(batch.table()), dst.rows(dst_kinds, buckets=buckets, which=differing),
                 primary_key=list(model.primary_key), last_modified=model.last_modified_column,
                 values=[c for c in compared if c not in model.primary_key and c != model.last_modified_column],
                 start_micros=_micros(start), hw_micros=_micros(hw) if hw else None,
+                retain_orphans=model.deletes == "none",
             )
         except BaseException:
             shutil.rmtree(path, ignore_errors=True)
             raise
         result.findings = found
-        for counter in ("missing", "stale", "incorrect", "orphaned"):
+        for counter in ("missing", "stale", "incorrect", "orphaned", "retained"):
             result.counts[f"total_rows_{counter}"] = len(getattr(found, counter))
         if keep_rows:
             result.source_rows = batch

@@ -85,7 +85,7 @@ def _evaluate(context: dg.AssetCheckExecutionContext, model: ModelConfig) -> dg.
             failing.append(recipient.id)
             if model.integrity_repair:
                 lines.append(_repair(context, config, model, recipient))
-    metadata: dict[str, object] = {"sampling_rate": model.integrity_sampling_rate, **totals,
+    metadata: dict[str, object] = {"sampling_rate": model.integrity_sampling_rate, "deletes": model.deletes, **totals,
                                    "recipients_checked": len(lines), "failing_recipients": ", ".join(failing) or "none",
                                    "details": dg.MetadataValue.md("\n".join(f"- `{line}`" for line in lines) or "-")}
     if errors:

@@ -211,7 +211,8 @@ def _faithful_files(df: DataFrame, files: tuple[Path, ...] | tuple[str, ...], pl
 
 @contextmanager
 def _out_of_range(plans: dict[str, ColumnPlan]) -> Iterator[None]:
-    """Spark's reader overflows on dates it cannot hold (PostgreSQL 'infinity'): say which columns may hold one."""
+    """Spark's reader overflows on dates it cannot hold (PostgreSQL 'infinity' in a last-modified column), and a
+    PostgreSQL timestamp at the greatest 64-bit microsecond would read as 'infinity' (``typemap.INFINITY``)."""
     try:
         yield
     except Exception as exc:
@@ -222,7 +223,8 @@ def _out_of_range(plans: dict[str, ColumnPlan]) -> Iterator[None]:
             raise ConversionError(
                 f'model {next(iter(plans.values())).model}: column "{column}" '
                 f"({plan.vendor if plan else 'postgres'} {plan.source_type if plan else 'timestamp'}) holds {value!r} "
-                f"(key {key}), which no date or timestamp type outside PostgreSQL holds; nothing was published. "
+                f"(key {key}), which staging cannot tell from 'infinity' (it holds ±infinity as the least and greatest "
+                "64-bit microsecond); nothing was published. "
                 f'Set `column_types: {{"{column}": text}}` on the model to transfer it as its text.'
             ) from None
         suspects = [p for p in plans.values() if "date" in p.source_type.lower() or "timestamp" in p.source_type.lower()]

@@ -15,6 +15,7 @@ from incsync.transfer.plan import count_by_window, plan_batches
 from incsync.transfer.retries import with_retries
 from incsync.staging.batch import StagedBatch, last_modified_micros, slice_batch
 from incsync.staging.folders import remove
+from incsync.staging.infinity import refuse_infinities
 from incsync.transfer.request import OnCommit, PreparedSpan, TransferOutcome, TransferRequest
 
 log = logging.getLogger(__name__)
@@ -29,6 +30,9 @@ def publish_span(span: PreparedSpan, batch: StagedBatch, *, on_commit: OnCommit)
     model, recipient, destination = first.model, first.recipient, first.destination
     threshold = delta_threshold(span.previous_hw)
     check_last_modified(batch, model=model, recipient_id=recipient.id)
+    if destination.kind != "postgres":  # PostgreSQL's own ±infinity: only a PostgreSQL destination holds it
+        refuse_infinities(batch, model=model.model_name, recipient=recipient.id, key=list(model.primary_key),
+                          destination=recipient.destination, kind=destination.kind)
     windows = [r.partition for r in span.requests]
     counts = count_by_window(
         windows, last_modified_micros(batch, model.last_modified_column),

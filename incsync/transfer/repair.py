@@ -3,7 +3,8 @@
 The rows of missing, stale and incorrect keys come from the source rows verify already staged for the
 buckets that differed (typed exactly as a transfer stages them) and replace the destination's rows of
 those keys whatever their dates (a ``REPAIR`` record); orphaned keys are deleted, or stamped
-``_incsync_deleted_at`` when the model says ``deletes: soft``, in the same commit. The high watermark
+``_incsync_deleted_at`` when the model says ``deletes: soft``, in the same commit; under ``deletes: none``
+the rows that left the tenant are kept, and the result says so. The high watermark
 and model fingerprint stay as they were, so the next transfer continues where the last one ended.
 Object storage gets a ``REPAIR`` manifest whose delete file lists the keys it replaces and removes.
 """
@@ -27,6 +28,7 @@ from incsync.destinations.base import REPAIR, Removals, TransferRecord
 from incsync.errors import IncsyncError
 from incsync.transfer.deletes import check_fraction
 from incsync.integrity.compare import normalize
+from incsync.staging.infinity import refuse_infinities
 from incsync.staging.spark import stage
 from incsync.core.transfer_id import new_transfer_id
 from incsync.integrity.verify import VerifyResult, verify_recipient
@@ -42,13 +44,20 @@ class RepairResult:
     rows_replaced: int = 0
     rows_removed: int = 0
 
+    @property
+    def rows_retained(self) -> int:
+        return self.before.counts["total_rows_retained"]
+
     def line(self) -> str:
         b = self.before
+        kept = "" if not self.rows_retained else (
+            f"; kept {self.rows_retained} row(s) that are no longer the tenant's in the source (the model says "
+            "deletes: none, which keeps them; deletes: hard or soft would remove them)")
         if self.transfer_id is None:
-            return f"{b.model} {b.recipient}: nothing to repair"
+            return f"{b.model} {b.recipient}: nothing to repair{kept}"
         return (f"{b.model} {b.recipient}: repair transfer {self.transfer_id} replaced {self.rows_replaced} row(s) "
                 f"(missing {b.counts['total_rows_missing']}, stale {b.counts['total_rows_stale']}, incorrect "
-                f"{b.counts['total_rows_incorrect']}) and removed {self.rows_removed} orphaned row(s)")
+                f"{b.counts['total_rows_incorrect']}) and removed {self.rows_removed} orphaned row(s){kept}")
 
 
 def repair_recipient(
@@ -93,10 +102,14 @@ def repair_recipient(
             extra={"repaired_missing": str(found.counts["total_rows_missing"]),
                    "repaired_stale": str(found.counts["total_rows_stale"]),
                    "repaired_incorrect": str(found.counts["total_rows_incorrect"]),
-                   "removed_orphaned": str(len(orphans)), "removal_mode": removals.mode if removals else "none"},
+                   "removed_orphaned": str(len(orphans)), "removal_mode": removals.mode if removals else "none",
+                   "kept_retained": str(found.counts["total_rows_retained"])},
         )
         destination = build_destination(config.destination(recipient.destination))
         try:
+            if destination.kind != "postgres":  # PostgreSQL's own ±infinity: only a PostgreSQL destination holds it
+                refuse_infinities(batch, model=model.model_name, recipient=recipient.id, key=list(model.primary_key),
+                                  destination=recipient.destination, kind=destination.kind)
             destination.publish(model=model, recipient=recipient, batch=batch, record=record, expected=state, removals=removals)
         finally:
             shutil.rmtree(batch.path, ignore_errors=True)

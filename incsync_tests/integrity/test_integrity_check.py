@@ -25,7 +25,7 @@ def _latest(instance: dg.DagsterInstance):
 
 def test_after_transfer_the_check_reports_the_counters(spark, dagster_instance, tmp_path: Path) -> None:
     write_table(tmp_path / "src", "orders", _rows())
-    defs = build_definitions(lake_config(tmp_path, model={"integrity_check": "after_transfer"}))
+    defs = build_definitions(lake_config(tmp_path, model={"integrity_check": "after_transfer", "deletes": "hard"}))
     assert CHECK in defs.resolve_asset_graph().asset_check_keys
     result = materialize_partition(defs, dagster_instance, window="2024-01-01", recipient="acme")
     evaluation = result.get_asset_check_evaluations()[0]
@@ -42,6 +42,22 @@ def test_after_transfer_the_check_reports_the_counters(spark, dagster_instance, 
     failed = alone.get_asset_check_evaluations()[0]
     assert not failed.passed and failed.severity == dg.AssetCheckSeverity.WARN
     assert failed.metadata["total_rows_orphaned"].value == 1 and failed.metadata["failing_recipients"].value == "acme"
+
+
+def test_under_deletes_none_a_row_that_left_is_retained_and_the_check_passes(spark, dagster_instance, tmp_path: Path) -> None:
+    write_table(tmp_path / "src", "orders", _rows())
+    defs = build_definitions(lake_config(tmp_path, model={"integrity_check": "after_transfer"}))  # deletes: none
+    materialize_partition(defs, dagster_instance, window="2024-01-01", recipient="acme")
+    write_table(tmp_path / "src", "orders", _rows()[1:])  # row 1 deleted at the source
+    job = defs.resolve_job_def("__ASSET_JOB").get_subset(asset_check_selection={CHECK}, asset_selection=set())
+    kept = job.execute_in_process(instance=dagster_instance).get_asset_check_evaluations()[0]
+    metadata = {k: v.value for k, v in kept.metadata.items()}
+    assert kept.passed
+    assert {k: metadata[k] for k in ("deletes", "total_rows_compared", "total_rows_orphaned", "total_rows_retained",
+                                     "failing_recipients")} == {
+        "deletes": "none", "total_rows_compared": 1, "total_rows_orphaned": 0, "total_rows_retained": 1,
+        "failing_recipients": "none"}
+    assert "orphaned=0 retained=1" in metadata["details"]
 
 
 @pytest.mark.parametrize("mode", ["manual", "schedule"])
@@ -62,7 +78,7 @@ def test_other_modes_keep_the_check_out_of_transfer_runs(mode: str, spark, dagst
 def test_a_failing_check_can_repair_the_copy(spark, dagster_instance, tmp_path: Path) -> None:
     write_table(tmp_path / "src", "orders", _rows())
     defs = build_definitions(lake_config(tmp_path, model={"integrity_check": "after_transfer", "integrity_repair": True,
-                                                          "max_delete_fraction": 1.0}))
+                                                          "deletes": "hard", "max_delete_fraction": 1.0}))
     materialize_partition(defs, dagster_instance, window="2024-01-01", recipient="acme")
     write_table(tmp_path / "src", "orders", _rows()[1:])  # row 1 deleted at the source
     job = defs.resolve_job_def("__ASSET_JOB").get_subset(asset_check_selection={CHECK}, asset_selection=set())

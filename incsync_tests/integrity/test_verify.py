@@ -38,13 +38,14 @@ def test_each_damage_lands_in_its_own_counter(kind: str, spark, dagster_instance
     with destination_env(kind, monkeypatch), pg_database() as db:
         db.execute(TYPED_ORDERS)
         insert(db, typed_rows())
-        config = config_for(tmp_path, db, kind)
+        config = config_for(tmp_path, db, kind, model={"deletes": "hard"})  # none: rows without a source row are retained
         transfer(config, dagster_instance)
 
         clean = verify(config, spark, tmp_path)
         assert clean.passed, clean.line()
         assert clean.counts == {"total_rows_compared": 20, "total_rows_pending": 0, "total_rows_stale": 0,
-                                "total_rows_missing": 0, "total_rows_incorrect": 0, "total_rows_orphaned": 0}
+                                "total_rows_missing": 0, "total_rows_incorrect": 0, "total_rows_orphaned": 0,
+                                "total_rows_retained": 0}
         assert (clean.buckets_differing, clean.source_reads) == (0, 1)  # nothing wrong: the source is read once
 
         damage_destination(kind, tmp_path, every_damage, dsn=os.environ.get(PG_DSN_ENV))
@@ -54,7 +55,8 @@ def test_each_damage_lands_in_its_own_counter(kind: str, spark, dagster_instance
         found = verify(config, spark, tmp_path)
         assert not found.passed
         assert found.counts == {"total_rows_compared": 18, "total_rows_pending": 1, "total_rows_stale": 1,
-                                "total_rows_missing": 1, "total_rows_incorrect": 1, "total_rows_orphaned": 2}
+                                "total_rows_missing": 1, "total_rows_incorrect": 1, "total_rows_orphaned": 2,
+                                "total_rows_retained": 0}
         assert found.findings.missing == [(1,)] and found.findings.incorrect == [(2,)] and found.findings.stale == [(3,)]
         assert sorted(found.findings.orphaned) == [(5,), (9999,)]
         assert "status 'tampered' != source 's2'" in found.metadata()["examples_incorrect"]
@@ -112,7 +114,7 @@ def test_repair_moves_only_the_wrong_keys_then_verify_passes(kind: str, spark, d
     with destination_env(kind, monkeypatch), pg_database() as db:
         db.execute(TYPED_ORDERS)
         insert(db, typed_rows())
-        config = config_for(tmp_path, db, kind)
+        config = config_for(tmp_path, db, kind, model={"deletes": "hard"})
         transfer(config, dagster_instance)
         damage_destination(kind, tmp_path, every_damage, dsn=os.environ.get(PG_DSN_ENV))
         db.execute("DELETE FROM orders WHERE id = 5")

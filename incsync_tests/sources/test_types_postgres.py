@@ -203,9 +203,10 @@ def test_infinite_timestamps_fail_naming_the_columns_and_text_keeps_them(spark, 
         with pytest.raises(ConversionError) as caught:
             transfer(config, spark)
         assert str(caught.value) == (
-            'model orders: column "ends_at" (postgres timestamp with time zone) holds \'infinity\' (key 1), which no '
-            "date or timestamp type outside PostgreSQL holds; nothing was published. "
-            'Set `column_types: {"ends_at": text}` on the model to transfer it as its text.'
+            'model orders, recipient acme: column "ends_at" (postgres timestamp with time zone) holds \'infinity\' '
+            "(key 1), which no date or timestamp type outside PostgreSQL holds, and destination acme_dest is "
+            'object_storage; nothing was published. Set `column_types: {"ends_at": text}` on the model to transfer it '
+            "as its text, or send it to a PostgreSQL destination, which keeps it."
         )
         assert Target(config).state().last_transfer is None
         config = write_config(tmp_path, db, "object_storage", column_types={"ends_at": "text", "born": "text"})

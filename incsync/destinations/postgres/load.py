@@ -1,4 +1,5 @@
-"""Loading a staged batch into the publish's temporary stage table by COPY: as CSV where every column allows."""
+"""Loading a staged batch into the publish's temporary stage table by COPY: as CSV where every column allows.
+PostgreSQL's own 'infinity' / '-infinity', staged as the extremes of dates and timestamps, go back as that text."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from psycopg import sql
 from incsync.core.crashpoints import crash_point
 from incsync.destinations.postgres.types import jsonish
 from incsync.staging.batch import StagedBatch
+from incsync.staging.infinity import infinities_as_text
 
 STAGE_TABLE = "_incsync_stage"
 STAGE = sql.Identifier("pg_temp", STAGE_TABLE)  # qualified, so a user table of that name is never touched
@@ -40,7 +42,7 @@ def load_stage(conn: psycopg.Connection, batch: StagedBatch, wanted: dict[str, s
         with conn.cursor() as cur, cur.copy(sql.SQL("COPY {} ({}) FROM STDIN (FORMAT csv)").format(STAGE, columns)) as copy:
             for record_batch in batch.reader():
                 sink = io.BytesIO()
-                pacsv.write_csv(_csv_storage(record_batch), sink, options)
+                pacsv.write_csv(_csv_storage(infinities_as_text(record_batch)), sink, options)
                 copy.write(sink.getvalue())
                 crash_point("mid_copy")
         return
@@ -69,7 +71,7 @@ def _csv_storage(record_batch: pa.RecordBatch) -> pa.Table:
 def _rows(batch: StagedBatch, json_columns: list[int]) -> Iterator[list[object]]:
     reader = batch.reader()
     for record_batch in reader:
-        columns = [col.to_pylist() for col in record_batch.columns]
+        columns = [col.to_pylist() for col in infinities_as_text(record_batch).columns]
         for i in json_columns:
             columns[i] = [None if v is None else json.dumps(v, default=str) for v in columns[i]]
         yield from (list(r) for r in zip(*columns, strict=True))

@@ -12,7 +12,9 @@ from typing import TYPE_CHECKING
 from incsync.config.model import ModelConfig
 from incsync.errors import SchemaError
 from incsync.core.vendor_sql import mysql_literal, postgres_literal
-from incsync.core.typemap import METADATA_KEY, OVERRIDE_HELP, ColumnPlan, cast_sql, override_arrow, plan_column
+from incsync.core.typemap import (
+    METADATA_KEY, OVERRIDE_HELP, ColumnPlan, cast_sql, override_arrow, plan_column, spark_from_epoch,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -78,10 +80,15 @@ def select_list(dialect: _Dialect, names: list[str], plans: dict[str, ColumnPlan
 
 
 def with_plan_metadata(df: DataFrame, plans: dict[str, ColumnPlan]) -> DataFrame:
-    """Each column carries its plan (Spark column metadata): staging converts by it, destinations read the source type."""
+    """Each column carries its plan (Spark column metadata): staging converts by it, destinations read the source type.
+    A date or timestamp read as its integer (``typemap.INFINITY``) becomes a date or timestamp again here."""
+    from pyspark.sql import functions as F
+
     from incsync.sources.base import column
 
-    return df.select(*[
-        column(name).alias(name, metadata={METADATA_KEY: plans[name].to_json()}) if name in plans else column(name)
-        for name in df.columns
-    ])
+    def planned(name: str):  # noqa: ANN202 - a pyspark Column
+        expression = spark_from_epoch(plans[name], "`" + name.replace("`", "``") + "`")
+        value = F.expr(expression) if expression else column(name)
+        return value.alias(name, metadata={METADATA_KEY: plans[name].to_json()})
+
+    return df.select(*[planned(name) if name in plans else column(name) for name in df.columns])
