@@ -162,7 +162,7 @@ def _typed(chain: list[BaseException], side: str | None) -> Blame | None:
         if side != DESTINATION or "the source changed" in str(e) or "cannot store" in str(e):
             return Blame(Party.PROVIDER, f"the model's schema ({_short(e)}): change the model or run a full refresh")
     if side == SOURCE and (e := _first(chain, "SourceError")):
-        return Blame(Party.PROVIDER, _short(e, limit=300))
+        return Blame(Party.PROVIDER, _with_fix(e))
     return None
 
 
@@ -200,6 +200,16 @@ def _destination(chain: list[BaseException], name: str) -> Blame:
         return Blame(Party.UNKNOWN, f"{where} could not be reached: check that its server is up and reachable from "
                                     "incsync, then rerun")
     return Blame(Party.UNKNOWN, f"{where} failed ({_short(chain[0])}): read the run's error to tell whose it is")
+
+
+def _with_fix(error: BaseException, *, limit: int = 240) -> str:
+    """The error's one line, its cause cut short so the fix (after the last "; ") stays whole."""
+    text = _short(error, limit=10_000)
+    cause, sep, fix = text.rpartition("; ")
+    if len(text) <= limit or not sep:
+        return _short(error, limit=limit)
+    keep = max(40, limit - len(fix) - 3)
+    return f"{cause[: keep - 1]}…; {fix}" if len(cause) > keep else f"{cause}; {fix}"
 
 
 def _short(error: BaseException, *, limit: int = 160) -> str:

@@ -29,19 +29,20 @@ def recipient_blames(failures: Iterable[SpanFailure]) -> dict[str, Blame]:
     return dict(sorted(out.items()))
 
 
-def run_level(blames: dict[str, Blame]) -> Blame | None:
-    """The run's one blame: its most urgent party (``core.blame.combined``), with the first such recipient's reason."""
+def run_level(blames: dict[str, Blame], *, recipients: int = 1) -> Blame | None:
+    """The run's one blame: its most urgent party (``core.blame.combined``), with the first such recipient's
+    reason, named when the run has several ``recipients``."""
     party = combined(blames.values())
     if party is None:
         return None
     rid, first = next((r, b) for r, b in blames.items() if b.party == party)
-    reason = first.reason if len(blames) == 1 else f"recipient {rid}: {first.reason}"
+    reason = first.reason if max(recipients, len(blames)) == 1 else f"recipient {rid}: {first.reason}"
     return Blame(party, reason)
 
 
-def failure_metadata(blames: dict[str, Blame]) -> dict[str, object]:
+def failure_metadata(blames: dict[str, Blame], *, recipients: int = 1) -> dict[str, object]:
     """What the run's failure event carries: the run's party and reason, and each recipient's."""
-    run = run_level(blames)
+    run = run_level(blames, recipients=recipients)
     if run is None:
         return {}
     return {

@@ -100,8 +100,9 @@ class TransferIOManager(dg.ConfigurableIOManager):
         error = _combined(failures)
         tag_error(self._run_instance(), context.run_id, error)
         blames = recipient_blames(failures)
-        tag_blame(self._run_instance(), context.run_id, run_level(blames))
-        raise transfer_failure(obj.requests[0].model.model_name, failures, blames) from error
+        several = len({r.recipient.id for r in obj.requests})
+        tag_blame(self._run_instance(), context.run_id, run_level(blames, recipients=several))
+        raise transfer_failure(obj.requests[0].model.model_name, failures, blames, run_recipients=several) from error
 
     def load_input(self, context: dg.InputContext) -> PublishedCopies:
         """A reader of each recipient's published copy (a Delta table, a SQL relation, the manifested files):
@@ -144,7 +145,9 @@ def _combined(failures: list[SpanFailure]) -> BaseException:
     return error
 
 
-def transfer_failure(model: str, failures: list[SpanFailure], blames: dict[str, Blame] | None = None) -> dg.Failure:
+def transfer_failure(
+    model: str, failures: list[SpanFailure], blames: dict[str, Blame] | None = None, *, run_recipients: int = 1,
+) -> dg.Failure:
     """The run's failure as Dagster shows it: for each recipient that failed, the windows it did not
     commit, why, and whose it is to fix (raised as is, not wrapped in "Error occurred while handling output")."""
     blames = blames if blames is not None else recipient_blames(failures)
@@ -166,7 +169,7 @@ def transfer_failure(model: str, failures: list[SpanFailure], blames: dict[str, 
         "recipient": ", ".join(recipients),
         "windows": dg.MetadataValue.json({rid: sorted(windows[rid]) for rid in recipients}),
         "error": error,
-        **failure_metadata(blames),
+        **failure_metadata(blames, recipients=run_recipients),
     })
 
 
