@@ -5,12 +5,9 @@ tags, its failure metadata and `incsync transfers`."""
 from __future__ import annotations
 
 import os
-import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import dagster as dg
-import pytest
 from dagster._core.storage.tags import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG
 
 from incsync.config.tags import BLAME_REASON_TAG, BLAMED_TAG
@@ -19,11 +16,11 @@ from incsync.orchestration.definitions import build_definitions
 from incsync.orchestration.partitions import RECIPIENTS_PARTITIONS, partition_key
 from incsync.orchestration.statuses import list_transfers
 from incsync.config.load import load_config
-from incsync_tests.destination_support import _admin_connect, postgres_database
 from incsync_tests.support import delta_rows, lake_config, order, ts, write_table
 
 LAKE = dg.AssetKey(["lake", "orders"])
-DSN_ENV = "INCSYNC_TEST_BLAME_DSN"
+from incsync_tests.orchestration.conftest import DSN_ENV
+
 PG = {"name": "acme_pg", "kind": "postgres", "dsn_env": DSN_ENV, "schema": "acme"}
 ACME_PG = {"id": "acme", "id_in_provider_system": "org_1", "destination": "acme_pg"}
 
@@ -55,33 +52,6 @@ def blamed(instance: dg.DagsterInstance, result: dg.ExecuteInProcessResult) -> t
     tags = instance.get_run_by_id(result.run_id).tags
     per = {rid: (b.party.value, b.reason) for rid, b in recipients_blamed(instance, result.run_id).items()}
     return tags[BLAMED_TAG], tags[BLAME_REASON_TAG], per
-
-
-@pytest.fixture
-def pg_role(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[str, str]]:
-    """A database, a schema ``acme`` the admin owns, and a login role the destination's DSN uses with USAGE and
-    CREATE on it (the grants a recipient gives a provider): (role, admin DSN of the database)."""
-    from incsync.destinations.postgres.pool import close_pool
-
-    role = f"incsync_t_{uuid.uuid4().hex[:8]}"
-    with postgres_database() as admin_dsn:
-        import psycopg
-
-        database = admin_dsn.rsplit("/", 1)[1]
-        with psycopg.connect(admin_dsn, autocommit=True) as conn:
-            conn.execute(f'CREATE ROLE "{role}" LOGIN')
-            conn.execute(f'GRANT CONNECT, CREATE ON DATABASE "{database}" TO "{role}"')
-            conn.execute('CREATE SCHEMA acme')
-            conn.execute(f'GRANT USAGE, CREATE ON SCHEMA acme TO "{role}"')
-        dsn = f"postgresql://{role}@127.0.0.1:5432/{database}"
-        monkeypatch.setenv(DSN_ENV, dsn)
-        try:
-            yield role, admin_dsn
-        finally:
-            close_pool(dsn)
-    admin, _ = _admin_connect()
-    with admin:
-        admin.execute(f'DROP ROLE IF EXISTS "{role}"')
 
 
 def _admin(admin_dsn: str, *statements: str) -> None:
