@@ -102,6 +102,15 @@ def run_blame(instance: dg.DagsterInstance, run: dg.DagsterRun, *, orphaned: boo
     )
 
 
+def recipient_blame(instance: dg.DagsterInstance, run: dg.DagsterRun, recipient: str, *, orphaned: bool = False) -> Blame | None:
+    """One recipient's blame in a failed run (what a transfer log records per transfer): its own from the run's
+    failure metadata, else the run's. None for a recipient of a run that failed but not because of it."""
+    own = {} if orphaned else recipients_blamed(instance, run.run_id)
+    if own:
+        return own.get(recipient)
+    return run_blame(instance, run, orphaned=orphaned)
+
+
 def failure_error(instance: dg.DagsterInstance, run_id: str) -> BaseException | None:
     """The run's failed step's error rebuilt from its record (class names and messages, causes chained),
     for ``core.blame`` to classify a run that failed before incsync tagged it."""

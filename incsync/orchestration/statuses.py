@@ -20,7 +20,7 @@ from incsync.orchestration.dagster_compat import (
     WORKER_LOST_REASONS,
 )
 from incsync.core.blame import Blame, Party, parse_party
-from incsync.orchestration.blame import recipients_blamed, run_blame
+from incsync.orchestration.blame import recipient_blame, run_blame
 from incsync.orchestration.errors import StatusError
 from incsync.destinations.ownership import METADATA_KEY as DESTINATION_OWNER
 from incsync.orchestration.metadata import DELTA_ROWS_TRANSFERRED, ROWS_TRANSFERRED
@@ -190,10 +190,8 @@ def _party(text: str) -> Party:
 def _blame(instance: dg.DagsterInstance, run: dg.DagsterRun, recipients: list[str], recipient: str | None,
            *, orphaned: bool) -> Blame | None:
     """The run's blame; asked for one recipient of a run of several, that recipient's own (its failure metadata)."""
-    if recipient is not None and len(recipients) > 1 and not orphaned:
-        own = recipients_blamed(instance, run.run_id).get(recipient)
-        if own is not None:
-            return own
+    if recipient is not None and len(recipients) > 1:
+        return recipient_blame(instance, run, recipient, orphaned=orphaned)
     return run_blame(instance, run, orphaned=orphaned)
 
 

@@ -4,10 +4,13 @@ tags, its failure metadata and `incsync transfers`."""
 
 from __future__ import annotations
 
+import errno
 import os
+import uuid
 from pathlib import Path
 
 import dagster as dg
+import pytest
 from dagster._core.storage.tags import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG
 
 from incsync.config.tags import BLAME_REASON_TAG, BLAMED_TAG
@@ -128,6 +131,8 @@ def test_a_delta_folder_incsync_cannot_write_blames_the_recipient(spark, tmp_pat
 
     reason = FILE_IN_THE_WAY.format("acme_delta")
     assert blamed(dagster_instance, result) == ("recipient", reason, {"acme": ("recipient", reason)})
+    denied = ("destination acme_delta may not be written to (permission denied on its folder): the recipient must "
+              "give incsync write access to it again")
     if os.geteuid() != 0:
         (tmp_path / "out" / "acme").unlink()
         (tmp_path / "out").chmod(0o555)
@@ -135,9 +140,21 @@ def test_a_delta_folder_incsync_cannot_write_blames_the_recipient(spark, tmp_pat
             result = run(config, dagster_instance, ["acme"])
         finally:
             (tmp_path / "out").chmod(0o755)
-        denied = ("destination acme_delta may not be written to (permission denied on its folder): the recipient must "
-                  "give incsync write access to it again")
         assert blamed(dagster_instance, result)[:2] == ("recipient", denied)
+        return
+    # Root writes through any mode bits; /sys refuses even root a folder (EPERM on sysfs, EROFS where it is
+    # mounted read-only): a folder the recipient's storage will not let incsync create.
+    try:
+        os.mkdir("/sys/incsync-probe")
+        os.rmdir("/sys/incsync-probe")
+        pytest.skip("this machine lets root create folders under /sys")
+    except OSError as exc:
+        code = exc.errno
+    expected = {errno.EPERM: denied, errno.EACCES: denied, errno.EROFS: (
+        "destination acme_delta is on a read-only file system: the recipient must make it writable again, or move "
+        "the destination")}[code]
+    sysfs = lake_config(tmp_path, destinations=[{"name": "acme_delta", "kind": "delta", "path": f"/sys/incsync-{uuid.uuid4().hex[:8]}"}])
+    assert blamed(dagster_instance, run(sysfs, dagster_instance, ["acme"]))[:2] == ("recipient", expected)
 
 
 THREE = [
@@ -162,6 +179,8 @@ def test_one_recipient_of_a_fan_out_run_is_blamed_alone_and_the_others_publish(s
     cfg = load_config(config)
     [listed] = list_transfers(dagster_instance, cfg, recipient="globex", blamed="recipient")
     assert (listed.status.value, listed.blame_reason) == ("PARTIAL_FAILURE", reason)
+    [same_run] = list_transfers(dagster_instance, cfg, recipient="acme")  # acme published: nothing of it is blamed
+    assert (same_run.run_id, same_run.blamed) == (result.run_id, None)
     failure = next(e for e in result.all_events if e.is_step_failure).step_failure_data.user_failure_data
     assert failure.description.endswith(f"\n    blamed recipient: {reason}")
 
