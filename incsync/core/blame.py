@@ -156,6 +156,9 @@ def _typed(chain: list[BaseException], side: str | None) -> Blame | None:
         return Blame(Party.PROVIDER, "two recipients write to one destination table: give each recipient a "
                                      "destination of its own (or run `incsync transfer-ownership`)")
     if e := _first(chain, "SchemaError"):
+        if "the recipient changed a column's type" in str(e):
+            return Blame(Party.RECIPIENT, "the recipient changed a column's type in its table: the recipient must change "
+                                          "it back, or the provider runs a full refresh (see the run's error)")
         if "cannot change the type of a column another object uses" in str(e):
             return Blame(Party.RECIPIENT, "the recipient's own view, rule or policy on its table blocks a column type "
                                           "change: the recipient must drop it around the change (see the run's error)")

@@ -229,3 +229,25 @@ def test_provider_side_failures_of_a_postgres_source_blame_the_provider(spark, t
         party, reason, _ = blamed(dagster_instance, wrong_user)
         assert party == "provider"
         assert reason.startswith("source db: ") and "check `user` (incsync_no_such_role)" in reason
+
+
+def test_a_column_type_the_recipient_changed_blames_the_recipient(spark, tmp_path: Path, dagster_instance, pg_role) -> None:
+    """incsync's column registry says which type it published: a table whose column now has another type that
+    cannot take the source's values was changed by the recipient, not by the source."""
+    _, admin_dsn = pg_role
+    config = _pg_config(tmp_path)
+    assert run(config, dagster_instance, ["acme"]).success
+    _admin(admin_dsn, "ALTER TABLE acme.orders ALTER COLUMN amount TYPE text")
+
+    result = run(config, dagster_instance, ["acme"])
+
+    reason = ("the recipient changed a column's type in its table: the recipient must change it back, or the provider "
+              "runs a full refresh (see the run's error)")
+    assert blamed(dagster_instance, result) == ("recipient", reason, {"acme": ("recipient", reason)})
+    failure = next(e for e in result.all_events if e.is_step_failure).step_failure_data.user_failure_data
+    assert failure.metadata["error"].value == (
+        "SchemaError: model orders, recipient acme: the recipient changed a column's type in acme.orders (column "
+        "amount is text in acme.orders, where incsync published double precision); nothing was published. Fix: the "
+        "recipient changes it back (ALTER TABLE acme.orders ALTER COLUMN amount TYPE double precision ...), or the "
+        "provider reloads the copy with the source's types (incsync transfer orders --recipient acme --full-refresh)."
+    )
