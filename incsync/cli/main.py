@@ -16,6 +16,7 @@ from incsync.cli.operations import cmd_dagster_yaml, cmd_demo, cmd_janitor, cmd_
 from incsync.cli.parsing import Parser
 from incsync.cli.transfer import cmd_transfer, cmd_transfers, run_transfer
 from incsync.cli.validate import cmd_validate
+from incsync.core.blame import PARTIES
 from incsync.errors import IncsyncError
 from incsync.paths import config_path
 from incsync.worker.command import Resident, TransferCommand
@@ -109,6 +110,7 @@ def build_parser() -> Parser:
     p.add_argument("--recipient")
     p.add_argument("--status", help="PENDING, RUNNING, SUCCESS, ERROR, PARTIAL_FAILURE, CANCELLED, KILLED, EXPIRED, ORPHANED")
     p.add_argument("--tag", action="append", help="key=value (repeatable)")
+    p.add_argument("--blamed", choices=PARTIES, help="only failed transfers blamed on this party")
     p.add_argument("--limit", type=int, default=200)
     p.add_argument("--json", action="store_true", help="one JSON array on standard output")
     p.add_argument("-c", "--config")

@@ -184,17 +184,20 @@ def _seconds(value: float | None) -> str:
 
 
 def transfers_lines(transfers: list[Any]) -> list[str]:
-    """The table of ``incsync transfers``: one line per run, its error's first line under a failed one."""
-    lines = [f"{'created (UTC)':<20} {'status':<16} {'mode':<12} {'model(s)':<16} {'recipient(s)':<20} {'windows':>7} "
+    """The table of ``incsync transfers``: one line per run; under a failed one, its error's first line and
+    whose it is to fix (the blamed party and its reason)."""
+    lines = [f"{'created (UTC)':<20} {'status':<16} {'blamed':<10} {'mode':<12} {'model(s)':<16} {'recipient(s)':<20} {'windows':>7} "
              f"{'rows':>9} {'delta':>9} {'duration':>8}  {'owner(s)':<20} run      tags"]
     for t in transfers:
         tags = ",".join(f"{k}={v}" for k, v in sorted(t.tags.items()))
         lines.append(
-            f"{t.created_at:%Y-%m-%d %H:%M:%S}  {t.status.value:<16} {t.mode or '-':<12} {','.join(t.models):<16} "
+            f"{t.created_at:%Y-%m-%d %H:%M:%S}  {t.status.value:<16} {t.blamed or '-':<10} {t.mode or '-':<12} {','.join(t.models):<16} "
             f"{','.join(t.recipients):<20} {t.partitions_committed:>7} {t.rows_transferred:>9} "
             f"{t.delta_rows_transferred:>9} {_seconds(t.duration_seconds):>8}  {','.join(t.owners) or '-':<20} "
             f"{t.run_id[:8]} {tags}".rstrip()
         )
         if t.error:
             lines.append(f"    error: {t.error}")
+        if t.blamed:
+            lines.append(f"    blamed {t.blamed}: {t.blame_reason}")
     return lines

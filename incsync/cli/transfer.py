@@ -176,7 +176,7 @@ def cmd_transfers(args: argparse.Namespace) -> int:
     reap(instance, staging_root=Path(default_staging_dir(config)))  # dead transfers show as ORPHANED, not RUNNING
     transfers = list_transfers(
         instance, config, recipient=args.recipient, status=args.status,
-        tags=parse_tags(args.tag or []), limit=args.limit,
+        tags=parse_tags(args.tag or []), limit=args.limit, blamed=args.blamed,
     )
     if getattr(args, "json", False):
         print_json([{
@@ -185,6 +185,7 @@ def cmd_transfers(args: argparse.Namespace) -> int:
             "rows_transferred": t.rows_transferred, "delta_rows_transferred": t.delta_rows_transferred,
             "duration_seconds": None if t.duration_seconds is None else round(t.duration_seconds, 3),
             "owners": list(t.owners), "tags": t.tags, "error": t.error,
+            "blamed": t.blamed, "blame_reason": t.blame_reason,
         } for t in transfers])
         return 0
     for line in transfers_lines(transfers):

@@ -12,6 +12,7 @@ from typing import Any
 from pydantic import BaseModel
 from pydantic_core import PydanticUndefined
 
+from incsync.config.alerts import AlertsConfig
 from incsync.config.model import IncsyncConfig, MaintenanceConfig, ModelConfig, RecipientConfig, RecipientsFromConfig
 from incsync.config.destinations import DeltaDestinationConfig, ObjectStorageDestinationConfig, PostgresDestinationConfig
 from incsync.config.sources import JdbcSourceConfig, LakeSourceConfig
@@ -25,6 +26,7 @@ SECTIONS: list[tuple[str, str, list[type[BaseModel]]]] = [
     ("recipients", "One entry per customer.", [RecipientConfig]),
     ("recipients_from", "Recipients kept in a PostgreSQL table, beside those of the file.", [RecipientsFromConfig]),
     ("maintenance", "Compaction, vacuum and log checkpoints of the destinations (docs/maintenance.md).", [MaintenanceConfig]),
+    ("alerts", "A webhook that hears of every failed transfer and whose it is to fix (docs/operations.md).", [AlertsConfig]),
 ]
 
 

@@ -13,6 +13,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
+from incsync.config.alerts import AlertsConfig
 from incsync.config.base import ID_PATTERN, ID_RE, StrictModel, listed_names
 from incsync.config.destinations import DestinationConfig
 from incsync.config.sources import DEFAULT_LOOKBACK_SECONDS, FALLBACK_LOOKBACK_SECONDS, SourceConfig
@@ -238,6 +239,10 @@ class IncsyncConfig(StrictModel):
         default_factory=RetryPolicy,
         description="Retries of source reads and destination publishes that fail with a transient error "
         "(e.g. `retries: {attempts: 3, backoff_seconds: 2}`).",
+    )
+    alerts: AlertsConfig | None = Field(
+        default=None, description="Post each failed transfer, with its blamed party, to a webhook "
+        "(`alerts: {webhook_url_env: INCSYNC_ALERT_WEBHOOK, blamed: [provider]}`; docs/operations.md).",
     )
 
     def source(self, name: str) -> SourceConfig:

@@ -7,6 +7,8 @@ from contextlib import ExitStack
 import dagster as dg
 from pydantic import Field
 
+from incsync.core.blame import blame
+from incsync.orchestration.blame import tag_blame
 from incsync.orchestration.liveness import mark_running
 from incsync.config.model import IncsyncConfig, ModelConfig, RecipientConfig
 from incsync.orchestration.dagster_compat import DEFER_ASSET_EVENTS_TAG, defers_asset_events, report_planned
@@ -114,7 +116,8 @@ def build_model_asset(config: IncsyncConfig, model: ModelConfig) -> dg.AssetsDef
         keys = context.partition_keys  # Dagster builds this list anew on each access
         try:
             reads, slots = _open_reads(context, model, config, keys)
-        except Exception:
+        except Exception as exc:
+            tag_blame(context.instance, context.run_id, blame(exc))  # failed before any transfer: the run's own error
             if defers_asset_events(context.run):  # the model's job plans only what fails: all of it did
                 report_planned(context.get_step_execution_context(), context.asset_key, keys)
             raise

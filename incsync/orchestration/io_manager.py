@@ -15,6 +15,8 @@ from incsync.errors import IncsyncError
 from incsync.transfer.errors import TransferFailures
 from incsync.transfer.execute import execute
 from incsync.transfer.reads import RunReads
+from incsync.core.blame import Blame
+from incsync.orchestration.blame import failure_metadata, recipient_blames, run_level, tag_blame
 from incsync.orchestration.metadata import transfer_metadata
 from incsync.orchestration.partitions import dagster_key, split_key
 from incsync.orchestration.resources import cached_config
@@ -97,7 +99,10 @@ class TransferIOManager(dg.ConfigurableIOManager):
             _record_committed(context, committed)
         error = _combined(failures)
         tag_error(self._run_instance(), context.run_id, error)
-        raise transfer_failure(obj.requests[0].model.model_name, failures) from error
+        blames = recipient_blames(failures)
+        several = len({r.recipient.id for r in obj.requests})
+        tag_blame(self._run_instance(), context.run_id, run_level(blames, recipients=several))
+        raise transfer_failure(obj.requests[0].model.model_name, failures, blames, run_recipients=several) from error
 
     def load_input(self, context: dg.InputContext) -> PublishedCopies:
         """A reader of each recipient's published copy (a Delta table, a SQL relation, the manifested files):
@@ -140,15 +145,19 @@ def _combined(failures: list[SpanFailure]) -> BaseException:
     return error
 
 
-def transfer_failure(model: str, failures: list[SpanFailure]) -> dg.Failure:
+def transfer_failure(
+    model: str, failures: list[SpanFailure], blames: dict[str, Blame] | None = None, *, run_recipients: int = 1,
+) -> dg.Failure:
     """The run's failure as Dagster shows it: for each recipient that failed, the windows it did not
-    commit and why (raised as is, not wrapped in "Error occurred while handling output")."""
+    commit, why, and whose it is to fix (raised as is, not wrapped in "Error occurred while handling output")."""
+    blames = blames if blames is not None else recipient_blames(failures)
     windows: dict[str, list[str]] = {}
     lines = []
     for f in failures:
         keys = sorted(r.partition.window_key for r in f.requests)
         windows.setdefault(f.recipient_id, []).extend(keys)
-        lines.append(f"model {model}, recipient {f.recipient_id}, {_windows_text(keys)}: {_reason(f.error, model, f.recipient_id)}")
+        lines.append(f"model {model}, recipient {f.recipient_id}, {_windows_text(keys)}: {_reason(f.error, model, f.recipient_id)}"
+                     f"\n    blamed {blames[f.recipient_id]}")
     recipients = sorted(windows)
     if len(lines) == 1:
         description, error = lines[0], f"{type(failures[0].error).__name__}: {failures[0].error}"
@@ -160,6 +169,7 @@ def transfer_failure(model: str, failures: list[SpanFailure]) -> dg.Failure:
         "recipient": ", ".join(recipients),
         "windows": dg.MetadataValue.json({rid: sorted(windows[rid]) for rid in recipients}),
         "error": error,
+        **failure_metadata(blames, recipients=run_recipients),
     })
 
 

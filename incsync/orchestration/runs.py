@@ -148,3 +148,4 @@ def _user_message(error) -> str:  # noqa: ANN001 - dagster's SerializableErrorIn
         if node.cls_name in ours:
             return f"{node.cls_name}: {node.message.strip().removeprefix(f'incsync.errors.{node.cls_name}: ')}"
     return chain[-1].message.strip()
+

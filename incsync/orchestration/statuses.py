@@ -19,6 +19,8 @@ from incsync.orchestration.dagster_compat import (
     RUN_FAILURE_REASON_TAG,
     WORKER_LOST_REASONS,
 )
+from incsync.core.blame import Blame, Party, parse_party
+from incsync.orchestration.blame import recipient_blame, run_blame
 from incsync.orchestration.errors import StatusError
 from incsync.destinations.ownership import METADATA_KEY as DESTINATION_OWNER
 from incsync.orchestration.metadata import DELTA_ROWS_TRANSFERRED, ROWS_TRANSFERRED
@@ -68,6 +70,8 @@ class Transfer:
     mode: str | None = None  # incsync/mode: incremental, backfill, manual
     duration_seconds: float | None = None  # start to end (to now while running); None before it started
     error: str | None = None  # the first line of a failed run's error
+    blamed: str | None = None  # a failed run's party: provider | recipient | unknown (core.blame)
+    blame_reason: str | None = None  # its one-line reason, naming the fix
 
 
 def _failure_message(instance: dg.DagsterInstance, run_id: str) -> str:
@@ -176,6 +180,21 @@ def _duration(record: dg.RunRecord, now: datetime) -> float | None:
     return max(0.0, end - record.start_time)
 
 
+def _party(text: str) -> Party:
+    try:
+        return parse_party(text)
+    except ValueError as exc:
+        raise StatusError(str(exc)) from None
+
+
+def _blame(instance: dg.DagsterInstance, run: dg.DagsterRun, recipients: list[str], recipient: str | None,
+           *, orphaned: bool) -> Blame | None:
+    """The run's blame; asked for one recipient of a run of several, that recipient's own (its failure metadata)."""
+    if recipient is not None and len(recipients) > 1:
+        return recipient_blame(instance, run, recipient, orphaned=orphaned)
+    return run_blame(instance, run, orphaned=orphaned)
+
+
 def list_transfers(
     instance: dg.DagsterInstance,
     config: IncsyncConfig,
@@ -185,9 +204,12 @@ def list_transfers(
     tags: dict[str, str] | None = None,
     limit: int = 200,
     now: datetime | None = None,
+    blamed: Party | str | None = None,
 ) -> list[Transfer]:
-    """The latest ``limit`` incsync runs, newest first, filtered by recipient, status and user tags."""
+    """The latest ``limit`` incsync runs, newest first, filtered by recipient, status, user tags and the
+    blamed party of a failed run (``blamed``: only failed runs blamed on it)."""
     wanted_status = parse_status(status) if isinstance(status, str) else status
+    wanted_party = _party(blamed) if isinstance(blamed, str) else blamed
     run_tags = {USER_TAG_PREFIX + k: v for k, v in (validate_tag(k, v) for k, v in (tags or {}).items())}
     if recipient is not None:
         validate_tag("recipient", recipient)
@@ -214,6 +236,9 @@ def list_transfers(
         if wanted_status is not None and state != wanted_status:
             continue
         failed = state in (TransferStatus.ERROR, TransferStatus.PARTIAL_FAILURE, TransferStatus.ORPHANED)
+        who = _blame(instance, run, recipients, recipient, orphaned=state == TransferStatus.ORPHANED) if failed else None
+        if wanted_party is not None and (who is None or who.party != wanted_party):
+            continue
         out.append(
             Transfer(
                 run_id=run.run_id,
@@ -229,6 +254,8 @@ def list_transfers(
                 mode=run.tags.get(MODE_TAG),
                 duration_seconds=_duration(record, now),
                 error=_error_line(instance, run) if failed else None,
+                blamed=who.party.value if who else None,
+                blame_reason=who.reason if who else None,
             )
         )
     return out

@@ -1,4 +1,5 @@
-"""Everything automation adds to the Definitions: the recipient sensor and one schedule per model."""
+"""Everything automation adds to the Definitions: the recipient sensor, one schedule per model and, with an
+`alerts:` section, the failure-alert sensor."""
 
 from __future__ import annotations
 
@@ -42,6 +43,10 @@ def automation(
         ),
         build_reaper_sensor(default_staging_dir(config), default_status=sensor_status),
     ]
+    if config.alerts is not None:
+        from incsync.orchestration.alerts import build_alert_sensor
+
+        sensors.append(build_alert_sensor(config_path, default_status=sensor_status))
     schedules = [
         build_model_schedule(config_path, m, default_status=schedule_status, job=jobs[m.model_name]) for m in config.models
     ]

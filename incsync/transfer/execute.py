@@ -17,6 +17,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.dataset as ds
 
+from incsync.core.blame import SOURCE, on_side
 from incsync.core.crashpoints import crash_point
 from incsync.core.lease import LEASE_ATTEMPTS
 from incsync.core.transfer_id import new_transfer_id
@@ -113,7 +114,8 @@ def _stage_with_retries(read: Read, stage_it, *, folder: Path):  # noqa: ANN001,
         remove(folder)
         current[0] = reopen(current[0])
 
-    return with_retries(lambda: stage_it(current[0]), policy=read.first.retries, before_retry=again, what=read.what)
+    with on_side(SOURCE, read.first.model.source):  # staging runs the source query
+        return with_retries(lambda: stage_it(current[0]), policy=read.first.retries, before_retry=again, what=read.what)
 
 
 def _uncommitted(requests: Sequence[TransferRequest], committed: set[object]) -> tuple[TransferRequest, ...]:

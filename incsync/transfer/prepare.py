@@ -7,6 +7,7 @@ import time
 from collections.abc import Sequence
 from datetime import datetime
 
+from incsync.core.blame import DESTINATION, on_side
 from incsync.core.bounds import UTC, Bounds, compute_bounds, recipient_start
 from incsync.destinations.base import DestinationState
 from incsync.transfer.retries import with_retries
@@ -69,10 +70,11 @@ def prepare(requests: Sequence[TransferRequest]) -> PreparedSpan:
     """
     first, last = requests[0], requests[-1]
     model, recipient = first.model, first.recipient
-    state = with_retries(
-        lambda: first.destination.read_state(model=model, recipient=recipient), policy=first.retries,
-        what=f"reading destination {first.destination.name} for model {model.model_name}, recipient {recipient.id}",
-    )
+    with on_side(DESTINATION, first.destination.name):
+        state = with_retries(
+            lambda: first.destination.read_state(model=model, recipient=recipient), policy=first.retries,
+            what=f"reading destination {first.destination.name} for model {model.model_name}, recipient {recipient.id}",
+        )
     bounds, previous_hw, reason = span_bounds(requests, state)
     transfer_id = new_transfer_id()
     log.info(

@@ -7,6 +7,7 @@ import time
 from dataclasses import replace
 
 from incsync.transfer.validate import check_last_modified, validate_and_count
+from incsync.core.blame import DESTINATION, on_side
 from incsync.core.bounds import Bounds, delta_threshold, from_micros, new_high_watermark, to_micros
 from incsync.core.crashpoints import crash_point
 from incsync.destinations.base import FULL_REFRESH, INCREMENTAL, DestinationState, Removals, TransferRecord
@@ -100,7 +101,8 @@ def publish_span(span: PreparedSpan, batch: StagedBatch, *, on_commit: OnCommit)
                 remove(part.path)
         crash_point("after_publish")
         if not is_last:
-            state = destination.read_state(model=model, recipient=recipient)
+            with on_side(DESTINATION, destination.name):
+                state = destination.read_state(model=model, recipient=recipient)
         batch_bounds = Bounds(lower=lower, upper=upper, lookback_seconds=span.bounds.lookback_seconds, reason=span.bounds.reason)
         for i in indexes:
             window_record = replace(  # one replace a window: ~40 µs each, 139,000 windows in a backfill of 200
@@ -151,9 +153,10 @@ def publish_with_retries(
         return destination.publish(model=model, recipient=recipient, batch=batch, record=record, expected=expected,
                                    **({"removals": removals} if removals is not None else {}))
 
-    metadata = with_retries(
-        attempt, policy=request.retries,
-        what=f"publish of transfer {record.transfer_id} to destination {destination.name} "
-        f"(model {model.model_name}, recipient {recipient.id})",
-    )
+    with on_side(DESTINATION, destination.name):
+        metadata = with_retries(
+            attempt, policy=request.retries,
+            what=f"publish of transfer {record.transfer_id} to destination {destination.name} "
+            f"(model {model.model_name}, recipient {recipient.id})",
+        )
     return {**metadata, "publish_attempts": tries} if tries > 1 else metadata

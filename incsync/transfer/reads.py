@@ -16,6 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from incsync.core.blame import SOURCE, on_side
 from incsync.transfer.plan import Span, coalesce
 from incsync.transfer.prepare import prepare
 from incsync.transfer.request import PreparedSpan, SpanFailure, TransferRequest
@@ -121,11 +122,12 @@ def open_read(span: PreparedSpan) -> Read:
     lazy DataFrame over the span's bounds."""
     first = span.first
     model, recipient, source = first.model, first.recipient, first.source
-    span.take_horizon(source.horizon(first.spark, model=model, recipient=recipient))
-    count = source.count_rows(model=model, recipient=recipient, bounds=span.bounds, cap=COLLECT_MAX_ROWS)
-    if count == 0:
-        log.info("transfer %s: the source has no row in bounds; Spark staging skipped", span.transfer_id)
-    df = source.read(first.spark(), model=model, recipient=recipient, bounds=span.bounds, rows_hint=count)
+    with on_side(SOURCE, model.source):
+        span.take_horizon(source.horizon(first.spark, model=model, recipient=recipient))
+        count = source.count_rows(model=model, recipient=recipient, bounds=span.bounds, cap=COLLECT_MAX_ROWS)
+        if count == 0:
+            log.info("transfer %s: the source has no row in bounds; Spark staging skipped", span.transfer_id)
+        df = source.read(first.spark(), model=model, recipient=recipient, bounds=span.bounds, rows_hint=count)
     return Read([span], df, count)
 
 
@@ -134,12 +136,13 @@ def open_fan_out(spans: list[PreparedSpan]) -> Read:
     stays below its cap), one count, one pushed-down query with each recipient's own bounds."""
     first = spans[0].first
     model, source = first.model, first.source
-    horizon = source.horizon(first.spark, model=model, recipient=first.recipient)
-    for span in spans:
-        span.take_horizon(horizon)
-    targets = [(p.first.recipient, p.bounds) for p in spans]
-    count = source.count_rows_many(model=model, targets=targets, cap=COLLECT_MAX_ROWS)
-    df = source.read_many(first.spark(), model=model, targets=targets, rows_hint=count)
+    with on_side(SOURCE, model.source):
+        horizon = source.horizon(first.spark, model=model, recipient=first.recipient)
+        for span in spans:
+            span.take_horizon(horizon)
+        targets = [(p.first.recipient, p.bounds) for p in spans]
+        count = source.count_rows_many(model=model, targets=targets, cap=COLLECT_MAX_ROWS)
+        df = source.read_many(first.spark(), model=model, targets=targets, rows_hint=count)
     return Read(spans, df, count, fan_out=True)
 
 

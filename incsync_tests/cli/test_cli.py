@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -129,21 +130,23 @@ def test_failed_transfer_exits_non_zero_with_the_reason_and_transfers_lists_it(
     assert log_line.startswith(f"Dagster's and Spark's output: {tmp_path / 'dagster_home' / 'logs'}/incsync-transfer-")
     assert main(["transfers", "-c", str(hand_config)]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert lines[0].split() == ["created", "(UTC)", "status", "mode", "model(s)", "recipient(s)", "windows", "rows",
-                                "delta", "duration", "owner(s)", "run", "tags"]
+    assert lines[0].split() == ["created", "(UTC)", "status", "blamed", "mode", "model(s)", "recipient(s)", "windows",
+                                "rows", "delta", "duration", "owner(s)", "run", "tags"]
     rows = [line.split() for line in lines[1:]]
-    assert [r[2:9] for r in (rows[0], rows[2])] == [
-        ["ERROR", "manual", "invoices", "acme", "0", "0", "0"],
-        ["SUCCESS", "manual", "invoices", "acme", "1", "1", "1"],
+    assert [r[2:10] for r in (rows[0], rows[3])] == [
+        ["ERROR", "provider", "manual", "invoices", "acme", "0", "0", "0"],
+        ["SUCCESS", "-", "manual", "invoices", "acme", "1", "1", "1"],
     ]
-    assert lines[2] == (  # the failed run's error, first line, under it
+    assert lines[2:4] == [  # the failed run's error, first line, under it, and whose it is to fix
         "    error: ValidationError: model invoices, recipient acme: 1 primary key value(s) (invoice_no) occur more "
-        "than once in the batch: ('A-1'); nothing was published. Fix the source or choose a primary_key that is unique."
-    )
-    assert rows[0][9].endswith("s") and float(rows[0][9].rstrip("s")) > 0  # duration
-    assert (rows[0][10], rows[2][10]) == ("-", "acme")  # the failed run wrote nowhere; the other's table is acme's
-    assert rows[2][12] == "ticket=INC-1,tier=gold"  # the recipient's tags travel with its runs
-    assert rows[3] == ["invoices:", "ERROR", "1,", "SUCCESS", "1"]
+        "than once in the batch: ('A-1'); nothing was published. Fix the source or choose a primary_key that is unique.",
+        "    blamed provider: source rows break the model's contract (NULL or duplicate primary key, NULL "
+        "last-modified): fix the rows at the source or the model's primary_key",
+    ]
+    assert rows[0][10].endswith("s") and float(rows[0][10].rstrip("s")) > 0  # duration
+    assert (rows[0][11], rows[3][11]) == ("-", "acme")  # the failed run wrote nowhere; the other's table is acme's
+    assert rows[3][13] == "ticket=INC-1,tier=gold"  # the recipient's tags travel with its runs
+    assert rows[4] == ["invoices:", "ERROR", "1,", "SUCCESS", "1"]
     assert main(["transfers", "-c", str(hand_config), "--tag", "ticket=INC-1", "--status", "success"]) == 0
     assert len(capsys.readouterr().out.splitlines()) == 3  # header, one transfer, the per-model counts
     assert main(["transfers", "-c", str(hand_config), "--status", "DONE"]) == 2
@@ -151,6 +154,12 @@ def test_failed_transfer_exits_non_zero_with_the_reason_and_transfers_lists_it(
         'error: unknown transfer status "DONE"; use one of PENDING, RUNNING, SUCCESS, ERROR, PARTIAL_FAILURE, '
         "CANCELLED, KILLED, EXPIRED, ORPHANED"
     )
+    assert main(["transfers", "-c", str(hand_config), "--blamed", "recipient"]) == 0
+    assert len(capsys.readouterr().out.splitlines()) == 1  # the header: no failure is the recipient's
+    assert main(["transfers", "-c", str(hand_config), "--blamed", "provider", "--json"]) == 0
+    [failed] = json.loads(capsys.readouterr().out)
+    assert (failed["status"], failed["blamed"]) == ("ERROR", "provider")
+    assert failed["blame_reason"].startswith("source rows break the model's contract")
 
 
 def test_backfill_runs_every_window_in_one_run_with_exact_metadata(tmp_path: Path, monkeypatch, spark, capsys) -> None:

@@ -191,13 +191,16 @@ def test_a_failed_transfer_fails_its_run_with_a_failure_naming_model_recipient_a
     failure = next(e for e in result.all_events if e.is_step_failure).step_failure_data
     assert failure.error.cls_name == "Failure"  # raised as is, not "Error occurred while handling output"
     assert failure.error.cause.cls_name == "ValidationError"
+    blamed = ("source rows break the model's contract (NULL or duplicate primary key, NULL last-modified): fix the "
+              "rows at the source or the model's primary_key")
     assert failure.user_failure_data.description == (
         "model orders, recipient acme, windows 2024-01-01 .. 2024-01-02 (2) not committed: ValidationError: "
-        + reason.removeprefix("model orders, recipient acme: ")
+        + reason.removeprefix("model orders, recipient acme: ") + f"\n    blamed provider: {blamed}"
     )
     assert {k: v.value for k, v in failure.user_failure_data.metadata.items()} == {
         "model": "orders", "recipient": "acme", "windows": {"acme": ["2024-01-01", "2024-01-02"]},
-        "error": f"ValidationError: {reason}",
+        "error": f"ValidationError: {reason}", "blamed": "provider", "blame_reason": blamed,
+        "blamed_by_recipient": {"acme": {"party": "provider", "reason": blamed}},
     }
     # The command line and `incsync transfers` still name the incsync error itself.
     assert failure_message(dagster_instance, result.run_id) == f"ValidationError: {reason}"
@@ -220,10 +223,14 @@ def test_a_run_where_several_recipients_fail_names_each_with_its_windows(spark, 
     failure = next(e for e in result.all_events if e.is_step_failure).step_failure_data.user_failure_data
     duplicate = "1 primary key value(s) (id) occur more than once in the batch: ({}); nothing was published. " \
                 "Fix the source or choose a primary_key that is unique."
+    blamed = ("blamed provider: source rows break the model's contract (NULL or duplicate primary key, NULL "
+              "last-modified): fix the rows at the source or the model's primary_key")
     assert failure.description == (
         "model orders: 2 recipient(s) failed:\n"
         f"  model orders, recipient globex, windows 2024-01-01 .. 2024-01-02 (2) not committed: ValidationError: {duplicate.format(3)}\n"
-        f"  model orders, recipient initech, windows 2024-01-01 .. 2024-01-02 (2) not committed: ValidationError: {duplicate.format(4)}"
+        f"    {blamed}\n"
+        f"  model orders, recipient initech, windows 2024-01-01 .. 2024-01-02 (2) not committed: ValidationError: {duplicate.format(4)}\n"
+        f"    {blamed}"
     )
     metadata = {k: v.value for k, v in failure.metadata.items()}
     assert (metadata["recipient"], metadata["windows"]) == (
@@ -348,5 +355,5 @@ def test_incsync_transfers_shows_the_owner_of_each_destination_written(
 
     header, line = capsys.readouterr().out.splitlines()[:2]
     assert header.split()[-5:] == ["delta", "duration", "owner(s)", "run", "tags"]
-    fields = line.split()  # date, time, status, mode, model, recipients, windows, rows, delta, duration, owners, run
-    assert fields[4:9] == ["orders", "acme,globex", "2", "2", "2"] and fields[10] == "acme,globex"
+    fields = line.split()  # date, time, status, blamed, mode, model, recipients, windows, rows, delta, duration, owners, run
+    assert fields[5:10] == ["orders", "acme,globex", "2", "2", "2"] and fields[11] == "acme,globex"

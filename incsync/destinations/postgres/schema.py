@@ -62,6 +62,23 @@ def dependents(conn: psycopg.Connection, schema: str, table: str, columns: list[
     return conn.execute(_DEPENDENTS, {"table": _regclass(schema, table), "columns": columns}).fetchall()
 
 
+def _retyped_by_recipient(applied: SchemaDiff, drift: SchemaDiff, known: dict[str, str]) -> list[TypeChange]:
+    """The incompatible columns whose type incsync published is the batch's still: the table's type is not
+    the source's doing but a change made to the table since (by the recipient)."""
+    moved = {c.column for c in (*drift.widened, *drift.narrowed, *drift.incompatible)}
+    return [c for c in applied.incompatible if c.column in known and c.column not in moved]
+
+
+def _recipient_retyped_error(where: str, label: str, changes: list[TypeChange], *, model: str, recipient: str) -> SchemaError:
+    listed = "; ".join(f"column {c.column} is {c.old} in {label}, where incsync published {c.new}" for c in changes)
+    first = changes[0]
+    return SchemaError(
+        f"{where}: the recipient changed a column's type in {label} ({listed}); nothing was published. Fix: the "
+        f"recipient changes it back (ALTER TABLE {label} ALTER COLUMN {first.column} TYPE {first.new} ...), or the "
+        f"provider reloads the copy with the source's types (incsync transfer {model} --recipient {recipient} --full-refresh)."
+    )
+
+
 def _blocked_error(where: str, label: str, changes: list[TypeChange], blockers: list[tuple[str, str, str]]) -> SchemaError:
     new = {c.column: c.new for c in changes}
     first_kind, first_name, first_column = blockers[0]
@@ -156,6 +173,8 @@ def evolve(
         drift = replace(drift, dropped=())
     label = f"{schema}.{table}"
     if applied.incompatible and not refresh:
+        if published is not None and (theirs := _retyped_by_recipient(applied, drift, known)):
+            raise _recipient_retyped_error(where, label, theirs, model=model, recipient=recipient)
         raise incompatible_error(where, label, applied.incompatible, model=model, recipient=recipient)
     retyped = [*applied.widened, *applied.incompatible]
     blockers = dependents(conn, schema, table, [c.column for c in retyped])
