@@ -96,18 +96,20 @@ def test_hostile_tenant_values_in_one_fan_out_run(
 def test_a_value_that_fails_the_shared_read_fails_only_its_recipient(
     spark, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """PostgreSQL's ``infinity`` has no Delta form: the shared read fails, so each recipient is read alone,
-    and only the one whose row holds it fails, named, with incsync's message rather than Spark's."""
+    """A text the model's ``column_types`` says is an integer fails the shared read's conversion, so each
+    recipient is read alone, and only the one whose row holds it fails, named, with incsync's message
+    rather than Spark's. (PostgreSQL's ``infinity`` no longer fails the read: it is refused per recipient
+    at a Delta publish, ``test_infinity_postgres``.)"""
     tenants = {"acme": "org_1", "globex": "org_2", "initech": "org_3"}
     with pg_database() as db:
-        db.execute("CREATE TABLE orders (id bigint PRIMARY KEY, organization_id text, due date, "
+        db.execute("CREATE TABLE orders (id bigint PRIMARY KEY, organization_id text, due text, "
                    "updated_at timestamptz(6) NOT NULL)")
-        for key, tenant, due in [(1, "org_1", "2024-02-01"), (2, "org_2", "infinity"), (3, "org_2", "2024-02-03"),
-                                 (4, "org_3", "2024-02-04")]:
+        for key, tenant, due in [(1, "org_1", "101"), (2, "org_2", "12a"), (3, "org_2", "103"), (4, "org_3", "104")]:
             db.execute("INSERT INTO orders VALUES (%s, %s, %s, %s)", (key, tenant, due, ts(1, key)))
         recipients = [{"id": rid, "id_in_provider_system": t, "destination": f"{rid}_delta"} for rid, t in tenants.items()]
         config = load_config(jdbc_config(tmp_path, db, recipients=recipients,
-                                         model={"columns": ["id", "organization_id", "due", "updated_at"]}))
+                                         model={"columns": ["id", "organization_id", "due", "updated_at"],
+                                                "column_types": {"due": "integer"}}))
         model = config.model("orders")
         run = TransferRun.for_model(config, model, source=build_source(config.source(model.source)), spark=lambda: spark,
                                     scheduled=False)
@@ -122,7 +124,7 @@ def test_a_value_that_fails_the_shared_read_fails_only_its_recipient(
     assert [f.recipient_id for f in failures] == ["globex"]
     message = transfer_failure("orders", failures).description
     assert message.startswith("model orders, recipient globex, window 2024-01-01 not committed: ConversionError: ")
-    assert "infinity" in message and "(key 2)" in message
+    assert "holds '12a' (key id=2)" in message
     assert "Py4J" not in message and "java" not in message.lower()
     assert list((tmp_path / "staging").iterdir()) == []
 
