@@ -87,6 +87,9 @@ class Destination(ABC):
     kind: str
     name: str
     maintained = False  # whether ``maintain`` has anything to do
+    # Whether ``publish`` takes ``new_keys=True``: the caller knows the table holds none of the batch's
+    # keys (the later commits of a recipient's first backfill), so an append may stand for the upsert.
+    appends_new_keys = False
 
     @abstractmethod
     def read_state(self, *, model: ModelConfig, recipient: RecipientConfig) -> DestinationState:

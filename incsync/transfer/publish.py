@@ -6,7 +6,7 @@ import logging
 import time
 from dataclasses import replace
 
-from incsync.transfer.validate import check_last_modified, validate_and_count
+from incsync.transfer.validate import check_last_modified, keys_unique, validate_and_count
 from incsync.core.blame import DESTINATION, on_side
 from incsync.core.bounds import Bounds, delta_threshold, from_micros, new_high_watermark, to_micros
 from incsync.core.crashpoints import crash_point
@@ -48,6 +48,10 @@ def publish_span(span: PreparedSpan, batch: StagedBatch, *, on_commit: OnCommit)
         removals = find_removals(first.source, destination, model=model, recipient=recipient, spark=first.spark,
                                  staging_root=span.staging, allowed=first.allow_mass_delete)  # in the span's claim
     hw, state = span.previous_hw, span.state
+    # A recipient's first transfer split in commits (a big tenant's backfill) writes only keys the table
+    # cannot hold yet, when no key occurs twice in the read: a destination may append instead of merging.
+    new_keys = (len(splits) > 1 and state.last_transfer is None and state.reset_reason is None and removals is None
+                and destination.appends_new_keys and keys_unique(batch, model.primary_key))
     for k, indexes in enumerate(splits):
         lo, hi = indexes.start, indexes.stop - 1
         is_first, is_last = k == 0, k == len(splits) - 1
@@ -93,7 +97,8 @@ def publish_span(span: PreparedSpan, batch: StagedBatch, *, on_commit: OnCommit)
         # Soft: every publish goes with its removals (even none), so a key back at the source loses its stamp.
         remove_now = removals if removals is not None and (removals.rows or removals.mode == "soft") and is_last else None
         try:
-            destination_metadata = publish_with_retries(first, part, record, expected=state, removals=remove_now)
+            destination_metadata = publish_with_retries(first, part, record, expected=state, removals=remove_now,
+                                                        new_keys=new_keys)
             if removals is not None and is_last:
                 destination_metadata = {**destination_metadata, "rows_removed": removals.rows, "removal_mode": removals.mode}
         finally:
@@ -135,7 +140,7 @@ def publish_span(span: PreparedSpan, batch: StagedBatch, *, on_commit: OnCommit)
 
 def publish_with_retries(
     request: TransferRequest, batch: StagedBatch, record: TransferRecord, *, expected: DestinationState,
-    removals: Removals | None = None,
+    removals: Removals | None = None, new_keys: bool = False,
 ) -> dict[str, object]:
     """Publish, trying again on a transient error. A connection lost while committing leaves it unknown
     whether the commit landed: the destination's transfer log says, so a landed commit is never redone."""
@@ -151,7 +156,8 @@ def publish_with_retries(
                 log.warning("transfer %s: its commit to %s landed before the connection was lost", record.transfer_id, destination.name)
                 return {"publish_attempts": tries}
         return destination.publish(model=model, recipient=recipient, batch=batch, record=record, expected=expected,
-                                   **({"removals": removals} if removals is not None else {}))
+                                   **({"removals": removals} if removals is not None else {}),
+                                   **({"new_keys": True} if new_keys else {}))
 
     with on_side(DESTINATION, destination.name):
         metadata = with_retries(

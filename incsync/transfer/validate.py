@@ -84,3 +84,14 @@ def validate_and_count(
     lm_values = keys[lm]
     delta = keys.num_rows if delta_threshold is None else pc.sum(pc.greater(lm_values, pa.scalar(delta_threshold, lm_values.type))).as_py() or 0
     return BatchFacts(rows=keys.num_rows, delta_rows=int(delta), max_last_modified=pc.max(lm_values).as_py())
+
+
+def keys_unique(batch: StagedBatch, primary_key: tuple[str, ...] | list[str]) -> bool:
+    """Whether no primary key occurs twice in the whole batch (its key columns read once)."""
+    if batch.rows == 0:
+        return True
+    pk = list(primary_key)
+    keys = batch.table(columns=pk)
+    if len(pk) == 1:
+        return pc.count_distinct(keys[pk[0]], mode="all").as_py() == keys.num_rows
+    return keys.group_by(pk).aggregate([]).num_rows == keys.num_rows

@@ -135,6 +135,24 @@ def test_a_transfer_larger_than_max_rows_per_batch_commits_whole_windows_in_orde
     ]
     records = [c.get("incsync.transfer") for c in table.history() if c.get("incsync.transfer")]
     assert len(records) == 3
+    # A first backfill's keys are new to the table: every commit appends, none joins the table in a MERGE.
+    assert [c["operation"] for c in reversed(table.history()) if c.get("incsync.transfer")] == ["WRITE"] * 3
+    assert sorted(r["id"] for r in delta_rows(tmp_path / "out" / "acme" / "orders")) == [1, 2, 3, 4, 5, 6]
+
+
+def test_a_key_read_twice_in_a_split_backfill_is_merged_newest_wins(spark, tmp_path: Path, dagster_instance) -> None:
+    rows = [order(i, "org_1", ts(day, i)) for i, day in enumerate([1, 1, 2, 3, 5, 5], start=1)]
+    rows.append(order(1, "org_1", ts(5, 9), status="paid"))  # key 1 again, newer, in the last commit
+    write_table(tmp_path / "src", "orders", rows)
+    config = lake_config(tmp_path, model={"max_rows_per_batch": 2})
+
+    assert run_range(config, dagster_instance, ("2024-01-01", "acme"), ("2024-01-05", "acme")).success
+
+    table = DeltaTable(str(tmp_path / "out" / "acme" / "orders"))
+    assert [c["operation"] for c in reversed(table.history()) if c.get("incsync.transfer")] == ["WRITE", "MERGE", "MERGE"]
+    got = {r["id"]: (r["status"], r["updated_at"]) for r in delta_rows(tmp_path / "out" / "acme" / "orders")}
+    assert got == {1: ("paid", ts(5, 9)), 2: ("new", ts(1, 2)), 3: ("new", ts(2, 3)), 4: ("new", ts(3, 4)),
+                   5: ("new", ts(5, 5)), 6: ("new", ts(5, 6))}
 
 
 def test_recipients_of_one_run_are_read_together_and_one_bad_recipient_fails_alone(

@@ -21,6 +21,7 @@ from incsync.config.model import ModelConfig, RecipientConfig
 from incsync.config.destinations import DeltaDestinationConfig
 from incsync.destinations.base import (
     FULL_REFRESH,
+    INCREMENTAL,
     REPAIR,
     Destination,
     DestinationState,
@@ -67,6 +68,7 @@ class DeltaDestination(Destination):
 
     kind = "delta"
     maintained = True
+    appends_new_keys = True  # an append streams, where a MERGE joins the batch with every file its keys span
 
     def __init__(self, config: DeltaDestinationConfig):
         self.config = config
@@ -125,6 +127,7 @@ class DeltaDestination(Destination):
         record: TransferRecord,
         expected: DestinationState,
         removals: Removals | None = None,
+        new_keys: bool = False,
     ) -> dict[str, object]:
         path = self.table_path(model)
         where = f"model {model.model_name}, recipient {recipient.id}"
@@ -161,6 +164,9 @@ class DeltaDestination(Destination):
                 elif change.widened:
                     rewrite(dt, model=model, batch=batch, change=change, props=props,
                             target_file_size=self.config.target_file_size)
+                elif new_keys and removals is None and record.transfer_type == INCREMENTAL and not change:
+                    write_deltalake(dt, batch_reader(batch), mode="append", target_file_size=self.config.target_file_size,
+                                    commit_properties=props)
                 elif removals is not None or record.transfer_type == REPAIR:
                     merge_fixes(dt, model=model, batch=batch, props=props, removals=removals,
                                 force=record.transfer_type == REPAIR)
