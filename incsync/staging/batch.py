@@ -15,6 +15,9 @@ import pyarrow.fs as pafs
 from incsync.storage.files import StoragePath
 
 
+READAHEAD_BATCHES = 2  # Arrow's default reads 16 batches and 4 files ahead of the consumer
+
+
 @dataclass(frozen=True)
 class StagedBatch:
     """Parquet files private to one transfer; every later step reads these, never the source.
@@ -36,8 +39,12 @@ class StagedBatch:
     def dataset(self) -> ds.Dataset:
         return ds.dataset([str(f) for f in self.files], format="parquet", schema=self.schema, filesystem=self.filesystem)
 
+    def scanner(self, **options: object) -> ds.Scanner:
+        """A scan that reads ahead one file and a few batches: memory follows a row group, not the batch."""
+        return self.dataset().scanner(batch_readahead=READAHEAD_BATCHES, fragment_readahead=1, **options)
+
     def reader(self) -> pa.RecordBatchReader:
-        return self.dataset().scanner().to_reader()
+        return self.scanner().to_reader()
 
     def table(self, columns: list[str] | None = None) -> pa.Table:
         return self.dataset().to_table(columns=columns)
@@ -99,7 +106,7 @@ def filtered_batch(batch: StagedBatch, path: Path | StoragePath, where: ds.Expre
     file = file_ref(path / "part-00000.parquet")
     schema = batch.schema.remove_metadata()
     rows, writer = 0, None
-    scanned = batch.dataset().scanner(filter=where, batch_size=SLICE_ROWS).to_batches() if batch.rows else iter(())
+    scanned = batch.scanner(filter=where, batch_size=SLICE_ROWS).to_batches() if batch.rows else iter(())
     try:
         for part in scanned:
             if not part.num_rows:

@@ -99,6 +99,11 @@ def write_through_arrow(df: DataFrame, path: StoragePath, *, partition_by: str |
     return sum(r["rows"] for r in df.mapInArrow(write, "rows long").collect())
 
 
+# Row groups of staged files: what this process decodes at once when it reads them back (Spark's 128 MB
+# default made a big tenant's publish hold several hundred MB of decoded columns).
+ROW_GROUP_BYTES = 16 << 20
+
+
 def write_observed(df: DataFrame, path: Path, *, partition_by: str | None = None) -> int | None:
     """Write ``df`` as Parquet under ``path`` and return how many rows Spark wrote (None: not observable)."""
     from pyspark.sql import Observation
@@ -106,7 +111,7 @@ def write_observed(df: DataFrame, path: Path, *, partition_by: str | None = None
 
     observation = Observation("incsync_staged")
     writer = df.observe(observation, F.count(F.lit(1)).alias("rows")).write.mode("overwrite")
-    writer = writer.option("outputTimestampType", "TIMESTAMP_MICROS")
+    writer = writer.option("outputTimestampType", "TIMESTAMP_MICROS").option("parquet.block.size", str(ROW_GROUP_BYTES))
     (writer.partitionBy(partition_by) if partition_by else writer).parquet(str(path))
     try:
         return int(observation.get["rows"])
