@@ -121,6 +121,9 @@ def cross_check_problems(cfg: IncsyncConfig) -> list[str]:
                 f'recipients[{i}].destination: "{r.destination}" is not a configured destination; known: [{known}]'
             )
     problems += _schema_name_problems(cfg)
+    from incsync.config.products import product_problems
+
+    problems += product_problems(cfg)
     from incsync.spark.cluster import cluster_problems
 
     problems += cluster_problems(cfg.spark)

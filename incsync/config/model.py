@@ -15,6 +15,7 @@ from pydantic import Field, field_validator, model_validator
 
 from incsync.config.base import ID_PATTERN, ID_RE, StrictModel, listed_names
 from incsync.config.destinations import DestinationConfig
+from incsync.config.products import ProductConfig, TierConfig
 from incsync.config.sources import DEFAULT_LOOKBACK_SECONDS, FALLBACK_LOOKBACK_SECONDS, SourceConfig
 
 
@@ -143,7 +144,11 @@ class RecipientConfig(StrictModel):
     )
     tags: dict[str, str] = Field(
         default_factory=dict,
-        description="key: value pairs carried as run tags (incsync/tag/<key>), e.g. tier: gold.",
+        description="key: value pairs carried as run tags (incsync/tag/<key>), e.g. tier: gold (with `tiers`: its schedule tier).",
+    )
+    products: list[str] | None = Field(
+        default=None,
+        description="The products it subscribes to: it receives their models only. Unset: every model.",
     )
 
     @field_validator("tags")
@@ -214,7 +219,13 @@ class IncsyncConfig(StrictModel):
     )
     recipients: list[RecipientConfig] = Field(
         default_factory=list,
-        description="The customers: each gets its tenant's rows of every model in its own destination.",
+        description="The customers: each gets its tenant's rows of its products' models in its own destination.",
+    )
+    products: list[ProductConfig] = Field(
+        default_factory=list, description="Named sets of models recipients subscribe to (docs/operations.md)."
+    )
+    tiers: list[TierConfig] = Field(
+        default_factory=list, description="Schedule tiers: a recipient tagged `tier: <name>` runs on the tier's cron."
     )
     staging_dir: str | None = Field(default=None, description="Root of per-transfer staging folders (a path or a URL).")
     staging_storage_options: dict[str, str] = Field(
