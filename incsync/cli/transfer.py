@@ -180,7 +180,7 @@ def cmd_transfers(args: argparse.Namespace) -> int:
     reap(instance, staging_root=Path(default_staging_dir(config)))  # dead transfers show as ORPHANED, not RUNNING
     transfers = list_transfers(
         instance, config, recipient=args.recipient, status=args.status,
-        tags=parse_tags(args.tag or []), limit=args.limit,
+        tags=parse_tags(args.tag or []), limit=args.limit, product=getattr(args, "product", None),
     )
     if getattr(args, "json", False):
         print_json([{

@@ -3,6 +3,7 @@ sensor and schedule evaluation on a real (SQLite) instance, and real transfers f
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from datetime import datetime
@@ -266,6 +267,16 @@ def test_a_recipient_not_receiving_a_model_is_refused_by_transfer_and_the_ui_and
     assert not result.success
     assert failure_message(instance, result.run_id) == f"NotSubscribedError: model invoices: {refusal}"
     assert not acme_copy.exists()
+
+    # `incsync transfers --product`: runs of the product's models for its subscribers (acme's refused run is not).
+    capsys.readouterr()
+    assert main(["transfers", "--product", "enterprise", "--json", "-c", str(file)]) == 0
+    listed = json.loads(capsys.readouterr().out)
+    assert [(t["models"], t["recipients"], t["status"]) for t in listed] == [(["invoices"], ["globex"], "SUCCESS")]
+    assert main(["transfers", "--product", "basic", "--json", "-c", str(file)]) == 0
+    assert json.loads(capsys.readouterr().out) == []
+    assert main(["transfers", "--product", "gold", "-c", str(file)]) == 2
+    assert capsys.readouterr().err.strip() == 'error: unknown product "gold"; known: basic, enterprise'
 
     assert [r.id for r in recipients_of(config, config.model("invoices"), None)] == ["globex"]
     with pytest.raises(NotSubscribedError, match="add product enterprise to its products"):
