@@ -45,7 +45,7 @@ def build_model_schedule(
     schedule of that tier's recipients, on ``frequency`` (the tier's cron for the model); None: the
     model's own, over the recipients no tier schedules for this model."""
     frequency = frequency or model.frequency
-    who = f"the enabled recipients of tier {tier}" if tier else "every enabled recipient outside a tier"
+    who = f"the enabled recipients of tier {tier}" if tier else "the enabled recipients outside a tier"
 
     @dg.schedule(
         name=schedule_name(model, tier),
@@ -53,7 +53,7 @@ def build_model_schedule(
         execution_timezone="UTC",
         target=job if job is not None else model_job(model),  # runs named after the model
         default_status=default_status,
-        description=f"Incremental transfers of {model.model_name} for {who} that receives it.",
+        description=f"Incremental transfers of {model.model_name} for {who} that receive it.",
     )
     def model_schedule(context: dg.ScheduleEvaluationContext) -> list[dg.RunRequest] | dg.SkipReason:
         config = cached_config(config_path)
@@ -67,7 +67,9 @@ def build_model_schedule(
         name = model.model_name
         recipients = [r for r in subscribers(config, name) if r.id in known and schedule_tier(config, r, name) == tier]
         if not recipients:
-            return dg.SkipReason(f"no registered recipient of {who} receives {name}")
+            scope = f" of tier {tier}" if tier else (" outside a tier" if config.tiers else "")
+            receiving = f" receiving {name}" if config.products else ""
+            return dg.SkipReason(f"no enabled recipient{scope}{receiving} is registered yet")
         windows = (window_key_for(model, span[0]), window_key_for(model, span[1]))
         specs = run_specs(
             config, model, recipients, windows={r.id: windows for r in recipients}, registered=registered,

@@ -97,11 +97,11 @@ def build_recipient_sensor(
         added = sorted((r for r in enabled if r.id not in registered), key=lambda r: grouping(config, r))
         removed = sorted(registered - {r.id for r in enabled})
         kept = registered - set(removed)
-        before, current = Registry.read(context.cursor), Registry.now(config, models, enabled)
+        before, current = Registry.load(context.instance, context.cursor), Registry.now(config, models, enabled)
         subscribed, unsubscribed = subscription_changes(before, current, kept)
         moved = tier_moves(before, current, kept)
         log_unsubscribed(context, config, unsubscribed)
-        cursor = current.cursor()
+        cursor = current.save(context.instance, context.cursor)
         if not added and not removed and not subscribed and not moved:
             if cursor != context.cursor:
                 context.update_cursor(cursor)

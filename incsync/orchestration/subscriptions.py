@@ -1,6 +1,9 @@
-"""What the recipient sensor remembers between ticks (its cursor) and what it launches when a recipient's
-products or tier change: per model, the registered recipients that do not receive it, and each tier's
-recipients.
+"""What the recipient sensor remembers between ticks and what it launches when a recipient's products or
+tier change: per model, the registered recipients that do not receive it, and each tier's recipients.
+
+That state (tens of kilobytes at 10,000 recipients) lives in the instance's key-value table, written only
+when it changes; the sensor's cursor is its digest, which Dagster commits with the tick's runs. The table
+keeps the state of the last two digests, so a tick that failed after writing it still finds its own.
 
 - A recipient that starts receiving a model gets the model's initial backfill; one that stops is logged
   with how to drop the copy it keeps.
@@ -11,6 +14,7 @@ recipients.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -24,7 +28,10 @@ from incsync.config.tags import INCREMENTAL
 from incsync.core import cron
 from incsync.core.bounds import UTC
 from incsync.core.windows import tick_span, window_key_for
+from incsync.orchestration.dagster_compat import read_instance_value, write_instance_value
 from incsync.orchestration.launch import run_specs
+
+STATE_KEY = "incsync/recipients_sensor/registry"
 
 
 @dataclass(frozen=True)
@@ -36,8 +43,31 @@ class Registry:
     tiers: dict[str, str] | None
 
     @classmethod
-    def read(cls, cursor: str | None) -> Registry:
-        doc = json.loads(cursor) if cursor else {}
+    def load(cls, instance: dg.DagsterInstance, cursor: str | None) -> Registry:
+        """The state the cursor (a digest) names; nothing known when there is none (a first tick)."""
+        if not cursor:
+            return cls({}, None)
+        stored = json.loads(read_instance_value(instance, STATE_KEY) or "{}")
+        for slot in ("current", "previous"):
+            if (stored.get(slot) or {}).get("digest") == cursor:
+                return cls.parse(stored[slot]["registry"])
+        return cls({}, None)
+
+    def save(self, instance: dg.DagsterInstance, cursor: str | None) -> str:
+        """Store this state (when it changed) and return the cursor that names it."""
+        text = self.text()
+        digest = hashlib.sha256(text.encode()).hexdigest()[:24]
+        if digest != cursor:
+            stored = json.loads(read_instance_value(instance, STATE_KEY) or "{}")
+            previous = next((stored[s] for s in ("current", "previous")
+                             if cursor and (stored.get(s) or {}).get("digest") == cursor), None)
+            write_instance_value(instance, STATE_KEY, json.dumps(
+                {"current": {"digest": digest, "registry": text}, "previous": previous}))
+        return digest
+
+    @classmethod
+    def parse(cls, text: str) -> Registry:
+        doc = json.loads(text)
         tiers = doc.get("tiers")
         return cls(
             {m: set(ids) for m, ids in doc.get("unsubscribed", {}).items()},
@@ -52,7 +82,7 @@ class Registry:
         tiers = {r.id: t.name for r in enabled if (t := tier_of(config, r)) is not None} if config.tiers else {}
         return cls(unsubscribed, tiers)
 
-    def cursor(self) -> str:
+    def text(self) -> str:
         by_tier: dict[str, list[str]] = {}
         for rid, tier in sorted((self.tiers or {}).items()):
             by_tier.setdefault(tier, []).append(rid)

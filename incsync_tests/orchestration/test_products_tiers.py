@@ -20,6 +20,8 @@ from incsync.errors import ConfigError, NotSubscribedError
 from incsync.orchestration.partitions import RECIPIENTS_PARTITIONS
 from incsync.orchestration.schedules import build_model_schedule
 from incsync.orchestration.sensors import build_recipient_sensor
+from incsync.orchestration.dagster_compat import read_instance_value
+from incsync.orchestration.subscriptions import STATE_KEY
 from incsync.orchestration.triggers import automation
 from incsync_tests.orchestration.test_sensors_schedules import NOW, _defs_with, _evaluate_sensor
 from incsync_tests.support import delta_rows, lake_config, order, ts, write_table
@@ -36,6 +38,13 @@ def _write(path: Path, doc: dict) -> None:
     path.write_text(yaml.safe_dump(doc, sort_keys=False))
     later = time.time() + 5  # a new mtime even on coarse file systems: the sensor re-reads the file
     os.utime(path, (later, later))
+
+
+def _state(instance: dg.DagsterInstance, cursor: str) -> dict:
+    """The sensor's registry state the cursor (its digest) names, as stored in the instance."""
+    stored = json.loads(read_instance_value(instance, STATE_KEY))
+    assert stored["current"]["digest"] == cursor
+    return json.loads(stored["current"]["registry"])
 
 
 def _config(tmp_path: Path, recipients=RECIPIENTS, **top) -> Path:  # noqa: ANN001
@@ -94,7 +103,8 @@ def test_sensor_backfills_only_received_models_then_a_model_a_recipient_starts_r
     assert sorted((r.job_name, r.tags["dagster/asset_partition_range_start"], r.tags["dagster/asset_partition_range_end"])
                   for r in first.run_requests) == [
         ("invoices", "globex|2024-01-01", "globex|2024-01-03"), ("orders", "acme|2024-01-01", "globex|2024-01-03")]
-    assert yaml.safe_load(first.cursor) == {"unsubscribed": {"invoices": ["acme"]}, "tiers": {}}
+    assert _state(instance, first.cursor) == {"unsubscribed": {"invoices": ["acme"]}, "tiers": {}}
+    assert len(first.cursor) == 24  # a digest: every tick row copies the cursor, so the state itself lives in the instance
     sensor = build_recipient_sensor(str(file), models, clock=lambda: NOW)
 
     def tick(cursor: str | None):  # noqa: ANN202
@@ -112,13 +122,13 @@ def test_sensor_backfills_only_received_models_then_a_model_a_recipient_starts_r
              r.tags["dagster/asset_partition_range_end"]) for r in upgraded.run_requests] == [
         ("invoices", "acme", "backfill", "acme|2024-01-01", "acme|2024-01-03")]
     assert upgraded.run_requests[0].run_key.startswith("subscribed:")
-    assert yaml.safe_load(upgraded.cursor)["unsubscribed"] == {}
+    assert _state(instance, upgraded.cursor)["unsubscribed"] == {}
 
     # Back to basic: no run; the cursor remembers, so subscribing again backfills again.
     doc["recipients"][0]["products"] = ["basic"]
     _write(file, doc)
     downgraded = tick(upgraded.cursor)
-    assert downgraded.run_requests == [] and yaml.safe_load(downgraded.cursor)["unsubscribed"] == {"invoices": ["acme"]}
+    assert downgraded.run_requests == [] and _state(instance, downgraded.cursor)["unsubscribed"] == {"invoices": ["acme"]}
     config = load_config(file)
     assert kept_copy(config, config.recipient("acme"), "invoices") == (
         "recipient acme no longer receives model invoices: incsync stops transferring it and keeps its copy in "
@@ -139,7 +149,7 @@ def test_a_recipient_moving_tier_gets_the_windows_its_old_tier_would_have_run(tm
     sensor = build_recipient_sensor(str(file), models, clock=lambda: NOW)
     defs = _defs_with(sensor=sensor, config_file=file)
     first = _evaluate_sensor(sensor, instance, defs)
-    assert yaml.safe_load(first.cursor)["tiers"] == {"gold": ["globex"]}
+    assert _state(instance, first.cursor)["tiers"] == {"gold": ["globex"]}
 
     def tick(cursor: str | None):  # noqa: ANN202
         return sensor.evaluate_tick(dg.build_sensor_context(instance=instance, instance_ref=instance.get_ref(), definitions=defs, cursor=cursor))
@@ -189,7 +199,7 @@ def test_schedules_request_only_recipients_that_receive_the_model_on_their_tier(
     assert ranges(by_name["incsync_orders_schedule"], midnight) == [("acme|2024-01-03", "acme|2024-01-04")]
     assert ranges(by_name["incsync_orders_schedule_gold"], at) == [("globex|2024-01-03", "globex|2024-01-03")]
     assert ranges(by_name["incsync_invoices_schedule"], midnight) == (
-        "no registered recipient of every enabled recipient outside a tier receives invoices")
+        "no enabled recipient outside a tier receiving invoices is registered yet")
     assert ranges(by_name["incsync_invoices_schedule_gold"], at) == [("globex|2024-01-03", "globex|2024-01-03")]
 
 
@@ -233,8 +243,7 @@ def test_ten_thousand_recipients_in_three_tiers_take_full_runs_and_ticks_of_seco
         assert {r.tags["incsync/tag/tier"] for r in requests} == {tier}
     default = build_model_schedule(str(file), model)
     context = dg.build_schedule_context(instance=instance, instance_ref=instance.get_ref(), scheduled_execution_time=datetime(2024, 1, 3, tzinfo=UTC))
-    assert default.evaluate_tick(context).skip_message == (
-        "no registered recipient of every enabled recipient outside a tier receives orders")
+    assert default.evaluate_tick(context).skip_message == "no enabled recipient outside a tier is registered yet"
 
 
 def test_a_recipient_not_receiving_a_model_is_refused_by_transfer_and_the_ui_and_skipped_without_recipient(
@@ -281,3 +290,15 @@ def test_a_recipient_not_receiving_a_model_is_refused_by_transfer_and_the_ui_and
     assert [r.id for r in recipients_of(config, config.model("invoices"), None)] == ["globex"]
     with pytest.raises(NotSubscribedError, match="add product enterprise to its products"):
         recipients_of(config, config.model("invoices"), ["acme"])
+
+
+def test_the_sensor_state_survives_a_tick_whose_cursor_was_not_committed(tmp_path: Path, instance) -> None:
+    """A tick that stored its state and then failed leaves the previous cursor in place: it still names a state."""
+    from incsync.orchestration.subscriptions import Registry
+
+    older = Registry({"invoices": {"acme"}}, {"globex": "gold"})
+    first = older.save(instance, None)
+    newer = Registry({}, {"globex": "gold", "acme": "gold"})
+    assert newer.save(instance, first) != first  # this tick's cursor is lost...
+    assert Registry.load(instance, first) == older  # ...and the next tick, given the old one, reads the old state
+    assert Registry.load(instance, "0" * 24) == Registry({}, None)  # unknown: nothing to compare against
