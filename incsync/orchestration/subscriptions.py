@@ -3,7 +3,8 @@ tier change: per model, the registered recipients that do not receive it, and ea
 
 That state (tens of kilobytes at 10,000 recipients) lives in the instance's key-value table, written only
 when it changes; the sensor's cursor is its digest, which Dagster commits with the tick's runs. The table
-keeps the state of the last two digests, so a tick that failed after writing it still finds its own.
+keeps the states of the last two digests: when a tick fails after storing its state, Dagster keeps the old
+cursor, and the next tick still finds the state that cursor names.
 
 - A recipient that starts receiving a model gets the model's initial backfill; one that stops is logged
   with how to drop the copy it keeps.
@@ -36,7 +37,7 @@ STATE_KEY = "incsync/recipients_sensor/registry"
 
 @dataclass(frozen=True)
 class Registry:
-    """The cursor's content: per model the recipients not receiving it; per tier its recipients (None:
+    """The sensor's state: per model the recipients not receiving it; each tiered recipient's tier (None:
     never recorded, so no move can be told)."""
 
     unsubscribed: dict[str, set[str]]
