@@ -9,7 +9,7 @@ before products existed). A tier is a named schedule: a recipient is in the tier
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from pydantic import Field
@@ -80,6 +80,19 @@ def not_received(config: IncsyncConfig, recipient: RecipientConfig, model: str) 
            else f"no product holds {model}: add it to a product's models, then that product to the recipient's products")
     return (f"recipient {recipient.id} does not receive model {model}: its products [{', '.join(recipient.products or [])}] "
             f"do not hold it; {fix}")
+
+
+def product_filter(config: IncsyncConfig, product: str) -> Callable[[Sequence[str], Sequence[str]], bool]:
+    """Whether a run (its model names, its recipient ids) belongs to ``product``: one of its models for one of
+    the recipients receiving them (a recipient without ``products`` receives every model)."""
+    found = next((p for p in config.products if p.name == product), None)
+    if found is None:
+        from incsync.errors import InputError
+
+        known = ", ".join(p.name for p in config.products) or "none: the file has no products section"
+        raise InputError(f'unknown product "{product}"; known: {known}')
+    members = {r.id for r in config.recipients if r.products is None or product in r.products}
+    return lambda models, recipients: any(m in found.models for m in models) and any(r in members for r in recipients)
 
 
 def tier_of(config: IncsyncConfig, recipient: RecipientConfig) -> TierConfig | None:

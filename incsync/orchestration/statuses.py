@@ -20,6 +20,7 @@ from incsync.orchestration.dagster_compat import (
     WORKER_LOST_REASONS,
 )
 from incsync.orchestration.errors import StatusError
+from incsync.config.products import product_filter
 from incsync.destinations.ownership import METADATA_KEY as DESTINATION_OWNER
 from incsync.orchestration.metadata import DELTA_ROWS_TRANSFERRED, ROWS_TRANSFERRED
 from incsync.orchestration.partitions import RECIPIENT_DIM, RECIPIENTS_PARTITIONS, model_partitions
@@ -190,7 +191,7 @@ def list_transfers(
     """The latest ``limit`` incsync runs, newest first, filtered by recipient, status, user tags and product
     (runs of the product's models for its subscribers)."""
     wanted_status = parse_status(status) if isinstance(status, str) else status
-    in_product = _product_filter(config, product)
+    in_product = None if product is None else product_filter(config, product)
     run_tags = {USER_TAG_PREFIX + k: v for k, v in (validate_tag(k, v) for k, v in (tags or {}).items())}
     if recipient is not None:
         validate_tag("recipient", recipient)
@@ -212,7 +213,7 @@ def list_transfers(
         recipients = _recipients_of(run, run_models[0], registered)
         if recipient is not None and recipient not in recipients:
             continue
-        if in_product is not None and not in_product(run_models, recipients):
+        if in_product is not None and not in_product([m.model_name for m in run_models], recipients):
             continue
         committed, rows, delta, owners = _sum_counts(by_run.get(run.run_id, []))
         state = transfer_status(instance, record, committed=committed, now=now)
@@ -237,19 +238,6 @@ def list_transfers(
             )
         )
     return out
-
-
-def _product_filter(config: IncsyncConfig, product: str | None):  # noqa: ANN202 - a predicate or None
-    """Whether a run (its models, its recipients) belongs to ``product``: one of its models, one subscriber."""
-    if product is None:
-        return None
-    found = next((p for p in config.products if p.name == product), None)
-    if found is None:
-        known = ", ".join(p.name for p in config.products) or "none: the file has no products section"
-        raise StatusError(f'unknown product "{product}"; known: {known}')
-    subscribers = {r.id for r in config.recipients if r.products is None or product in r.products}
-    return lambda models, recipients: (any(m.model_name in found.models for m in models)
-                                       and any(r in subscribers for r in recipients))
 
 
 def counts_by_model(transfers: Iterable[Transfer]) -> dict[str, Counter[str]]:
