@@ -20,7 +20,7 @@ from incsync.config.sources import DEFAULT_LOOKBACK_SECONDS, FALLBACK_LOOKBACK_S
 
 
 class ModelConfig(StrictModel):
-    """One logical table shared with every recipient."""
+    """One logical table shared with the recipients receiving it (every one, without products)."""
 
     model_name: str = Field(
         description="Name of the model: the asset, the destination table and the job are named after it.",
@@ -215,7 +215,7 @@ class IncsyncConfig(StrictModel):
     )
     models: list[ModelConfig] = Field(
         default_factory=list,
-        description="The tables shared with every recipient: one Dagster asset each.",
+        description="The tables shared with the recipients (see products): one Dagster asset each.",
     )
     recipients: list[RecipientConfig] = Field(
         default_factory=list,
