@@ -291,6 +291,23 @@ def test_a_recipient_not_receiving_a_model_is_refused_by_transfer_and_the_ui_and
     with pytest.raises(NotSubscribedError, match="add product enterprise to its products"):
         recipients_of(config, config.model("invoices"), ["acme"])
 
+    # acme joins enterprise: the sensor's backfill of invoices for acme, executed, brings acme's rows only.
+    defs = build_definitions(file)
+    sensor = build_recipient_sensor(str(file), config.models, clock=lambda: NOW)
+    context = dg.build_sensor_context(instance=instance, instance_ref=instance.get_ref(), definitions=defs)
+    recorded = sensor.evaluate_tick(context)
+    assert recorded.run_requests == []
+    doc = yaml.safe_load(file.read_text())
+    doc["recipients"][0]["products"] = ["enterprise"]
+    _write(file, doc)
+    context = dg.build_sensor_context(instance=instance, instance_ref=instance.get_ref(), definitions=defs,
+                                      cursor=recorded.cursor)
+    [request] = sensor.evaluate_tick(context).run_requests
+    ran = defs.resolve_job_def(request.job_name).execute_in_process(
+        instance=instance, tags=request.tags, asset_selection=request.asset_selection)
+    assert ran.success
+    assert [r["id"] for r in delta_rows(acme_copy)] == [1]
+
 
 def test_the_sensor_state_survives_a_tick_whose_cursor_was_not_committed(tmp_path: Path, instance) -> None:
     """A tick that stored its state and then failed leaves the previous cursor in place: it still names a state."""
