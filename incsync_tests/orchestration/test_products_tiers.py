@@ -247,7 +247,7 @@ def test_ten_thousand_recipients_in_three_tiers_take_full_runs_and_ticks_of_seco
 
 
 def test_a_recipient_not_receiving_a_model_is_refused_by_transfer_and_the_ui_and_skipped_without_recipient(
-    tmp_path: Path, monkeypatch, spark, instance, capsys
+    tmp_path: Path, instance, monkeypatch, spark, capsys
 ) -> None:
     from incsync.cli.main import main
     from incsync.integrity.verify import recipients_of
@@ -257,7 +257,8 @@ def test_a_recipient_not_receiving_a_model_is_refused_by_transfer_and_the_ui_and
 
     write_table(tmp_path / "src", "orders", [order(1, "org_1", ts(1, 1)), order(2, "org_2", ts(1, 2)), order(3, "org_2", ts(1, 3))])
     file = _config(tmp_path, products=PRODUCTS)
-    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "dagster_home"))
+    # The CLI finds `instance` through DAGSTER_HOME, which the fixture sets (and restores) itself.
+    assert os.environ["DAGSTER_HOME"] == str(tmp_path / "dagster_home")
     monkeypatch.chdir(tmp_path)
     config = load_config(file)
     acme_copy = Path(config.destination("acme_delta").path) / "invoices"
