@@ -53,3 +53,7 @@ class LeaseError(PublishError):
 
 class OwnershipError(PublishError):
     """A destination table or prefix belongs to another recipient: nothing was written."""
+
+
+class NotSubscribedError(InputError):
+    """A transfer names a recipient none of whose products holds the model: nothing was read or written."""

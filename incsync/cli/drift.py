@@ -54,7 +54,8 @@ def describe(diff: SchemaDiff, *, model: ModelConfig, recipient: RecipientConfig
 
 
 def drift_report(config: IncsyncConfig, spark: SparkSession, *, sources: set[str] | None = None) -> list[str]:
-    """One line per (model, enabled recipient) whose source columns differ from its destination's."""
+    """One line per (model, enabled recipient receiving it) whose source columns differ from its destination's."""
+    from incsync.config.products import subscribers
     from incsync.sources.registry import build_source
     from incsync.sources.base import _nothing
     from incsync.staging.spark import spark_parquet_schema
@@ -64,7 +65,7 @@ def drift_report(config: IncsyncConfig, spark: SparkSession, *, sources: set[str
         if sources is not None and model.source not in sources:
             continue
         source = build_source(config.source(model.source))
-        for recipient in (r for r in config.recipients if r.enabled):
+        for recipient in subscribers(config, model.model_name):
             try:
                 df = source.read(spark, model=model, recipient=recipient, bounds=_nothing(), rows_hint=0)
                 staged = spark_parquet_schema(df)

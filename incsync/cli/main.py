@@ -111,6 +111,7 @@ def build_parser() -> Parser:
     p.add_argument("--status", help="PENDING, RUNNING, SUCCESS, ERROR, PARTIAL_FAILURE, CANCELLED, KILLED, EXPIRED, ORPHANED")
     p.add_argument("--tag", action="append", help="key=value (repeatable)")
     p.add_argument("--blamed", choices=PARTIES, help="only failed transfers blamed on this party")
+    p.add_argument("--product", help="only runs of the product's models for recipients subscribed to it")
     p.add_argument("--limit", type=int, default=200)
     p.add_argument("--json", action="store_true", help="one JSON array on standard output")
     p.add_argument("-c", "--config")

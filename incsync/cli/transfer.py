@@ -47,6 +47,8 @@ def run_transfer(command: TransferCommand, *, config: str | None, resident: Resi
     from incsync.config.tags import BACKFILL, INCREMENTAL, parse_tags, user_run_tags
     from incsync.cli.windows import backfill_windows, window_key
     from incsync.config.load import load_config
+    from incsync.config.products import not_received, receives, subscribers
+    from incsync.errors import NotSubscribedError
     from incsync.core.windows import recipient_windows, scheduled_windows
     from incsync.orchestration.runs import MANUAL
 
@@ -54,14 +56,16 @@ def run_transfer(command: TransferCommand, *, config: str | None, resident: Resi
     loaded = load_config(file)
     try:
         model = loaded.model(command.model)
-        recipients = [loaded.recipient(r) for r in dict.fromkeys(command.recipients)] if command.recipients else [
-            r for r in loaded.recipients if r.enabled
-        ]
+        recipients = [loaded.recipient(r) for r in dict.fromkeys(command.recipients)] if command.recipients else (
+            subscribers(loaded, model.model_name))
     except KeyError as exc:
         raise ConfigError(str(file), [exc.args[0]]) from None
+    if refused := [r for r in recipients if not receives(loaded, r, model.model_name)]:
+        raise NotSubscribedError("\n".join(not_received(loaded, r, model.model_name) for r in refused))
     user_tags = user_run_tags(parse_tags(command.tags))
     if not recipients:
-        print(f"model {model.model_name}: no enabled recipient; add one to {file}")
+        print(f"model {model.model_name}: no enabled recipient receives it; add one to {file}"
+              + (" or add the model to a product of one" if loaded.products else ""))
         return 0
     if command.window:
         if ranged:
@@ -176,7 +180,7 @@ def cmd_transfers(args: argparse.Namespace) -> int:
     reap(instance, staging_root=Path(default_staging_dir(config)))  # dead transfers show as ORPHANED, not RUNNING
     transfers = list_transfers(
         instance, config, recipient=args.recipient, status=args.status,
-        tags=parse_tags(args.tag or []), limit=args.limit, blamed=args.blamed,
+        tags=parse_tags(args.tag or []), limit=args.limit, blamed=args.blamed, product=getattr(args, "product", None),
     )
     if getattr(args, "json", False):
         print_json([{

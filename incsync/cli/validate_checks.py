@@ -19,6 +19,7 @@ from pathlib import Path
 from incsync.config.model import IncsyncConfig, ModelConfig, RecipientConfig
 from incsync.config.destinations import PostgresDestinationConfig
 from incsync.config.sources import JdbcSourceConfig, LakeSourceConfig
+from incsync.config.products import subscribers
 
 MAX_PARALLEL = 16
 
@@ -97,12 +98,11 @@ def lake_schema_problems(config: IncsyncConfig) -> tuple[list[str], list[str]]:
     problems: list[str] = []
     warnings: list[str] = []
     sources = {s.name: s for s in config.sources}
-    anyone = next((r for r in config.recipients if r.enabled), None)
     for i, model in enumerate(config.models):
         source = sources.get(model.source)
         if not isinstance(source, LakeSourceConfig):
             continue
-        folder = lake_folder(source, model, anyone)
+        folder = lake_folder(source, model, next(iter(subscribers(config, model.model_name)), None))
         if folder is None:
             continue
         try:
@@ -169,7 +169,7 @@ def connect_schema_problems(config: IncsyncConfig) -> tuple[list[str], set[str]]
     for i, model in enumerate(config.models):
         source = sources.get(model.source)
         if isinstance(source, JdbcSourceConfig) and source.vendor == "postgres":
-            for recipient in enabled if model.tenancy == "schema" else anyone:
+            for recipient in subscribers(config, model.model_name, enabled) if model.tenancy == "schema" else anyone:
                 jobs.append((i, model, source, recipient))
 
     def check(job: tuple[int, ModelConfig, JdbcSourceConfig, RecipientConfig]) -> tuple[str, list[str] | None]:

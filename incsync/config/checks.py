@@ -121,6 +121,9 @@ def cross_check_problems(cfg: IncsyncConfig) -> list[str]:
                 f'recipients[{i}].destination: "{r.destination}" is not a configured destination; known: [{known}]'
             )
     problems += _schema_name_problems(cfg)
+    from incsync.config.products import product_problems
+
+    problems += product_problems(cfg)
     from incsync.spark.cluster import cluster_problems
 
     problems += cluster_problems(cfg.spark)
@@ -133,9 +136,13 @@ def _schema_name_problems(cfg: IncsyncConfig) -> list[str]:
 
     vendors = {s.name: getattr(s, "vendor", None) for s in cfg.sources}
     tenanted = [m for m in cfg.models if m.tenancy == "schema" and vendors.get(m.source) in ("postgres", "mysql", "mariadb")]
-    problems = []
+    from incsync.config.products import product_models, receives
+
+    problems, held = [], product_models(cfg)
     for i, r in enumerate(cfg.recipients if tenanted else []):
         for m in tenanted:
+            if not receives(cfg, r, m.model_name, held=held):
+                continue  # a recipient never reads the schema of a model it does not receive
             vendor = vendors[m.source]
             if problem := schema_name_problem(vendor, r.id_in_provider_system, source_query=m.source_query is not None):  # type: ignore[arg-type]
                 problems.append(f'recipients[{i}].id_in_provider_system: schema {shown(r.id_in_provider_system)} of '

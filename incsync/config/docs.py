@@ -15,6 +15,7 @@ from pydantic_core import PydanticUndefined
 from incsync.config.alerts import AlertsConfig
 from incsync.config.model import IncsyncConfig, MaintenanceConfig, ModelConfig, RecipientConfig, RecipientsFromConfig
 from incsync.config.destinations import DeltaDestinationConfig, ObjectStorageDestinationConfig, PostgresDestinationConfig
+from incsync.config.products import ProductConfig, TierConfig
 from incsync.config.sources import JdbcSourceConfig, LakeSourceConfig
 
 SECTIONS: list[tuple[str, str, list[type[BaseModel]]]] = [
@@ -24,6 +25,8 @@ SECTIONS: list[tuple[str, str, list[type[BaseModel]]]] = [
      [DeltaDestinationConfig, PostgresDestinationConfig, ObjectStorageDestinationConfig]),
     ("models", "One entry per shared table.", [ModelConfig]),
     ("recipients", "One entry per customer.", [RecipientConfig]),
+    ("products", "Named sets of models; a recipient with `products` receives only their models.", [ProductConfig]),
+    ("tiers", "Schedule tiers: a recipient tagged `tier: <name>` is transferred on the tier's cron.", [TierConfig]),
     ("recipients_from", "Recipients kept in a PostgreSQL table, beside those of the file.", [RecipientsFromConfig]),
     ("maintenance", "Compaction, vacuum and log checkpoints of the destinations (docs/maintenance.md).", [MaintenanceConfig]),
     ("alerts", "A webhook that hears of every failed transfer and whose it is to fix (docs/operations.md).", [AlertsConfig]),

@@ -12,6 +12,7 @@ import yaml
 from pydantic import ValidationError as PydanticValidationError
 
 from incsync.config.model import IncsyncConfig, ModelConfig, RecipientConfig, RecipientsFromConfig
+from incsync.config.products import ProductConfig, TierConfig
 from incsync.config.checks import cross_check_problems
 from incsync.config.destinations import (
     DeltaDestinationConfig,
@@ -51,6 +52,7 @@ def _fields_at(loc: tuple[Any, ...]) -> list[str]:
         "sources": [LakeSourceConfig, JdbcSourceConfig],
         "destinations": [DeltaDestinationConfig, PostgresDestinationConfig, ObjectStorageDestinationConfig],
         "models": [ModelConfig], "recipients": [RecipientConfig], "recipients_from": [RecipientsFromConfig],
+        "products": [ProductConfig], "tiers": [TierConfig],
     }.get(section or "", [])
     depth = sum(1 for p in loc if not isinstance(p, int))
     if depth <= 1:

@@ -16,11 +16,12 @@ from pydantic import Field, field_validator, model_validator
 from incsync.config.alerts import AlertsConfig
 from incsync.config.base import ID_PATTERN, ID_RE, StrictModel, listed_names
 from incsync.config.destinations import DestinationConfig
+from incsync.config.products import ProductConfig, TierConfig
 from incsync.config.sources import DEFAULT_LOOKBACK_SECONDS, FALLBACK_LOOKBACK_SECONDS, SourceConfig
 
 
 class ModelConfig(StrictModel):
-    """One logical table shared with every recipient."""
+    """One logical table shared with the recipients receiving it (every one, without products)."""
 
     model_name: str = Field(
         description="Name of the model: the asset, the destination table and the job are named after it.",
@@ -144,7 +145,11 @@ class RecipientConfig(StrictModel):
     )
     tags: dict[str, str] = Field(
         default_factory=dict,
-        description="key: value pairs carried as run tags (incsync/tag/<key>), e.g. tier: gold.",
+        description="key: value pairs carried as run tags (incsync/tag/<key>), e.g. tier: gold (with `tiers`: its schedule tier).",
+    )
+    products: list[str] | None = Field(
+        default=None,
+        description="The products it subscribes to: it receives their models only. Unset: every model.",
     )
 
     @field_validator("tags")
@@ -211,11 +216,17 @@ class IncsyncConfig(StrictModel):
     )
     models: list[ModelConfig] = Field(
         default_factory=list,
-        description="The tables shared with every recipient: one Dagster asset each.",
+        description="The tables shared with the recipients (see products): one Dagster asset each.",
     )
     recipients: list[RecipientConfig] = Field(
         default_factory=list,
-        description="The customers: each gets its tenant's rows of every model in its own destination.",
+        description="The customers: each gets its tenant's rows of its products' models in its own destination.",
+    )
+    products: list[ProductConfig] = Field(
+        default_factory=list, description="Named sets of models recipients subscribe to (docs/operations.md)."
+    )
+    tiers: list[TierConfig] = Field(
+        default_factory=list, description="Schedule tiers: a recipient tagged `tier: <name>` runs on the tier's cron."
     )
     staging_dir: str | None = Field(default=None, description="Root of per-transfer staging folders (a path or a URL).")
     staging_storage_options: dict[str, str] = Field(

@@ -2,7 +2,8 @@
 
 The table has one row per recipient with the file's recipient fields as columns: ``id``,
 ``id_in_provider_system``, ``destination`` (required), ``enabled``, ``tags`` (a JSON object),
-``default_full_refresh_min_start_time_epoch`` (optional). It is read with the source's own
+``products`` (a ``text[]`` or a JSON array; NULL: every model), ``default_full_refresh_min_start_time_epoch``
+(optional). It is read with the source's own
 credentials and validated exactly like the file's recipients; ``resources.cached_config`` reads it
 again every ``refresh_seconds``, so the sensor sees new rows on its next tick.
 """
@@ -19,7 +20,7 @@ if TYPE_CHECKING:
     from incsync.config.sources import JdbcSourceConfig
 
 REQUIRED = ("id", "id_in_provider_system", "destination")
-OPTIONAL = ("enabled", "tags", "default_full_refresh_min_start_time_epoch")
+OPTIONAL = ("enabled", "tags", "products", "default_full_refresh_min_start_time_epoch")
 WHERE = "recipients_from"
 
 
@@ -74,11 +75,12 @@ def read_recipient_rows(config: JdbcSourceConfig, table: str, *, path: str) -> l
         entry = {k: values[k] for k in (*REQUIRED, *OPTIONAL) if k in values and values[k] is not None}
         for key in REQUIRED:
             entry[key] = str(entry[key]) if key in entry else entry.get(key)
-        if isinstance(entry.get("tags"), str):
-            try:
-                entry["tags"] = json.loads(entry["tags"])
-            except json.JSONDecodeError:
-                pass  # validation then names the row and the field
+        for key in ("tags", "products"):
+            if isinstance(entry.get(key), str):
+                try:
+                    entry[key] = json.loads(entry[key])
+                except json.JSONDecodeError:
+                    pass  # validation then names the row and the field
         out.append(entry)
     return out
 

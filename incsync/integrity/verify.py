@@ -176,6 +176,13 @@ def _micros(ts: Any) -> int:
 
 
 def recipients_of(config: IncsyncConfig, model: ModelConfig, ids: list[str] | None) -> list[RecipientConfig]:
-    if ids:
-        return [config.recipient(r) for r in dict.fromkeys(ids)]
-    return [r for r in config.recipients if r.enabled]
+    """The recipients named (each must receive ``model``), else every enabled one that receives it."""
+    from incsync.config.products import not_received, receives, subscribers
+    from incsync.errors import NotSubscribedError
+
+    if not ids:
+        return subscribers(config, model.model_name)
+    named = [config.recipient(r) for r in dict.fromkeys(ids)]
+    if refused := [r for r in named if not receives(config, r, model.model_name)]:
+        raise NotSubscribedError("\n".join(not_received(config, r, model.model_name) for r in refused))
+    return named

@@ -11,6 +11,8 @@ from incsync.core.blame import blame
 from incsync.orchestration.blame import tag_blame
 from incsync.orchestration.liveness import mark_running
 from incsync.config.model import IncsyncConfig, ModelConfig, RecipientConfig
+from incsync.config.products import model_schedules, not_received, product_models, products_with, receives
+from incsync.errors import NotSubscribedError
 from incsync.orchestration.dagster_compat import DEFER_ASSET_EVENTS_TAG, defers_asset_events, report_planned
 from incsync.destinations.registry import Destination
 from incsync.core.fingerprint import model_fingerprint
@@ -63,6 +65,9 @@ def model_description(config: IncsyncConfig, model: ModelConfig) -> str:
         f"Each recipient's copy of {what} from source `{model.source}`, {tenants}. "
         f"Primary key: {', '.join(model.primary_key)}; changes tracked by `{model.last_modified_column}` "
         f"(lookback {config.lookback_seconds(model)} s); {grid} windows; schedule `{model.frequency}` (UTC)."
+        + "".join(f" Tier {t}: `{cron}`." for t, cron in model_schedules(config, model)[1:])
+        + (f" Products: {', '.join(products_with(config, model.model_name)) or 'none'} (recipients of other "
+           "products do not receive it)." if config.products else "")
     )
 
 
@@ -106,6 +111,7 @@ def build_model_asset(config: IncsyncConfig, model: ModelConfig) -> dg.AssetsDef
             "primary_key": ", ".join(model.primary_key), "lookback_seconds": lookback,
             "last_modified_column": model.last_modified_column,
             "window_seconds": model.max_transfer_time_window_seconds, "schedule": model.frequency,
+            **({"products": ", ".join(products_with(config, model.model_name)) or "none"} if config.products else {}),
         },
     )
     def _transfer(context: dg.AssetExecutionContext, config: TransferRunConfig) -> Iterator[dg.Output[RunReads]]:
@@ -129,6 +135,19 @@ def build_model_asset(config: IncsyncConfig, model: ModelConfig) -> dg.AssetsDef
     return _transfer
 
 
+def _refuse_unsubscribed(config: IncsyncConfig, model: ModelConfig, keys: list[str]) -> None:
+    """Fail a run naming a recipient that does not receive ``model`` before Spark, a lease or a destination
+    is touched. The recipient partitions are one set shared by every model, so the UI offers such partitions;
+    schedules, the sensor and the CLI never launch them."""
+    if not config.products:
+        return
+    held = product_models(config)
+    for rid in dict.fromkeys(split_key(model, key).recipient_id for key in keys):
+        recipient = config.recipient(rid)
+        if not receives(config, recipient, model.model_name, held=held):
+            raise NotSubscribedError(f"model {model.model_name}: {not_received(config, recipient, model.model_name)}")
+
+
 def _open_reads(
     context: dg.AssetExecutionContext, model: ModelConfig, config: TransferRunConfig, keys: list[str]
 ) -> tuple[RunReads, ExitStack]:
@@ -136,6 +155,7 @@ def _open_reads(
     slots when it is done (``RunReads.release``); the asset's own exit only covers a run that fails
     before its output is handled."""
     resources, tags = context.resources, context.run.tags
+    _refuse_unsubscribed(resources.incsync.config, model, keys)
     spark = SparkWarmUp(resources.spark)
     if keys:
         spark.start()

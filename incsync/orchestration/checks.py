@@ -39,7 +39,11 @@ def _run_recipients(context: dg.AssetCheckExecutionContext, config: IncsyncConfi
             enabled = [r.id for r in config.recipients if r.enabled]
             if first in enabled and last in enabled:
                 ids = enabled[enabled.index(first) : enabled.index(last) + 1]
-    return [config.recipient(i) for i in ids] if ids else [r for r in config.recipients if r.enabled]
+    from incsync.config.products import receives, subscribers
+
+    if ids:  # a transfer's run: those of its recipients that receive the model
+        return [r for r in (config.recipient(i) for i in ids) if receives(config, r, model.model_name)]
+    return subscribers(config, model.model_name)
 
 
 def build_integrity_check(model: ModelConfig) -> dg.AssetChecksDefinition:

@@ -106,7 +106,8 @@ class TransferIOManager(dg.ConfigurableIOManager):
 
     def load_input(self, context: dg.InputContext) -> PublishedCopies:
         """A reader of each recipient's published copy (a Delta table, a SQL relation, the manifested files):
-        the input's recipients when the downstream asset shares the recipient partitions, else every enabled one."""
+        the input's recipients when the downstream asset shares the recipient partitions, else every enabled one
+        that receives the model."""
         if not self.config_path:
             raise IncsyncError(
                 f"asset {context.asset_key.to_user_string()} is read from each recipient's destination, and this IO "
@@ -121,7 +122,9 @@ class TransferIOManager(dg.ConfigurableIOManager):
         if context.has_partition_key and context.has_asset_partitions:  # never list a whole grid
             ids = sorted({split_key(model, key).recipient_id for key in context.asset_partition_keys})
         else:
-            ids = [r.id for r in config.recipients if r.enabled]
+            from incsync.config.products import subscribers
+
+            ids = [r.id for r in subscribers(config, model.model_name)]
         copies = {}
         for rid in ids:
             recipient = config.recipient(rid)

@@ -22,6 +22,7 @@ from incsync.orchestration.dagster_compat import (
 from incsync.core.blame import Blame, Party, parse_party
 from incsync.orchestration.blame import recipient_blame, run_blame
 from incsync.orchestration.errors import StatusError
+from incsync.config.products import product_filter
 from incsync.destinations.ownership import METADATA_KEY as DESTINATION_OWNER
 from incsync.orchestration.metadata import DELTA_ROWS_TRANSFERRED, ROWS_TRANSFERRED
 from incsync.orchestration.partitions import RECIPIENT_DIM, RECIPIENTS_PARTITIONS, model_partitions
@@ -205,11 +206,14 @@ def list_transfers(
     limit: int = 200,
     now: datetime | None = None,
     blamed: Party | str | None = None,
+    product: str | None = None,
 ) -> list[Transfer]:
-    """The latest ``limit`` incsync runs, newest first, filtered by recipient, status, user tags and the
-    blamed party of a failed run (``blamed``: only failed runs blamed on it)."""
+    """The latest ``limit`` incsync runs, newest first, filtered by recipient, status, user tags, the
+    blamed party of a failed run (``blamed``: only failed runs blamed on it) and product (runs of the
+    product's models for its subscribers)."""
     wanted_status = parse_status(status) if isinstance(status, str) else status
     wanted_party = _party(blamed) if isinstance(blamed, str) else blamed
+    in_product = None if product is None else product_filter(config, product)
     run_tags = {USER_TAG_PREFIX + k: v for k, v in (validate_tag(k, v) for k, v in (tags or {}).items())}
     if recipient is not None:
         validate_tag("recipient", recipient)
@@ -230,6 +234,8 @@ def list_transfers(
         run_models = _models_of(run, models)
         recipients = _recipients_of(run, run_models[0], registered)
         if recipient is not None and recipient not in recipients:
+            continue
+        if in_product is not None and not in_product([m.model_name for m in run_models], recipients):
             continue
         committed, rows, delta, owners = _sum_counts(by_run.get(run.run_id, []))
         state = transfer_status(instance, record, committed=committed, now=now)

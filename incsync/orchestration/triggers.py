@@ -1,5 +1,5 @@
-"""Everything automation adds to the Definitions: the recipient sensor, one schedule per model and, with an
-`alerts:` section, the failure-alert sensor."""
+"""Everything automation adds to the Definitions: the recipient sensor, the schedules (one per model and
+per tier with a cron for it) and, with an `alerts:` section, the failure-alert sensor."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from incsync.orchestration.liveness import build_reaper_sensor
 from incsync.orchestration.schedules import build_model_schedule
 from incsync.orchestration.sensors import build_recipient_sensor
 from incsync.config.model import IncsyncConfig
+from incsync.config.products import model_schedules
 from incsync.errors import ConfigError
 from incsync.orchestration.resources import default_staging_dir
 
@@ -48,6 +49,7 @@ def automation(
 
         sensors.append(build_alert_sensor(config_path, default_status=sensor_status))
     schedules = [
-        build_model_schedule(config_path, m, default_status=schedule_status, job=jobs[m.model_name]) for m in config.models
+        build_model_schedule(config_path, m, default_status=schedule_status, job=jobs[m.model_name], tier=tier, frequency=cron)
+        for m in config.models for tier, cron in model_schedules(config, m)
     ]
     return sensors, schedules

@@ -28,8 +28,10 @@ def check_sources(config: IncsyncConfig, spark: SparkSession, *, sources: set[st
 
     A column-tenanted model is checked once (its table is shared by every recipient; with no
     recipient yet, for a tenant value nobody has); a schema-tenanted model once per enabled
-    recipient (each has its own schema). ``sources`` limits the check to those sources' models.
+    recipient receiving it (each has its own schema). ``sources`` limits the check to those sources' models.
     """
+    from incsync.config.products import subscribers
+
     problems: list[str] = []
     recipients = [r for r in config.recipients if r.enabled]
     anyone = recipients[:1] or [RecipientConfig(id="check", id_in_provider_system="", destination="-")]
@@ -37,7 +39,7 @@ def check_sources(config: IncsyncConfig, spark: SparkSession, *, sources: set[st
         if sources is not None and model.source not in sources:
             continue
         source = build_source(config.source(model.source))
-        for recipient in recipients if model.tenancy == "schema" else anyone:
+        for recipient in subscribers(config, model.model_name, recipients) if model.tenancy == "schema" else anyone:
             try:
                 source.check(spark, model=model, recipient=recipient)
             except IncsyncError as exc:

@@ -85,3 +85,25 @@ def test_an_unreadable_table_says_which_and_why(tmp_path: Path) -> None:
                                               r'relation "public.incsync_recipients" does not exist'):
             load_config(config)
         assert time.monotonic() - started < 10
+
+
+def test_a_table_row_lists_its_products_as_an_array_or_json(tmp_path: Path) -> None:
+    """A text[] column (or a JSON array in text) is the recipient's products; NULL receives every model."""
+    with pg_database() as db:
+        db.execute(TABLE.replace("note text)", "note text, products text[])"))
+        db.execute("""INSERT INTO public.incsync_recipients VALUES
+            ('globex', 'org_2', 'files', true, NULL, NULL, ARRAY['basic']), ('hooli', 'org_5', 'files', true, NULL, NULL, NULL),
+            ('umbrella', 'org_6', 'files', true, NULL, NULL, ARRAY['platinum'])""")
+        config = _config(tmp_path, db.jdbc_url, db.user)
+        doc = yaml.safe_load(config.read_text())
+        doc["products"] = [{"name": "basic", "models": ["orders"]}]
+        config.write_text(yaml.safe_dump(doc, sort_keys=False))
+        with pytest.raises(ConfigError) as caught:
+            load_config(config)
+        assert caught.value.problems == [
+            'recipients_from (public.incsync_recipients, row id "umbrella").products: product "platinum" of recipient '
+            "umbrella is not a configured product; known: [basic]; fix its spelling or add it under products:"
+        ]
+        db.execute("DELETE FROM public.incsync_recipients WHERE id = 'umbrella'")
+        assert [(r.id, r.products) for r in load_config(config).recipients] == [
+            ("acme", None), ("globex", ["basic"]), ("hooli", None)]

@@ -364,3 +364,13 @@ def test_a_batch_mixing_asset_and_check_events_still_stores_the_asset_events_tog
     assert instance.get_materialized_partitions(dg.AssetKey("checked")) == set("abcdef")
     assert opened[0] == opened[1], opened  # twice the partitions, not one more connection
     instance.dispose()
+
+
+def test_instance_values_round_trip_through_the_run_storage_key_value_table(dagster_instance) -> None:
+    """The recipient sensor keeps its registry state there (``subscriptions``): insert, then update in place."""
+    from incsync.orchestration.dagster_compat import read_instance_value, write_instance_value
+
+    assert read_instance_value(dagster_instance, "incsync/test") is None
+    write_instance_value(dagster_instance, "incsync/test", "x" * 100_000)
+    write_instance_value(dagster_instance, "incsync/test", '{"a": 1}')
+    assert read_instance_value(dagster_instance, "incsync/test") == '{"a": 1}'

@@ -195,6 +195,17 @@ def instance_postgres_url(instance: dg.DagsterInstance) -> str | None:
     return None
 
 
+def read_instance_value(instance: dg.DagsterInstance, key: str) -> str | None:
+    """A value incsync keeps in the instance's key-value table (the run storage's ``get_cursor_values``,
+    where Dagster's daemons keep theirs): state too large for a sensor cursor, which every tick row copies."""
+    return instance.run_storage.get_cursor_values({key}).get(key)
+
+
+def write_instance_value(instance: dg.DagsterInstance, key: str, value: str) -> None:
+    """Set ``key`` in the instance's key-value table (``set_cursor_values``: insert, else update)."""
+    instance.run_storage.set_cursor_values({key: value})
+
+
 def __getattr__(name: str) -> Any:
     # ``module: incsync.orchestration.dagster_compat, class: BatchingSqliteEventLogStorage`` in dagster.yaml
     if name == "BatchingSqliteEventLogStorage":
