@@ -13,14 +13,19 @@ from pydantic import BaseModel
 from pydantic_core import PydanticUndefined
 
 from incsync.config.model import IncsyncConfig, MaintenanceConfig, ModelConfig, RecipientConfig, RecipientsFromConfig
-from incsync.config.destinations import DeltaDestinationConfig, ObjectStorageDestinationConfig, PostgresDestinationConfig
+from incsync.config.destinations import (
+    DeltaDestinationConfig,
+    DuckDBDestinationConfig,
+    ObjectStorageDestinationConfig,
+    PostgresDestinationConfig,
+)
 from incsync.config.sources import JdbcSourceConfig, LakeSourceConfig
 
 SECTIONS: list[tuple[str, str, list[type[BaseModel]]]] = [
     ("The file", "Top-level keys of `incsync.yaml` (or the file `$INCSYNC_CONFIG` names).", [IncsyncConfig]),
     ("sources", "One entry per place data is read from; `vendor` chooses the kind.", [LakeSourceConfig, JdbcSourceConfig]),
     ("destinations", "One entry per place a recipient's copy is written to; `kind` chooses the kind.",
-     [DeltaDestinationConfig, PostgresDestinationConfig, ObjectStorageDestinationConfig]),
+     [DeltaDestinationConfig, PostgresDestinationConfig, ObjectStorageDestinationConfig, DuckDBDestinationConfig]),
     ("models", "One entry per shared table.", [ModelConfig]),
     ("recipients", "One entry per customer.", [RecipientConfig]),
     ("recipients_from", "Recipients kept in a PostgreSQL table, beside those of the file.", [RecipientsFromConfig]),

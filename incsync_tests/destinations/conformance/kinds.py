@@ -48,6 +48,7 @@ KINDS_TABLE: tuple[Kind, ...] = (
         crash_points=(("after_staging", False), ("mid_publish", False), ("after_manifest", True), ("after_publish", True)),
         owner_where="object-storage prefix {shared}/orders/recipient=acme (destination dest)",
     ),
+    Kind("duckdb", owner_where="DuckDB table main.orders of {shared}.duckdb (destination dest)"),
 )
 KINDS = tuple(k.name for k in KINDS_TABLE)
 BY_NAME = {k.name: k for k in KINDS_TABLE}
@@ -72,6 +73,10 @@ def create_view(target: Target) -> None:
         with target.destination._connect() as conn:
             conn.execute("CREATE VIEW acme.paid_orders AS SELECT id, status FROM acme.orders WHERE status = 'paid'")
         return
+    if target.kind == "duckdb":
+        with target.destination.connect() as con:
+            con.execute("CREATE VIEW paid_orders AS SELECT id, status FROM orders WHERE status = 'paid'")
+        return
     raise AssertionError(f"{target.kind}: {BY_NAME[target.kind].recipient_views}")
 
 
@@ -79,6 +84,9 @@ def view_rows(target: Target) -> list[tuple]:
     if target.kind == "postgres":
         with target.destination._connect() as conn:
             return conn.execute("SELECT id, status FROM acme.paid_orders ORDER BY id").fetchall()
+    if target.kind == "duckdb":
+        with target.destination.connect() as con:
+            return con.execute("SELECT id, status FROM paid_orders ORDER BY id").fetchall()
     raise AssertionError(f"{target.kind}: {BY_NAME[target.kind].recipient_views}")
 
 
