@@ -53,7 +53,9 @@ class DuckDBDestination(Destination):
         try:
             con = duckdb.connect(self.path)
         except duckdb.Error as exc:
-            raise PublishError(f"destination {self.name}: cannot open DuckDB file {self.path}: {exc}") from exc
+            fix = (" Another process holds the file open: DuckDB lets one process open a file to write, so readers "
+                   "must close it (or read a copy) while transfers run." if "lock" in str(exc).lower() else "")
+            raise PublishError(f"destination {self.name}: cannot open DuckDB file {self.path}: {exc}.{fix}") from exc
         try:
             session = Session(con)
             session.execute("SET TimeZone = 'UTC'")

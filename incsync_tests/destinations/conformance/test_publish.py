@@ -171,3 +171,4 @@ def test_a_second_recipient_on_the_same_copy_is_refused(kind: str, tmp_path: Pat
         target = Target(configs[0])
         assert sorted(r["id"] for r in target.raw_rows()) == [1, 2]
         assert target.state().last_transfer == outcome.record
+
