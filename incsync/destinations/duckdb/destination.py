@@ -12,6 +12,8 @@ a recipient built on it survive. DuckDB lets one process write a file at a time:
 from __future__ import annotations
 
 import contextlib
+import os
+import threading
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -34,6 +36,17 @@ from incsync.errors import LeaseError, OwnershipError, PublishError, SchemaError
 from incsync.staging.batch import StagedBatch
 
 
+# One connection to a file at a time in this process: DuckDB's Python client, opening a file from two
+# threads at once, can lose the table function that scans Arrow data ("python_arrow_scan does not exist").
+_OPEN: dict[str, threading.Lock] = {}
+_OPEN_GUARD = threading.Lock()
+
+
+def _file_lock(path: str) -> threading.Lock:
+    with _OPEN_GUARD:
+        return _OPEN.setdefault(os.path.realpath(path), threading.Lock())
+
+
 class DuckDBDestination(Destination):
     """Table ``<schema>.<model_name>`` of the file ``path`` holds one recipient's copy."""
 
@@ -48,8 +61,13 @@ class DuckDBDestination(Destination):
     @contextlib.contextmanager
     def connect(self) -> Iterator[Session]:
         """A connection to the file for the ``with`` block, in UTC, closed after it (DuckDB locks the file
-        for one writing process while a connection is open)."""
+        for one writing process while a connection is open; within this process, one block at a time)."""
         Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+        with _file_lock(self.path), self._open() as session:
+            yield session
+
+    @contextlib.contextmanager
+    def _open(self) -> Iterator[Session]:
         try:
             con = duckdb.connect(self.path)
         except duckdb.Error as exc:

@@ -172,3 +172,42 @@ def test_a_second_recipient_on_the_same_copy_is_refused(kind: str, tmp_path: Pat
         assert sorted(r["id"] for r in target.raw_rows()) == [1, 2]
         assert target.state().last_transfer == outcome.record
 
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_polling_reader_sees_a_full_refresh_whole_or_not_at_all(kind: str, tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    import threading
+
+    versions = [
+        [order(i, "org_1", ts(1, 1), status="a") for i in range(1, 41)],
+        [order(i, "org_1", ts(1, 2), status="b") for i in range(21, 61)],  # 20 keys gone, 20 new, 20 changed
+    ]
+    with _env(kind, monkeypatch):
+        config = _configure(tmp_path, kind, versions[0])
+        run(config, "2024-01-01", scheduled=False, full_refresh=True)
+        target = Target(config)
+        whole = [sorted((r["id"], r["status"]) for r in rows) for rows in versions]
+        seen: list[list[tuple]] = []
+        errors: list[BaseException] = []
+        done = threading.Event()
+
+        def poll() -> None:
+            while not done.is_set():
+                try:
+                    seen.append(sorted((r["id"], r["status"]) for r in target.raw_rows()))
+                except Exception as error:  # noqa: BLE001 - reported by the assertion below
+                    errors.append(error)
+
+        reader = threading.Thread(target=poll, daemon=True)
+        reader.start()
+        try:
+            for k in (1, 0, 1):
+                write_table(tmp_path / "src", "orders", versions[k])
+                run(config, "2024-01-01", scheduled=False, full_refresh=True)
+        finally:
+            done.set()
+            reader.join(timeout=30)
+        assert errors == []
+        assert seen and all(snapshot in whole for snapshot in seen), [s for s in seen if s not in whole][:1]
+        assert target.raw_rows() == sorted(versions[1], key=lambda r: r["id"])
