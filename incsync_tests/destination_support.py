@@ -23,7 +23,7 @@ from incsync.destinations.registry import Destination, build_destination
 from incsync.destinations.readers import read_rows
 from incsync.sources.base import Source
 
-KINDS = ("delta", "postgres", "object_storage")
+KINDS = ("delta", "postgres", "object_storage", "duckdb")
 PG_DSN_ENV = "INCSYNC_TEST_PG_DSN"
 PG_ADMIN_USERS = ("postgres", "root")
 DEST = "acme_dest"
@@ -69,6 +69,8 @@ def postgres_database() -> Iterator[str]:
 def destination_spec(kind: str, name: str = DEST, folder: str = "./out/acme") -> dict[str, Any]:
     if kind == "postgres":
         return {"name": name, "kind": "postgres", "dsn_env": PG_DSN_ENV, "schema": "acme"}
+    if kind == "duckdb":
+        return {"name": name, "kind": "duckdb", "path": f"{folder}.duckdb"}
     return {"name": name, "kind": kind, "path": folder}
 
 

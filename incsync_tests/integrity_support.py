@@ -44,7 +44,8 @@ def insert(db: PgDatabase, rows: list[tuple]) -> None:
 
 def config_for(root: Path, db: PgDatabase, kind: str, *, model: dict[str, Any] | None = None) -> Path:
     dest = {"name": "acme_dest", "kind": kind}
-    dest.update({"dsn_env": PG_DSN_ENV, "schema": "acme"} if kind == "postgres" else {"path": "./out/acme"})
+    dest.update({"dsn_env": PG_DSN_ENV, "schema": "acme"} if kind == "postgres" else
+                {"path": "./out/acme.duckdb"} if kind == "duckdb" else {"path": "./out/acme"})
     doc = {
         "sources": [{"name": "db", "vendor": "postgres", "jdbc_url": db.jdbc_url, "user": db.user}],
         "destinations": [dest],
@@ -79,6 +80,15 @@ def damage_destination(kind: str, root: Path, change: Damage, *, dsn: str | None
         dt = DeltaTable(str(root / "out/acme/orders"))
         table = dt.to_pyarrow_table()
         write_deltalake(dt, pa.Table.from_pylist(change(table.to_pylist()), schema=table.schema), mode="overwrite")
+    elif kind == "duckdb":
+        import duckdb
+
+        with duckdb.connect(str(root / "out/acme.duckdb")) as con:
+            con.execute("SET TimeZone = 'UTC'")
+            before = con.sql("SELECT * FROM orders").to_arrow_table()
+            con.register("changed", pa.Table.from_pylist(change(before.to_pylist()), schema=before.schema))
+            con.execute("DELETE FROM orders")
+            con.execute("INSERT INTO orders SELECT * FROM changed")
     elif kind == "object_storage":
         files = sorted((root / "out/acme/orders").glob("recipient=acme/dt=*/*.parquet"))
         for n, f in enumerate(files):

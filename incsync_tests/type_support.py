@@ -95,3 +95,11 @@ def parquet_schema(root: Path) -> dict[str, str]:
 
     files = sorted((root / "out/acme/orders").rglob("*.parquet"))
     return {f.name: str(f.type) for f in pq.read_schema(files[0])}
+
+
+def duckdb_schema(root: Path) -> dict[str, str]:
+    """Column -> Arrow type of the DuckDB table ``orders`` in ``root/out/acme.duckdb``, as DuckDB gives it back."""
+    import duckdb
+
+    with duckdb.connect(str(root / "out/acme.duckdb"), read_only=True) as con:
+        return {f.name: str(f.type) for f in con.sql("SELECT * FROM orders LIMIT 0").to_arrow_table().schema}

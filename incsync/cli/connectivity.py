@@ -41,6 +41,13 @@ def check_connectivity(config: IncsyncConfig) -> list[str]:
                 problems.extend(exc.problems)
             except IncsyncError as exc:
                 problems.append(" ".join(str(exc).split()))
+        if destination.kind == "duckdb":
+            from incsync.destinations.registry import build_destination
+
+            try:
+                build_destination(destination).check()  # type: ignore[attr-defined]
+            except IncsyncError as exc:
+                problems.append(" ".join(str(exc).split()))
         if isinstance(destination, DeltaDestinationConfig | ObjectStorageDestinationConfig) and is_url(destination.path):
             problems.extend(_storage_problems(f"destinations[{destination.name}]", destination.path, destination.storage_options))
         # A local Delta or object-storage destination whose folders do not exist yet is fine: the first

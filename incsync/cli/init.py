@@ -12,7 +12,7 @@ from incsync.cli.parsing import Commands
 from incsync.errors import InputError
 
 SOURCES = ("lake", "postgres", "mysql", "mariadb")
-DESTINATIONS = ("delta", "postgres", "object_storage")
+DESTINATIONS = ("delta", "postgres", "object_storage", "duckdb")
 
 _SOURCE = {
     "lake": """\
@@ -61,9 +61,14 @@ _DESTINATION = {
     kind: object_storage
     path: ./out/files         # Parquet files + manifests; recipients may share it (one folder each)
 """,
+    "duckdb": """\
+  - name: acme_duckdb
+    kind: duckdb
+    path: ./out/acme.duckdb   # a DuckDB file (created when missing): one table per model; one recipient's copy
+""",
 }
 
-_DESTINATION_NAME = {"delta": "acme_delta", "postgres": "acme_pg", "object_storage": "files"}
+_DESTINATION_NAME = {"delta": "acme_delta", "postgres": "acme_pg", "object_storage": "files", "duckdb": "acme_duckdb"}
 
 TEMPLATE = """\
 # incsync configuration: {source} -> {destination}. Written by `incsync init`; check it with

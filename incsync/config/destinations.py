@@ -1,4 +1,5 @@
-"""The file's destinations: Delta tables, a PostgreSQL schema or Parquet files with manifests (``kind`` chooses)."""
+"""The file's destinations: Delta tables, a PostgreSQL schema, Parquet files with manifests or a DuckDB file
+(``kind`` chooses)."""
 
 from __future__ import annotations
 
@@ -75,7 +76,22 @@ class ObjectStorageDestinationConfig(StrictModel):
     max_concurrent_transfers: int = Field(default=1, ge=1, description="At most this many runs publish here at once.")
 
 
+class DuckDBDestinationConfig(StrictModel):
+    """A DuckDB database file: one table per model in `schema`, the transfer log beside them."""
+
+    name: str = Field(description="Destination name, referenced by recipients.")
+    kind: Literal["duckdb"] = Field(description="`duckdb`.")
+    path: str = Field(
+        description="The database file (created when missing); relative paths are relative to the file. One "
+        "recipient's copy: DuckDB lets one process write a file at a time.",
+    )
+    schema_name: str = Field(default="main", alias="schema", description="Schema of the tables, created when missing.")
+    max_concurrent_transfers: int = Field(default=1, ge=1, le=1, description="DuckDB has one writer per file: 1.")
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+
 DestinationConfig = Annotated[
-    DeltaDestinationConfig | PostgresDestinationConfig | ObjectStorageDestinationConfig,
+    DeltaDestinationConfig | PostgresDestinationConfig | ObjectStorageDestinationConfig | DuckDBDestinationConfig,
     Field(discriminator="kind"),
 ]

@@ -14,7 +14,12 @@ from pydantic_core import PydanticUndefined
 
 from incsync.config.alerts import AlertsConfig
 from incsync.config.model import IncsyncConfig, MaintenanceConfig, ModelConfig, RecipientConfig, RecipientsFromConfig
-from incsync.config.destinations import DeltaDestinationConfig, ObjectStorageDestinationConfig, PostgresDestinationConfig
+from incsync.config.destinations import (
+    DeltaDestinationConfig,
+    DuckDBDestinationConfig,
+    ObjectStorageDestinationConfig,
+    PostgresDestinationConfig,
+)
 from incsync.config.products import ProductConfig, TierConfig
 from incsync.config.sources import JdbcSourceConfig, LakeSourceConfig
 
@@ -22,7 +27,7 @@ SECTIONS: list[tuple[str, str, list[type[BaseModel]]]] = [
     ("The file", "Top-level keys of `incsync.yaml` (or the file `$INCSYNC_CONFIG` names).", [IncsyncConfig]),
     ("sources", "One entry per place data is read from; `vendor` chooses the kind.", [LakeSourceConfig, JdbcSourceConfig]),
     ("destinations", "One entry per place a recipient's copy is written to; `kind` chooses the kind.",
-     [DeltaDestinationConfig, PostgresDestinationConfig, ObjectStorageDestinationConfig]),
+     [DeltaDestinationConfig, PostgresDestinationConfig, ObjectStorageDestinationConfig, DuckDBDestinationConfig]),
     ("models", "One entry per shared table.", [ModelConfig]),
     ("recipients", "One entry per customer.", [RecipientConfig]),
     ("products", "Named sets of models; a recipient with `products` receives only their models.", [ProductConfig]),

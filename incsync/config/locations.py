@@ -2,7 +2,7 @@
 
 Local paths are made absolute and resolved (``..``, symlinks, trailing slashes, ``file://``); storage URLs
 are normalised (scheme aliases, bucket case, key prefix); PostgreSQL destinations are (server, port,
-database, schema) from the DSN in their environment variable. Secrets never enter a location.
+database, schema) from the DSN in their environment variable; DuckDB destinations are (file, schema). Secrets never enter a location.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ _LOOPBACK = {"", "localhost", "127.0.0.1", "::1", "[::1]"}
 class Location:
     """A destination's root as a comparable key, and how to show it (never with a secret)."""
 
-    kind: str  # "path" (a local folder or a storage URL: roots may nest) or "postgres"
+    kind: str  # "path" (a local folder or a storage URL: roots may nest), "postgres" or "duckdb"
     key: str
     shown: str
     note: str | None = None  # why the comparison was partial (e.g. the DSN's variable is unset)
@@ -93,6 +93,10 @@ def location(destination: DestinationConfig, base: Path, *, _folders: dict[str, 
     if destination.kind == "postgres":
         return _postgres(destination.dsn_env, destination.schema_name)  # type: ignore[union-attr]
     path = destination.path  # type: ignore[union-attr]
+    if destination.kind == "duckdb":  # one file may hold several schemas: a copy is a (file, schema)
+        key = resolved_path(path, base, _folders=_folders)
+        schema = destination.schema_name  # type: ignore[union-attr]
+        return Location("duckdb", f"{key}::{schema}", f"DuckDB file {key} schema {schema}")
     if "://" in path and not path.startswith("file:"):
         key = storage_url(path)
     else:

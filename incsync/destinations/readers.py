@@ -14,6 +14,7 @@ from incsync.destinations.base import Destination
 
 if TYPE_CHECKING:
     from incsync.destinations.delta.destination import DeltaDestination
+    from incsync.destinations.duckdb.destination import DuckDBDestination
     from incsync.destinations.object_storage.destination import ObjectStorageDestination
     from incsync.destinations.postgres.destination import PostgresDestination
 
@@ -44,10 +45,19 @@ def read_object_storage(destination: ObjectStorageDestination, *, model: ModelCo
     return read_manifested(destination.store, model.model_name, recipient.id, private=destination.config.disable_manifest)
 
 
+def read_duckdb(destination: DuckDBDestination, *, model: ModelConfig, recipient: RecipientConfig) -> pa.Table:
+    """The DuckDB table's rows (``recipient`` owns the file's table); empty before the first transfer."""
+    with destination.connect() as con:
+        if not destination.has_table(con, model):
+            return pa.table({})
+        return con.sql(f"SELECT * FROM {destination.target(model)}").to_arrow_table()
+
+
 READERS: dict[str, Callable[..., pa.Table]] = {
     "delta": read_delta,
     "postgres": read_postgres,
     "object_storage": read_object_storage,
+    "duckdb": read_duckdb,
 }
 
 
@@ -72,6 +82,8 @@ def location(destination: Destination, *, model: ModelConfig, recipient: Recipie
         return destination.table_path(model)  # type: ignore[attr-defined]
     if destination.kind == "postgres":
         return f'"{destination.schema}"."{model.model_name}"'  # type: ignore[attr-defined]
+    if destination.kind == "duckdb":
+        return f'{destination.path} "{destination.schema}"."{model.model_name}"'  # type: ignore[attr-defined]
     return f"{destination.root.rstrip('/')}/{model.model_name}/recipient={recipient.id}"  # type: ignore[attr-defined]
 
 

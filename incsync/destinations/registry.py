@@ -5,6 +5,7 @@ from __future__ import annotations
 from incsync.config.destinations import (
     DeltaDestinationConfig,
     DestinationConfig,
+    DuckDBDestinationConfig,
     ObjectStorageDestinationConfig,
     PostgresDestinationConfig,
 )
@@ -31,6 +32,10 @@ def build_destination(config: DestinationConfig) -> Destination:
         from incsync.destinations.object_storage.destination import ObjectStorageDestination
 
         return ObjectStorageDestination(config)
+    if isinstance(config, DuckDBDestinationConfig):
+        from incsync.destinations.duckdb.destination import DuckDBDestination
+
+        return DuckDBDestination(config)
     raise ConfigError("destinations", [f"{config.name}.kind: {config.kind} destinations are not available yet"])
 
 

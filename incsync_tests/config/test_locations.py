@@ -169,3 +169,23 @@ def test_separate_locations_pass(tmp_path: Path) -> None:
         {"name": "initech_files", "kind": "object_storage", "path": "./files"},
     ])
     assert [d.name for d in load_config(file).destinations] == ["acme_delta", "globex_delta", "initech_files"]
+
+
+def test_two_duckdb_destinations_on_one_file_and_schema_are_refused(tmp_path: Path) -> None:
+    root = tmp_path.resolve()
+    (root / "out").mkdir()
+    file = _write(root, [
+        {"name": "acme_duckdb", "kind": "duckdb", "path": "./out/copy.duckdb"},
+        {"name": "globex_duckdb", "kind": "duckdb", "path": "./out/../out/copy.duckdb", "schema": "main"},
+        {"name": "initech_duckdb", "kind": "duckdb", "path": "./out/copy.duckdb", "schema": "initech"},  # its own schema
+    ])
+    assert _problems(file) == [_same("duckdb", "acme", "globex", f"DuckDB file {root}/out/copy.duckdb schema main")]
+
+
+def test_one_duckdb_destination_for_two_recipients_is_refused(tmp_path: Path) -> None:
+    doc = yaml.safe_load(_write(tmp_path, [{"name": "d", "kind": "duckdb", "path": "./copy.duckdb"}] * 2).read_text())
+    doc["destinations"] = doc["destinations"][:1]
+    (tmp_path / "incsync.yaml").write_text(yaml.safe_dump(doc))
+    assert _problems(tmp_path / "incsync.yaml") == [
+        'destinations[0]: "d" is used by recipients acme, globex; a duckdb destination holds one recipient\'s copy, so give '
+        "each recipient its own (object_storage may be shared)"]

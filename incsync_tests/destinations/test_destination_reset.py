@@ -27,6 +27,15 @@ def _pg(statement: str) -> None:
         conn.execute(statement)
 
 
+def _duckdb(statement: str):
+    def run(out: Path) -> None:
+        import duckdb
+
+        with duckdb.connect(f"{out}.duckdb") as con:
+            con.execute(statement)
+    return run
+
+
 def _delta_empty(out: Path) -> None:
     from deltalake import DeltaTable
 
@@ -64,6 +73,12 @@ CASES: list[tuple[str, str, Any, str]] = [
     ("object_storage", "manifest-folders-deleted", _os_manifest_folders,
      "destination_reset: the manifests of prefix {out}/orders/recipient=acme were deleted ("),
     ("object_storage", "data-file-deleted", _os_data_file, "destination_reset: 1 data file(s) of manifest _manifests/orders/dt="),
+    ("duckdb", "table-dropped", _duckdb("DROP TABLE orders"),
+     "destination_reset: table main.orders of {out}.duckdb was dropped while its transfer log records transfer "),
+    ("duckdb", "emptied", _duckdb("DELETE FROM orders"),
+     "destination_reset: table main.orders of {out}.duckdb holds no rows, but its transfer log records transfer "),
+    ("duckdb", "log-deleted", _duckdb("DROP TABLE _incsync_transfers"),
+     "destination_reset: table main.orders of {out}.duckdb holds rows but no transfer record of this recipient"),
 ]
 
 

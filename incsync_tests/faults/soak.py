@@ -38,7 +38,8 @@ from pathlib import Path
 
 import pytest
 
-from incsync_tests.destination_support import KINDS, PG_DSN_ENV, Target, destination_spec, postgres_database
+from incsync_tests.destination_support import KINDS as EVERY_KIND
+from incsync_tests.destination_support import PG_DSN_ENV, Target, destination_spec, postgres_database
 from incsync_tests.support import lake_config, order, ts, write_table
 
 REPO = Path(__file__).resolve().parents[2]
@@ -107,6 +108,11 @@ class Reader(threading.Thread):
                 self.counts["reader_polls"] += 1
             self.polls += 1
             time.sleep(0.25)
+
+
+# DuckDB locks its file for one process while a connection is open: a reader process polling the file
+# beside the writers would make their publishes fail, which is DuckDB's model and not a fault to count.
+KINDS = tuple(k for k in EVERY_KIND if k != "duckdb")
 
 
 def check_snapshot(kind: str, raw: list[dict], hw, groups: list[list[int]]) -> Counter:

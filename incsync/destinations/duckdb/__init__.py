@@ -1,0 +1,1 @@
+"""DuckDB destination: one database file, a table per model in one schema, the transfer log beside it."""

@@ -1,0 +1,97 @@
+"""The destination conformance suite's one table: what each destination kind supports, and why not.
+
+Every test of ``incsync_tests/destinations/conformance`` runs once per kind listed here. A kind that
+cannot keep a contract says so in its row, with the reason, and the tests that need it are not
+generated for it (``kinds_with``); ``test_every_kind_declares_its_capabilities`` keeps the table whole.
+A new destination kind adds one row here, its spec and environment in ``destination_support`` and a
+reader in ``incsync.destinations.readers``; the hooks below (a recipient's view, damage done behind
+incsync's back, the stored type of a column) are what the suite asks of a kind beyond the protocol.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from incsync.destinations.readers import read_rows
+from incsync_tests.destination_support import PG_DSN_ENV, Target
+
+Rows = list[dict[str, Any]]
+
+
+@dataclass(frozen=True)
+class Kind:
+    """One destination kind's row of the table. ``None`` means supported; a string is why it is not."""
+
+    name: str
+    upserts: str | None = None  # rows replaced per key with the last-modified tie-break; no-op re-runs
+    recipient_views: str | None = None  # a view the recipient built on the table survives a full refresh
+    # (crash point, whether the transfer is committed when the process dies there)
+    crash_points: tuple[tuple[str, bool], ...] = (("after_staging", False), ("mid_publish", False), ("after_publish", True))
+    text_type: str = "string"  # how the destination names a text column in schema metadata
+    wide_int_type: str = "int64"  # the stored type of an integer column widened to 64 bits
+    owner_where: str = ""  # how an ownership refusal names the copy ({shared}: the shared folder's path)
+    exact_types: dict[str, str] = field(default_factory=dict)  # column of the round trip -> why its form differs
+
+
+KINDS_TABLE: tuple[Kind, ...] = (
+    Kind("delta", recipient_views="a Delta table has no views of its own; readers' engines hold them",
+         owner_where="Delta table {shared}/orders (destination dest)"),
+    Kind("postgres", text_type="text", wide_int_type="bigint", owner_where="PostgreSQL table acme.orders (destination dest)"),
+    Kind(
+        "object_storage",
+        upserts="append-only: each transfer adds Parquet files under a manifest; readers take each key's newest row",
+        recipient_views="a prefix of files has no views; readers' engines hold them",
+        crash_points=(("after_staging", False), ("mid_publish", False), ("after_manifest", True), ("after_publish", True)),
+        owner_where="object-storage prefix {shared}/orders/recipient=acme (destination dest)",
+    ),
+    Kind("duckdb", owner_where="DuckDB table main.orders of {shared}.duckdb (destination dest)"),
+)
+KINDS = tuple(k.name for k in KINDS_TABLE)
+BY_NAME = {k.name: k for k in KINDS_TABLE}
+
+
+def kinds_with(capability: str) -> list[str]:
+    """The kinds that keep ``capability`` (a field of ``Kind`` whose None means supported)."""
+    return [k.name for k in KINDS_TABLE if getattr(k, capability) is None]
+
+
+def stored_type(target: Target, column: str) -> str:
+    """The column's type as the destination stores it."""
+    if target.kind == "postgres":
+        with target.destination._connect() as conn:
+            return target.destination._columns(conn, target.model.model_name)[column]
+    return str(read_rows(target.destination, model=target.model, recipient=target.recipient).schema.field(column).type)
+
+
+def create_view(target: Target) -> None:
+    """The recipient's own view on its table, as a recipient would build it."""
+    if target.kind == "postgres":
+        with target.destination._connect() as conn:
+            conn.execute("CREATE VIEW acme.paid_orders AS SELECT id, status FROM acme.orders WHERE status = 'paid'")
+        return
+    if target.kind == "duckdb":
+        with target.destination.connect() as con:
+            con.execute("CREATE VIEW paid_orders AS SELECT id, status FROM orders WHERE status = 'paid'")
+        return
+    raise AssertionError(f"{target.kind}: {BY_NAME[target.kind].recipient_views}")
+
+
+def view_rows(target: Target) -> list[tuple]:
+    if target.kind == "postgres":
+        with target.destination._connect() as conn:
+            return conn.execute("SELECT id, status FROM acme.paid_orders ORDER BY id").fetchall()
+    if target.kind == "duckdb":
+        with target.destination.connect() as con:
+            return con.execute("SELECT id, status FROM paid_orders ORDER BY id").fetchall()
+    raise AssertionError(f"{target.kind}: {BY_NAME[target.kind].recipient_views}")
+
+
+def damage(target: Target, root: Path, change: Callable[[Rows], Rows]) -> None:
+    """Rewrite the copy's rows with ``change`` behind incsync's back (no transfer record, no manifest)."""
+    from incsync_tests.integrity_support import damage_destination
+
+    damage_destination(target.kind, root, change, dsn=os.environ.get(PG_DSN_ENV))
