@@ -17,15 +17,11 @@ import dagster as dg
 from incsync.config.alerts import AlertsConfig
 from incsync.config.model import IncsyncConfig
 from incsync.config.tags import RECIPIENT_TAG
-from incsync.errors import IncsyncError
+from incsync.orchestration.errors import AlertError
 from incsync.orchestration.blame import recipients_blamed, run_blame, run_level
 
 ALERT_SENSOR = "incsync_failure_alerts"
 EVENT = "incsync.transfer_failed"
-
-
-class AlertError(IncsyncError):
-    """The webhook refused an alert or could not be reached."""
 
 
 def _failure_windows(instance: dg.DagsterInstance, run_id: str) -> dict[str, list[str]]:

@@ -255,13 +255,15 @@ def test_transfers_lists_1000_runs_within_2_seconds(tmp_path: Path, monkeypatch,
         finally:
             instance.dispose()
     lines = capsys.readouterr().out.splitlines()
-    assert len(lines) == 1 + 1000 + 10 + 1  # header, runs, the failed runs' errors, the counts
+    assert len(lines) == 1 + 1000 + 10 + 10 + 1  # header, runs, the failed runs' errors and blame, the counts
     assert lines[-1] == "orders: ERROR 10, SUCCESS 990"
-    runs_lines = [line.split() for line in lines[1:-1] if not line.startswith("    error:")]
-    assert sorted({tuple(r[2:9]) for r in runs_lines}) == [
-        ("ERROR", "incremental", "orders", "acme", "0", "0", "0"),
-        ("SUCCESS", "incremental", "orders", "acme", "1", "5", "2"),
+    runs_lines = [line.split() for line in lines[1:-1] if not line.startswith(("    error:", "    blamed "))]
+    assert sorted({tuple(r[2:10]) for r in runs_lines}) == [
+        ("ERROR", "unknown", "incremental", "orders", "acme", "0", "0", "0"),  # runs without incsync's blame tags
+        ("SUCCESS", "-", "incremental", "orders", "acme", "1", "5", "2"),
     ]
+    blamed = [line for line in lines if line.startswith("    blamed ")]
+    assert blamed == ["    blamed unknown: the run failed before incsync saw an error: read the run's events in Dagster"] * 10
     errors = [(lines[i - 1].split()[2], line) for i, line in enumerate(lines) if line.startswith("    error:")]
     assert sorted(errors) == sorted(("ERROR", f"    error: SourceError: failure {i}") for i in range(99, 1000, 100))
     print(f"incsync transfers: 1,000 runs listed in {took:.2f} s")

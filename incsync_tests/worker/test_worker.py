@@ -93,8 +93,8 @@ def test_transfers_through_the_worker_match_in_process_ones(worker: RunningWorke
     ]
     # The runs are in the instance the client's DAGSTER_HOME names, as if it had run them itself.
     listing, _ = _client("transfers", "-c", file, env=env)
-    rows = [line.split()[2:9] for line in listing.stdout.splitlines()[1:-1]]
-    assert rows == [["SUCCESS", "manual", "orders", "acme", "1", "2", "2"]] * 2
+    rows = [line.split()[2:10] for line in listing.stdout.splitlines()[1:-1]]
+    assert rows == [["SUCCESS", "-", "manual", "orders", "acme", "1", "2", "2"]] * 2  # "-": nobody to blame
     assert listing.stdout.splitlines()[-1] == "orders: SUCCESS 2"
     print(f"worker client processes: {first_s:.2f} s and {second_s:.2f} s")
 
