@@ -1,4 +1,4 @@
-"""One meaning per `deletes` mode, through transfer, verify and repair, against a real PostgreSQL source:
+"""One meaning per `deletes` mode, through transfer, verify and repair, against a real PostgreSQL and MariaDB source:
 a row deleted at the source and a row moved to another tenant are kept and reported as retained (none),
 removed (hard) or stamped _incsync_deleted_at (soft) — by the next transfer and by repair alike."""
 
@@ -110,3 +110,48 @@ def test_a_moved_and_a_deleted_row_under_each_deletes_mode(
         assert run_command(["repair", "orders", "-c", str(config)]) == 0
         out = capsys.readouterr().out
         assert out == f"orders acme: nothing to repair{'; ' + KEPT.format(n=4) if mode == 'none' else ''}\n"
+
+
+@pytest.mark.parametrize("mode", ["none", "hard", "soft"])
+def test_a_moved_and_a_deleted_row_under_each_deletes_mode_from_mariadb(
+    mode: str, spark, dagster_instance, tmp_path: Path
+) -> None:
+    """The same meanings with a MariaDB source (a Delta copy): transfer, verify and repair."""
+    from incsync.transfer.repair import repair_recipient
+    from incsync_tests.jdbc_support import jdbc_config, maria_database
+
+    all_ids = list(range(1, 13))
+    with maria_database() as db:
+        db.execute("CREATE TABLE orders (id bigint PRIMARY KEY, organization_id varchar(64) NOT NULL, "
+                   "status varchar(16), updated_at datetime(6) NOT NULL)")
+        db.execute("INSERT INTO orders VALUES " + ", ".join(
+            f"({i}, 'org_1', 's{i % 3}', '2024-01-0{1 + i % 2} {i:02d}:00:00.{100 + i:06d}')" for i in all_ids)
+            + ", (1001, 'org_2', 'x', '2024-01-01 03:00:00')")
+        config = jdbc_config(tmp_path, db, recipients=[{"id": "acme", "id_in_provider_system": "org_1",
+                                                        "destination": "acme_dest"}],
+                             model={"deletes": mode, "max_delete_fraction": 0.5, "last_modified_timezone": "UTC"})
+        _transfer(config, dagster_instance, ("2024-01-01", "2024-01-02"))
+        assert _copy(config) == (all_ids, [])
+
+        db.execute("DELETE FROM orders WHERE id = 4; UPDATE orders SET organization_id = 'org_2' WHERE id = 7")
+        found = verify(config, spark, tmp_path)
+        wrong = {"total_rows_retained": 2} if mode == "none" else {"total_rows_orphaned": 2}
+        assert found.passed == (mode == "none"), found.line()
+        assert {**found.counts} == {"total_rows_compared": 10, **_counts(**wrong)}
+        _transfer(config, dagster_instance, ("2024-01-02",))
+        assert _copy(config) == {"none": (all_ids, []), "hard": ([i for i in all_ids if i not in (4, 7)], []),
+                                 "soft": (all_ids, [4, 7])}[mode]
+
+        db.execute("DELETE FROM orders WHERE id = 9; UPDATE orders SET organization_id = 'org_2' WHERE id = 10")
+        loaded = load_config(config)
+        done = repair_recipient(loaded, loaded.model("orders"), loaded.recipient("acme"), spark=lambda: spark,
+                                staging_root=tmp_path / "repair-staging")
+        if mode == "none":
+            assert done.line() == f"orders acme: nothing to repair; {KEPT.format(n=4)}"
+            assert _copy(config) == (all_ids, [])
+        else:
+            assert (done.rows_removed, done.rows_retained) == (2, 0)
+            gone = (4, 7, 9, 10)
+            assert _copy(config) == {"hard": ([i for i in all_ids if i not in gone], []), "soft": (all_ids, list(gone))}[mode]
+        after = verify(config, spark, tmp_path)
+        assert after.passed and after.counts["total_rows_retained"] == (4 if mode == "none" else 0), after.line()
