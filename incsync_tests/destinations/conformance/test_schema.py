@@ -18,22 +18,8 @@ import pytest
 from incsync_tests.arrow_transfer import run
 from incsync_tests.destination_support import Target, destination_env, destination_spec
 from incsync_tests.destinations.conformance.kinds import BY_NAME, KINDS, stored_type
+from incsync_tests.schema_support import BASE, BIG, row as _row, set_type as _set
 from incsync_tests.support import lake_config, ts, write_table
-
-BASE = pa.schema([
-    ("id", pa.int64()), ("organization_id", pa.string()), ("code", pa.string()), ("qty", pa.int32()),
-    ("updated_at", pa.timestamp("us", tz="UTC")),
-])
-BIG = 5_000_000_000  # needs bigint
-
-
-def _set(schema: pa.Schema, name: str, kind: pa.DataType) -> pa.Schema:
-    return schema.set(schema.get_field_index(name), pa.field(name, kind))
-
-
-def _row(i: int, hour: int, *, code: Any = "c", qty: int = 1, **extra: Any) -> dict[str, Any]:
-    return {"id": i, "organization_id": "org_1", "code": code, "qty": qty, "updated_at": ts(1, hour), **extra}
-
 
 def _config(root: Path, kind: str, rows: list[dict[str, Any]], schema: pa.Schema = BASE) -> Path:
     write_table(root / "src", "orders", rows, schema=schema)
