@@ -26,6 +26,7 @@ from incsync.config.destinations import PostgresDestinationConfig
 from incsync.core.crashpoints import crash_point
 from incsync.destinations.base import (
     FULL_REFRESH,
+    INCREMENTAL,
     REPAIR,
     Destination,
     DestinationState,
@@ -36,7 +37,7 @@ from incsync.destinations.base import (
 from incsync.destinations.ownership import METADATA_KEY as OWNER_KEY
 from incsync.destinations.ownership import Owner, owner_of, pg_claim, pg_owner, pg_stamp
 from incsync.destinations.postgres.facts import publish_careful, publish_seen, read_state_careful, read_state_seen
-from incsync.destinations.postgres.load import STAGE, load_stage
+from incsync.destinations.postgres.load import STAGE, copy_rows, create_stage
 from incsync.destinations.postgres.log import create_log, insert_record, last_record, logged_recipients
 from incsync.destinations.postgres.pool import connection
 from incsync.destinations.postgres.rows import create_table, remove_keys, upsert
@@ -69,6 +70,7 @@ class PostgresDestination(Destination):
     """Table ``<schema>.<model_name>`` holds one recipient's copy; ``<schema>._incsync_transfers`` its log."""
 
     kind = "postgres"
+    appends_new_keys = True  # a COPY into the table itself: half the server's work of stage + INSERT ... ON CONFLICT
 
     def __init__(self, config: PostgresDestinationConfig):
         self.config = config
@@ -145,24 +147,23 @@ class PostgresDestination(Destination):
         record: TransferRecord,
         expected: DestinationState,
         removals: Removals | None = None,
+        new_keys: bool = False,
     ) -> dict[str, object]:
         where = f"model {model.model_name}, recipient {recipient.id}"
         wanted = {f.name: pg_type(f) for f in batch.schema}
         with self._connect() as conn:
             try:
                 settled = model.model_name in self._settled
+                args = dict(model=model, recipient=recipient, batch=batch, wanted=wanted, record=record,
+                            expected=expected, removals=removals, where=where, new_keys=new_keys)
                 try:
-                    written, deleted, evolution, removed = self._transaction(
-                        conn, model=model, recipient=recipient, batch=batch, wanted=wanted, record=record,
-                        expected=expected, removals=removals, where=where, settled=settled)
+                    written, deleted, evolution, removed = self._transaction(conn, settled=settled, **args)
                 except psycopg.errors.UndefinedTable:
                     if not settled:
                         raise
                     # A table of the schema went since it was last seen: nothing was committed; set it up again.
                     conn.rollback()
-                    written, deleted, evolution, removed = self._transaction(
-                        conn, model=model, recipient=recipient, batch=batch, wanted=wanted, record=record,
-                        expected=expected, removals=removals, where=where, settled=False)
+                    written, deleted, evolution, removed = self._transaction(conn, settled=False, **args)
                 self._settled.add(model.model_name)  # the log, stamps and registry exist now
             except (LeaseError, SchemaError, OwnershipError):
                 conn.rollback()
@@ -185,14 +186,22 @@ class PostgresDestination(Destination):
     def _transaction(
         self, conn: psycopg.Connection, *, model: ModelConfig, recipient: RecipientConfig, batch: StagedBatch,
         wanted: dict[str, str], record: TransferRecord, expected: DestinationState, removals: Removals | None,
-        where: str, settled: bool,
+        where: str, settled: bool, new_keys: bool,
     ) -> tuple[int, int, Evolution, int]:
         """The publish transaction: COPY into the stage, the advisory lock, the checks, the writes, the
         record, the commit. ``settled``: the schema's log, stamps and registry existed at the last look,
         so one statement reads what the checks need and no DDL sets them up (a missing one raises
-        ``UndefinedTable``: nothing is committed)."""
+        ``UndefinedTable``: nothing is committed).
+
+        A recipient's first transfer into a table that does not exist yet, and the later commits of its
+        first backfill (``new_keys``), COPY straight into the table under the lock: no stage copy, no
+        ``ON CONFLICT``. The batch's keys are unique (``validate_and_count``), and a key the table held
+        after all would fail the COPY, and with it the whole transaction."""
         name = model.model_name
-        load_stage(conn, batch, wanted)
+        direct = removals is None and (new_keys or expected.last_transfer is None)
+        create_stage(conn, wanted)  # an empty stage still fences the catalog (``_lock``)
+        if not direct:
+            copy_rows(conn, batch, wanted, into=STAGE)
         with conn.pipeline():  # the lock, then (once settled) the read: one round trip
             _lock(conn, _advisory_key(self.schema, name))
             if settled:
@@ -209,9 +218,18 @@ class PostgresDestination(Destination):
             recipients_logged=lambda: logged_recipients(conn, self.schema, name),
             transfer_id=record.transfer_id,
         )
+        if direct and not (seen.columns is None or (new_keys and record.transfer_type == INCREMENTAL)):
+            direct = False  # the table exists and may hold the batch's keys: upsert from the stage
+            copy_rows(conn, batch, wanted, into=STAGE)
         statement, deleted, evolution = self._write(
             conn, model=model, recipient=recipient, batch_columns=list(wanted), wanted=wanted, record=record, where=where,
             current=seen.columns, published=seen.published)
+        if direct:
+            copy_rows(conn, batch, wanted, into=self._ident(name))
+            crash_point("mid_publish")
+            insert_record(conn, self.schema, record)
+            conn.commit()
+            return batch.rows, deleted, evolution, 0
         if removals is not None:  # COPY of the keys: not in a pipeline
             written = conn.execute(statement).rowcount
             removed = remove_keys(conn, self._ident(name), model=model, removals=removals,

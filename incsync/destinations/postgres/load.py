@@ -1,4 +1,5 @@
-"""Loading a staged batch into the publish's temporary stage table by COPY: as CSV where every column allows.
+"""Loading a staged batch by COPY into the publish's temporary stage table (or straight into a table that
+holds none of its keys yet): as CSV where every column allows.
 PostgreSQL's own 'infinity' / '-infinity', staged as the extremes of dates and timestamps, go back as that text."""
 
 from __future__ import annotations
@@ -22,9 +23,15 @@ STAGE = sql.Identifier("pg_temp", STAGE_TABLE)  # qualified, so a user table of 
 
 
 def load_stage(conn: psycopg.Connection, batch: StagedBatch, wanted: dict[str, str]) -> None:
+    """Create the stage table (``create_stage``) and COPY the batch in."""
+    create_stage(conn, wanted)
+    copy_rows(conn, batch, wanted, into=STAGE)
+
+
+def create_stage(conn: psycopg.Connection, wanted: dict[str, str]) -> None:
     """Create the stage table with the columns ``wanted`` (name → PostgreSQL type) in the publish
-    transaction, and COPY the batch in. The table goes with the transaction (``ON COMMIT DROP``, or its
-    rollback), so a pooled session keeps none between publishes."""
+    transaction. The table goes with the transaction (``ON COMMIT DROP``, or its rollback), so a pooled
+    session keeps none between publishes."""
     with conn.pipeline():  # BEGIN, DROP and CREATE in one round trip
         conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(STAGE))
         conn.execute(
@@ -32,6 +39,11 @@ def load_stage(conn: psycopg.Connection, batch: StagedBatch, wanted: dict[str, s
                 STAGE, sql.SQL(", ").join(sql.SQL("{} {}").format(sql.Identifier(c), sql.SQL(t)) for c, t in wanted.items())
             )
         )
+
+
+def copy_rows(conn: psycopg.Connection, batch: StagedBatch, wanted: dict[str, str], *, into: sql.Composable) -> None:
+    """COPY the batch's rows into the table ``into`` (the stage, or the model's table itself when it can
+    hold none of the batch's keys yet), its columns ``wanted``."""
     if not batch.files:
         return
     columns = sql.SQL(", ").join(map(sql.Identifier, wanted))
@@ -39,7 +51,7 @@ def load_stage(conn: psycopg.Connection, batch: StagedBatch, wanted: dict[str, s
         # Arrow writes the CSV in C: ~10x faster than adapting row by row. Quoting every value keeps
         # empty strings apart from NULLs (unquoted empty fields), and JSON text's 'null' apart from NULL.
         options = pacsv.WriteOptions(include_header=False, quoting_style="all_valid")
-        with conn.cursor() as cur, cur.copy(sql.SQL("COPY {} ({}) FROM STDIN (FORMAT csv)").format(STAGE, columns)) as copy:
+        with conn.cursor() as cur, cur.copy(sql.SQL("COPY {} ({}) FROM STDIN (FORMAT csv)").format(into, columns)) as copy:
             for record_batch in batch.reader():
                 sink = io.BytesIO()
                 pacsv.write_csv(_csv_storage(infinities_as_text(record_batch)), sink, options)
@@ -47,7 +59,7 @@ def load_stage(conn: psycopg.Connection, batch: StagedBatch, wanted: dict[str, s
                 crash_point("mid_copy")
         return
     json_columns = [i for i, f in enumerate(batch.schema) if jsonish(f)]
-    with conn.cursor() as cur, cur.copy(sql.SQL("COPY {} ({}) FROM STDIN").format(STAGE, columns)) as copy:
+    with conn.cursor() as cur, cur.copy(sql.SQL("COPY {} ({}) FROM STDIN").format(into, columns)) as copy:
         for row in _rows(batch, json_columns):
             copy.write_row(row)
 

@@ -1,0 +1,101 @@
+"""A PostgreSQL destination's first transfers COPY straight into the table (issue 29): a table created in
+the publish, and the later commits of a recipient's first backfill (``new_keys``), skip the stage table
+and its ``INSERT ... ON CONFLICT``. A key the table held after all fails the COPY and the whole commit."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+from incsync.destinations.base import INCREMENTAL, DestinationState, TransferRecord
+from incsync.errors import PublishError
+from incsync.staging.batch import stage_arrow
+from incsync_tests.destination_support import Target, destination_env, destination_spec
+from incsync_tests.support import lake_config, ts, write_table
+
+SCHEMA = pa.schema([("id", pa.int64()), ("organization_id", pa.string()), ("status", pa.string()),
+                    ("updated_at", pa.timestamp("us", tz="UTC"))])
+
+
+@pytest.fixture
+def target(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
+    with destination_env("postgres", monkeypatch):
+        write_table(tmp_path / "src", "orders", [], schema=SCHEMA)
+        config = lake_config(
+            tmp_path, recipients=[{"id": "acme", "id_in_provider_system": "org_1", "destination": "acme_dest"}],
+            destinations=[destination_spec("postgres")], model={"columns": None, "lookback_seconds": 0},
+        )
+        yield Target(config)
+
+
+def _publish(target: Target, tmp_path: Path, n: int, ids: list[int], *, status: str = "new",
+             new_keys: bool = False) -> dict[str, object]:
+    rows = [{"id": i, "organization_id": "org_1", "status": status, "updated_at": ts(1, i)} for i in ids]
+    batch = stage_arrow(pa.Table.from_pylist(rows, schema=SCHEMA), tmp_path / f"stage{n}")
+    state = target.state()
+    record = TransferRecord(
+        transfer_id=f"t{n}", model_name="orders", recipient_id="acme", window_start="2024-01-01T00:00:00+00:00",
+        window_end="2024-01-02T00:00:00+00:00", lower_bound="2024-01-01T00:00:00+00:00",
+        upper_bound="2024-01-02T00:00:00+00:00", rows_transferred=len(rows), delta_rows_transferred=len(rows),
+        high_watermark_micros=int(max(r["updated_at"] for r in rows).timestamp() * 1_000_000), transfer_type=INCREMENTAL,
+        fingerprint="f", lookback_seconds=0, committed_at="2024-01-02T00:00:00Z",
+    )
+    return target.destination.publish(model=target.model, recipient=target.recipient, batch=batch, record=record,
+                                      expected=state, **({"new_keys": True} if new_keys else {}))
+
+
+def _table(target: Target) -> list[tuple]:
+    with target.destination._connect() as conn:
+        return conn.execute("SELECT id, status FROM acme.orders ORDER BY id").fetchall()
+
+
+def _log(target: Target) -> list[str]:
+    with target.destination._connect() as conn:
+        return [r[0] for r in conn.execute("SELECT transfer_id FROM acme._incsync_transfers ORDER BY seq")]
+
+
+def test_a_first_backfill_copies_into_the_new_table_then_appends_its_later_commits(target: Target, tmp_path: Path) -> None:
+    assert target.state() == DestinationState()
+    first = _publish(target, tmp_path, 1, [1, 2, 3])
+    assert first["postgres_rows_written"] == 3
+    later = _publish(target, tmp_path, 2, [4, 5], new_keys=True)
+    assert later["postgres_rows_written"] == 2
+    assert _table(target) == [(1, "new"), (2, "new"), (3, "new"), (4, "new"), (5, "new")]
+    assert _log(target) == ["t1", "t2"]
+    assert target.state().last_transfer.transfer_id == "t2"
+    # The table keeps its primary key: what a later upsert (no new_keys) relies on.
+    changed = _publish(target, tmp_path, 3, [2, 6], status="paid")
+    assert changed["postgres_rows_written"] == 2
+    assert _table(target) == [(1, "new"), (2, "paid"), (3, "new"), (4, "new"), (5, "new"), (6, "paid")]
+
+
+def test_a_key_the_table_held_after_all_fails_the_whole_append_and_nothing_is_committed(target: Target, tmp_path: Path) -> None:
+    _publish(target, tmp_path, 1, [1, 2, 3])
+    with pytest.raises(PublishError) as raised:
+        _publish(target, tmp_path, 2, [4, 3], new_keys=True)
+    assert "PostgreSQL publish to acme.orders failed and nothing was committed" in str(raised.value)
+    assert "duplicate key value violates unique constraint" in str(raised.value)
+    assert _table(target) == [(1, "new"), (2, "new"), (3, "new")]
+    assert _log(target) == ["t1"]
+    # The same batch as an upsert (what a retry of an ordinary incremental does) lands.
+    _publish(target, tmp_path, 3, [4, 3], status="paid")
+    assert _table(target) == [(1, "new"), (2, "new"), (3, "paid"), (4, "paid")]
+    assert _log(target) == ["t1", "t3"]
+
+
+def test_a_first_transfer_into_a_table_that_exists_upserts_from_the_stage(target: Target, tmp_path: Path) -> None:
+    """The state says first transfer, but the table is there (a recipient's table handed over with
+    ``incsync transfer-ownership``): the rows are merged into it, not COPYed (key 2 would fail a COPY)."""
+    with target.destination._connect() as conn:
+        conn.execute("CREATE SCHEMA acme")
+        conn.execute("CREATE TABLE acme.orders (id bigint PRIMARY KEY, organization_id text, status text, "
+                     "updated_at timestamptz)")
+        conn.execute("INSERT INTO acme.orders VALUES (2, 'org_1', 'old', '2023-12-31T00:00:00Z')")
+    target.destination.transfer_ownership(model=target.model, recipient=target.recipient, reason="handed over")
+    assert target.state().last_transfer is None
+    _publish(target, tmp_path, 1, [1, 2])
+    assert _table(target) == [(1, "new"), (2, "new")]
+    assert _log(target) == ["t1"]
