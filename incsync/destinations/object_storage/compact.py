@@ -74,8 +74,9 @@ def _maintain(
     cutoff = now - timedelta(hours=dest.config.retention_hours)
     base = {"destination": dest.name, "table": store.uri(folder), "files_before": len(before),
             "bytes_stored_before": sum(before.values())}
-    if dry_run:
-        _, doomed = _vacuumable(mine, cutoff)
+    if dry_run:  # vacuum as it would run after the snapshot
+        planned = {"sequence": mine[-1]["sequence"] + 1, "transfer_type": FULL_REFRESH, "end_time": now.isoformat(), "files": []}
+        _, doomed = _vacuumable([*mine, planned] if compacting else mine, cutoff)
         return Maintained(**base, files_after=len(before), files_compacted=len(set(_files(live))) if compacting else 0,
                           files_vacuumed=len(doomed), bytes_live=sum(before.get(k, 0) for k in _files(live)),
                           bytes_stored_after=sum(before.values()), dry_run=True)
@@ -91,8 +92,7 @@ def _maintain(
     for m in manifests:
         store.delete(m["manifest_file_key"])
     for key in doomed:
-        if store.exists(key):
-            store.delete(key)
+        store.delete(key)  # one already gone is no error
     after = _sizes(dest, folder)  # vacuum never touches what the live manifests (from the newest start) list
     return Maintained(**base, files_after=len(after), files_compacted=compacted, files_vacuumed=len(doomed),
                       bytes_live=sum(after.get(k, 0) for k in _files(live_manifests(mine))),

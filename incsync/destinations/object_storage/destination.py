@@ -15,6 +15,8 @@ lookback appear once per transfer that read them; a FULL_REFRESH manifest supers
 Each manifest carries ``reader_schema``: the schema a reader gets combining it with the committed
 manifests before it (a widening promotes the column). A batch whose type change is no widening is
 refused until a full refresh, so no manifest is ever published that readers cannot combine.
+``incsync maintain`` writes a snapshot manifest of each recipient's live rows and later deletes what it
+superseded (``compact``).
 """
 
 from __future__ import annotations

@@ -166,7 +166,7 @@ def committed_manifests(
 def live_manifests(mine: list[dict]) -> list[dict]:
     """Of one recipient's manifests (by sequence), those a reader applies: from the newest FULL_REFRESH on."""
     refreshes = [i for i, m in enumerate(mine) if m["transfer_type"] == FULL_REFRESH]
-    return mine[refreshes[-1]:] if refreshes else mine
+    return mine[refreshes[-1]:] if refreshes else list(mine)
 
 
 def new_manifest(
