@@ -314,3 +314,23 @@ def test_maintenance_on_s3_snapshots_and_vacuums(s3, tmp_path: Path, monkeypatch
     write_table(tmp_path / "src", "orders", _source(4))
     arrow_transfer.run(config, "2024-01-01", scheduled=True)
     assert Target(config).rows() == _expected(4)
+
+
+def test_a_snapshot_whose_pointer_was_not_updated_is_still_the_newest(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A crash between the snapshot's manifest and the pointer: its name sorts after the last transfer's, so
+    the state finds it, and the next transfer continues after it."""
+    monkeypatch.setenv("INCSYNC_STAGING_DIR", str(tmp_path / "staging"))
+    config = _config(tmp_path)
+    for k in range(3):
+        write_table(tmp_path / "src", "orders", _source(k))
+        arrow_transfer.run(config, "2024-01-01", scheduled=k > 0)
+    pointer = tmp_path / "out" / "files" / "_manifests" / "orders" / "_latest" / "recipient=acme.json"
+    behind = pointer.read_text()
+    _maintain(config)
+    pointer.write_text(behind)
+    target = Target(config)
+    assert target.state().version == "4" and target.state().reset_reason is None
+    write_table(tmp_path / "src", "orders", _source(3))
+    after = arrow_transfer.run(config, "2024-01-01", scheduled=True)
+    assert target.state().version == "5" and target.state().last_transfer == after.record
+    assert target.rows() == _expected(3)
