@@ -194,6 +194,6 @@ def _files(manifests: list[dict], *, deletes: bool = False) -> list[str]:
 
 def _sizes(dest: ObjectStorageDestination, folder: str) -> dict[str, int]:
     """The recipient folder's data files and their sizes, in one listing."""
-    found = dest.store.list(folder, recursive=True) if dest.store.exists(folder) else []
+    found = dest.store.list(folder, recursive=True)
     return {dest.store.relative(f.path): f.size or 0 for f in found
             if f.type == pafs.FileType.File and f.path.endswith(".parquet")}
