@@ -94,6 +94,6 @@ def cmd_maintain(args: argparse.Namespace) -> int:
     print(f"{totals['tables']} table(s) maintained ({totals['tables_skipped']} skipped): "
           f"{totals['files_compacted']} file(s) compacted, {totals['files_vacuumed']} vacuumed, "
           f"{verb} {freed / 1e6:.1f} MB" if not args.dry_run else
-          f"{totals['tables']} table(s) looked at (dry run): {totals['files_compacted']} file(s) smaller than the target size, "
+          f"{totals['tables']} table(s) looked at (dry run): {totals['files_compacted']} file(s) to compact, "
           f"{totals['files_vacuumed']} file(s) to vacuum")
     return 0

@@ -74,6 +74,16 @@ class ObjectStorageDestinationConfig(StrictModel):
         "`signature` and `signature_public_key` (read_manifested(public_key=...) verifies them).",
     )
     max_concurrent_transfers: int = Field(default=1, ge=1, description="At most this many runs publish here at once.")
+    target_file_size: int = Field(
+        default=128 << 20, ge=1 << 16,
+        description="Bytes per data file of the snapshot `incsync maintain` writes of each recipient's live rows.",
+    )
+    retention_hours: int = Field(
+        default=168, ge=0,
+        description="`incsync maintain` keeps the manifests and files a snapshot (or full refresh) superseded for "
+        "this long after it (Delta's default, 7 days): a reader that listed the manifests before it never fails; "
+        "older ones are deleted (vacuum).",
+    )
 
 
 class DuckDBDestinationConfig(StrictModel):

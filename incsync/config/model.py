@@ -180,7 +180,8 @@ class MaintenanceConfig(StrictModel):
     compact: bool = Field(
         default=True,
         description="Rewrite a Delta table's small files (the many small commits of frequent syncs) into files of "
-        "its `target_file_size`, keeping their key order; off: vacuum and checkpoints only.",
+        "its `target_file_size`, keeping their key order, and write a snapshot manifest of each object-storage "
+        "recipient's live rows; off: vacuum and checkpoints only.",
     )
 
 

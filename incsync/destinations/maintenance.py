@@ -17,7 +17,7 @@ class Maintained:
     table: str
     files_before: int = 0
     files_after: int = 0
-    files_compacted: int = 0  # small files rewritten into fewer (dry run: files below the target size)
+    files_compacted: int = 0  # files rewritten into fewer (dry run: those a pass would rewrite)
     files_vacuumed: int = 0  # files deleted from storage: no version inside the retention reads them
     bytes_live: int = 0  # what the current version reads
     bytes_stored_before: int = 0  # data files in the folder, live or not, before the pass
@@ -30,7 +30,7 @@ class Maintained:
         if self.skipped:
             return f"{self.destination} {self.table}: skipped: {self.skipped}"
         if self.dry_run:
-            return (f"{self.destination} {self.table}: {self.files_compacted} file(s) smaller than the target size, "
+            return (f"{self.destination} {self.table}: {self.files_compacted} file(s) to compact, "
                     f"{self.files_vacuumed} file(s) to vacuum; {_mb(self.bytes_stored_before)} stored for "
                     f"{_mb(self.bytes_live)} live (dry run)")
         return (f"{self.destination} {self.table}: files {self.files_before} -> {self.files_after} "

@@ -15,12 +15,15 @@ lookback appear once per transfer that read them; a FULL_REFRESH manifest supers
 Each manifest carries ``reader_schema``: the schema a reader gets combining it with the committed
 manifests before it (a widening promotes the column). A batch whose type change is no widening is
 refused until a full refresh, so no manifest is ever published that readers cannot combine.
+``incsync maintain`` writes a snapshot manifest of each recipient's live rows and later deletes what it
+superseded (``compact``).
 """
 
 from __future__ import annotations
 
 import json
 from dataclasses import replace
+from datetime import datetime, timezone
 
 import pyarrow as pa
 import pyarrow.fs as pafs
@@ -38,6 +41,7 @@ from incsync.destinations.base import (
     TransferRecord,
     reset_reason,
 )
+from incsync.destinations.maintenance import Maintained
 from incsync.destinations.object_storage.manifests import (
     TransferLog,
     committed_manifests,
@@ -82,7 +86,8 @@ class ObjectStorageDestination(Destination):
         manifest = self.log.newest(model.model_name, recipient.id)
         where = f"prefix {self.store.uri(self._prefix(model, recipient))}"
         stamp = self.owner(model, recipient)
-        moved = stamp.moved_reason(manifest["transfer_id"] if manifest else None) if stamp else None
+        # A snapshot (``compact``) carries the last transfer's record: a move is undone only by a transfer.
+        moved = stamp.moved_reason(manifest["transfer_record"]["transfer_id"] if manifest else None) if stamp else None
         if moved:
             record = TransferRecord(**manifest["transfer_record"]) if manifest else None
             return DestinationState(last_transfer=record, version=str(manifest["sequence"]) if manifest else None,
@@ -194,21 +199,32 @@ class ObjectStorageDestination(Destination):
                         "reason": reason, "at": now_iso()})
         self.store.write(path, json.dumps({**json.loads(owner.to_json()), "history": history}, indent=1))
 
-    def maintain(self, models: list[ModelConfig], *, compact: bool, dry_run: bool) -> list[object]:
-        """The janitor's pass over the prefix: data files no manifest lists (a crashed transfer's), and
-        stale temporary files, once older than its grace period. Manifested files stay: readers may start
-        from any manifest."""
-        from incsync.destinations.maintenance import Maintained
+    def maintain(self, models: list[ModelConfig], *, compact: bool, dry_run: bool,
+                 now: datetime | None = None) -> list[Maintained]:
+        """Per recipient prefix: a snapshot manifest of its live rows, then vacuum past ``retention_hours``
+        (``object_storage.compact``); then the janitor's pass over the prefix (files no manifest lists)."""
+        from incsync.destinations.object_storage.compact import maintain_model
         from incsync.destinations.object_storage.janitor import janitor
 
+        done = []
+        for model in models:
+            if self.config.disable_manifest:
+                done.append(Maintained(destination=self.name, table=self.store.uri(model.model_name), skipped=(
+                    "disable_manifest: readers read every file under the prefix, so no snapshot can stand for older "
+                    "files; only the janitor runs")))
+                continue
+            done += maintain_model(self, model, compact=compact, dry_run=dry_run, now=now or datetime.now(timezone.utc))
         removed = janitor(self.store, dry_run=dry_run)
-        return [Maintained(destination=self.name, table=self.root, files_vacuumed=len(removed), dry_run=dry_run)]
+        if removed:
+            done.append(Maintained(destination=self.name, table=f"{self.root} (files no manifest lists)",
+                                   files_vacuumed=len(removed), dry_run=dry_run))
+        return done
 
     def transfer_ownership(self, *, model: ModelConfig, recipient: RecipientConfig, reason: str) -> Owner | None:
         with self.log.lock(model.model_name, recipient.id):
             previous = self.owner(model, recipient)
             last = self.log.newest(model.model_name, recipient.id)
-            new = replace(owner_of(model, recipient), moved=last["transfer_id"] if last else "")
+            new = replace(owner_of(model, recipient), moved=last["transfer_record"]["transfer_id"] if last else "")
             self._stamp(new, previous=previous, reason=reason)
         return previous
 

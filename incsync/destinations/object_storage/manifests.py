@@ -153,13 +153,20 @@ class TransferLog:
 
 def committed_manifests(
     path: str | os.PathLike[str] | Store, model: str, recipient: str, *, private: bool = False,
-    storage_options: Mapping[str, str] | None = None,
+    storage_options: Mapping[str, str] | None = None, version: int | None = None,
 ) -> list[dict]:
-    """The manifests a reader should apply, oldest first: from the newest FULL_REFRESH on."""
+    """The manifests a reader should apply, oldest first: from the newest FULL_REFRESH on (a full refresh,
+    or the snapshot ``incsync maintain`` wrote of the live rows). ``version``: as of that manifest
+    ``sequence`` (a reader of an older version), which maintenance keeps readable for its retention."""
     log = TransferLog(open_prefix(path, storage_options), private=private)
     mine = sorted((m for m in log.all(model) if m["recipient"] == recipient), key=lambda m: m["sequence"])
+    return live_manifests([m for m in mine if version is None or m["sequence"] <= version])
+
+
+def live_manifests(mine: list[dict]) -> list[dict]:
+    """Of one recipient's manifests (by sequence), those a reader applies: from the newest FULL_REFRESH on."""
     refreshes = [i for i, m in enumerate(mine) if m["transfer_type"] == FULL_REFRESH]
-    return mine[refreshes[-1]:] if refreshes else mine
+    return mine[refreshes[-1]:] if refreshes else list(mine)
 
 
 def new_manifest(

@@ -18,15 +18,24 @@ from incsync.storage.files import Store
 def read_manifested(
     path: str | os.PathLike[str] | Store, model: str, recipient: str, *, private: bool = False,
     storage_options: Mapping[str, str] | None = None, public_key: str | bytes | None = None,
+    version: int | None = None,
 ) -> pa.Table:
     """Exactly the rows of (model, recipient)'s committed transfers in one schema: the newest manifest's
     ``reader_schema`` (widened columns promoted, new columns NULL in older rows).
 
     ``path`` is a local folder, ``file://`` or an object-store URL; ``storage_options`` as in the config.
     ``public_key`` (Ed25519: raw, base64 or PEM): every manifest read must be signed by it and every file
-    must have its signed sha256, else ``ManifestIntegrityError`` before any row is returned."""
+    must have its signed sha256, else ``ManifestIntegrityError`` before any row is returned. ``version``:
+    the rows as of that manifest ``sequence`` (readable while ``incsync maintain`` keeps it: its retention).
+    Reading starts at the newest ``FULL_REFRESH`` manifest: a full refresh, or the snapshot of the live
+    rows (each key's newest row) that maintenance writes, so older manifests are never replayed."""
     store = open_prefix(path, storage_options)
-    manifests = committed_manifests(store, model, recipient, private=private)
+    return read_manifests(store, committed_manifests(store, model, recipient, private=private, version=version),
+                          public_key=public_key)
+
+
+def read_manifests(store: Store, manifests: list[dict], *, public_key: str | bytes | None = None) -> pa.Table:
+    """The rows of ``manifests`` (a reader's list, oldest first, from a FULL_REFRESH or the first on)."""
     if public_key is not None:
         from incsync.destinations.object_storage.signing import verify_manifest
 
@@ -76,9 +85,13 @@ def _apply_deletes(table: pa.Table, keys: pa.Table, mode: str, at: str | None) -
 
 
 def latest_versions(table: pa.Table, primary_key: list[str], last_modified_column: str) -> pa.Table:
-    """What an upsert destination would hold: per primary key, the row with the greatest last-modified."""
+    """What an upsert destination would hold: per primary key, the row with the greatest last-modified,
+    and of rows with an equal one the later in ``table`` (a correction replaces the row, as upserts do)."""
     if table.num_rows == 0:
         return table
-    ranked = table.sort_by([*((c, "ascending") for c in primary_key), (last_modified_column, "descending")])
+    order = "_incsync_position"
+    numbered = table.append_column(order, pa.array(range(table.num_rows), pa.int64()))
+    ranked = numbered.sort_by([*((c, "ascending") for c in primary_key), (last_modified_column, "descending"),
+                               (order, "descending")]).drop_columns([order])
     keys = ranked.select(primary_key).to_pylist()
     return ranked.take([i for i, key in enumerate(keys) if i == 0 or key != keys[i - 1]])
