@@ -1,0 +1,1 @@
+"""Apache Iceberg destination through pyiceberg (kind: iceberg)."""
