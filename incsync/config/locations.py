@@ -93,6 +93,12 @@ def location(destination: DestinationConfig, base: Path, *, _folders: dict[str, 
     if destination.kind == "postgres":
         return _postgres(destination.dsn_env, destination.schema_name)  # type: ignore[union-attr]
     path = destination.path  # type: ignore[union-attr]
+    if destination.kind == "iceberg":  # a copy is a (catalog, namespace); the default catalog lives in the warehouse
+        catalog = destination.catalog_uri_env  # type: ignore[union-attr]
+        key = f"env:{catalog}" if catalog else storage_url(path) if "://" in path and not path.startswith("file:") else \
+            resolved_path(path, base, _folders=_folders)
+        namespace = destination.namespace  # type: ignore[union-attr]
+        return Location("iceberg", f"{key}::{namespace}", f"Iceberg catalog {'$' + catalog if catalog else key} namespace {namespace}")
     if destination.kind == "duckdb":  # one file may hold several schemas: a copy is a (file, schema)
         key = resolved_path(path, base, _folders=_folders)
         schema = destination.schema_name  # type: ignore[union-attr]
