@@ -171,7 +171,8 @@ class IcebergDestination(Destination):
             written, removed, deleted = rows.num_rows, 0, int(_total(table))
         else:
             keys = list(model.primary_key)
-            removal_keys = removals.keys.select(keys) if removals is not None and removals.rows else None
+            removal_keys = (conform_rows(removals.keys.select(keys), pa.schema([schema.field(k) for k in keys]), where=where)
+                            if removals is not None and removals.rows else None)
             tasks, stored = files.read_candidates(tx, keys=keys, batch=rows, removal_keys=removal_keys)
             plan = upsert(stored, conform_rows(rows, schema, where=where), keys=keys, last_modified=model.last_modified_column,
                           brought=rows.schema.names, force=record.transfer_type == REPAIR, removals=removals,
