@@ -156,7 +156,7 @@ def _compare(cfg: IncsyncConfig, base: Path) -> list[str]:
         ra, rb = ", ".join(users[a.name]), ", ".join(users[b.name])
         problems.append(
             f'destinations[{index[b.name]}]: "{b.name}" (recipient {rb}) {how} "{a.name}" (recipient {ra}): {shown}; '
-            f"a {b.kind} destination holds one recipient's copy, so give \"{b.name}\" a location of its own"
+            f"{'an' if b.kind[0] in 'aeiou' else 'a'} {b.kind} destination holds one recipient's copy, so give \"{b.name}\" a location of its own"
         )
 
     for (kind, key), group in by_key.items():
