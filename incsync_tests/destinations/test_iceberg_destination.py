@@ -132,3 +132,17 @@ def test_maintain_compacts_expires_and_keeps_the_record(tmp_path: Path) -> None:
     assert len(_snapshots(target)) == 1  # every snapshot but the current one expired
     assert target.state().last_transfer == last.record
     assert sorted(r["id"] for r in target.rows()) == [1, 2, 5]
+
+
+def test_a_warehouse_on_s3(s3, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    bucket = s3.bucket()
+    monkeypatch.setenv("ICEBERG_CATALOG", f"sqlite:///{tmp_path / 'catalog.db'}")
+    config = _configure(tmp_path, SOURCE, path=f"s3://{bucket}/wh", catalog_uri_env="ICEBERG_CATALOG",
+                        storage_options=s3.options())
+    target = Target(config)
+    run(config, "2024-01-01", scheduled=False)
+    write_table(tmp_path / "src", "orders", [order(1, "org_1", ts(2, 1), status="paid"), *SOURCE[1:]])
+    last = run(config, "2024-01-02", scheduled=False)
+    assert [(r["id"], r["status"]) for r in target.rows()] == [(1, "paid"), (2, "new"), (4, "new")]
+    assert target.state().last_transfer == last.record
+    assert target.destination.table(target.model).location() == f"s3://{bucket}/wh/incsync/orders"
