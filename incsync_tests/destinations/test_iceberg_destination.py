@@ -146,3 +146,25 @@ def test_a_warehouse_on_s3(s3, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
     assert [(r["id"], r["status"]) for r in target.rows()] == [(1, "paid"), (2, "new"), (4, "new")]
     assert target.state().last_transfer == last.record
     assert target.destination.table(target.model).location() == f"s3://{bucket}/wh/incsync/orders"
+
+
+@pytest.mark.parametrize("again", [False, True], ids=["new-keys-appended", "key-read-twice-merged"])
+def test_a_split_first_backfill(again: bool, spark, tmp_path: Path, dagster_instance) -> None:
+    """A first backfill in three commits: appends when its keys are new, the tie-break when one is read twice."""
+    from incsync_tests.transfer.test_transfer_plans import run_range
+
+    rows = [order(i, "org_1", ts(day, i)) for i, day in enumerate([1, 1, 2, 3, 5, 5], start=1)]
+    if again:
+        rows.append(order(1, "org_1", ts(5, 9), status="paid"))
+    write_table(tmp_path / "src", "orders", rows)
+    config = lake_config(tmp_path, recipients=[{"id": "acme", "id_in_provider_system": "org_1", "destination": "acme_dest"}],
+                         destinations=[destination_spec("iceberg")], model={"max_rows_per_batch": 2})
+    assert run_range(config, dagster_instance, ("2024-01-01", "acme"), ("2024-01-05", "acme")).success
+    target = Target(config)
+    snaps = _snapshots(target)
+    assert len(snaps) == 3 and all("incsync.transfer" in s.summary.additional_properties for s in snaps)
+    # Read twice: the last commit rewrites the file holding key 1 (the others' keys lie outside every file's range).
+    assert [s.summary.operation.value for s in snaps] == (["append", "append", "overwrite"] if again else ["append"] * 3)
+    got = {r["id"]: (r["status"], r["updated_at"]) for r in target.rows()}
+    assert got == {1: ("paid", ts(5, 9)) if again else ("new", ts(1, 1)), 2: ("new", ts(1, 2)), 3: ("new", ts(2, 3)),
+                   4: ("new", ts(3, 4)), 5: ("new", ts(5, 5)), 6: ("new", ts(5, 6))}

@@ -21,7 +21,7 @@ from incsync.config.model import ModelConfig, RecipientConfig
 from incsync.core.crashpoints import crash_point
 from incsync.core.lease import check_lease
 from incsync.core.schema_change import SchemaDiff, arrow_diff, change_metadata, incompatible_error
-from incsync.destinations.base import DELETED_AT, FULL_REFRESH, REPAIR, Destination, DestinationState, Removals, TransferRecord, reset_reason
+from incsync.destinations.base import DELETED_AT, FULL_REFRESH, INCREMENTAL, REPAIR, Destination, DestinationState, Removals, TransferRecord, reset_reason
 from incsync.destinations.iceberg import catalog as cat
 from incsync.destinations.iceberg import files
 from incsync.destinations.iceberg.rows import upsert
@@ -39,6 +39,7 @@ class IcebergDestination(Destination):
 
     kind = "iceberg"
     maintained = True
+    appends_new_keys = True  # a first backfill's later commits skip reading the files their keys could be in
 
     def __init__(self, config: IcebergDestinationConfig):
         self.config = config
@@ -100,6 +101,7 @@ class IcebergDestination(Destination):
         record: TransferRecord,
         expected: DestinationState,
         removals: Removals | None = None,
+        new_keys: bool = False,
     ) -> dict[str, object]:
         from pyiceberg.exceptions import CommitFailedException, TableAlreadyExistsError
 
@@ -112,7 +114,7 @@ class IcebergDestination(Destination):
                 if table is None:
                     return self._create(model=model, recipient=recipient, rows=rows, record=record, expected=expected)
                 return self._commit(table, model=model, recipient=recipient, rows=rows, record=record, expected=expected,
-                                    removals=removals, where=where)
+                                    removals=removals, where=where, new_keys=new_keys)
             except (CommitFailedException, TableAlreadyExistsError):
                 continue  # another writer committed first: re-read the table and check the lease again
             except IncsyncError:
@@ -142,7 +144,7 @@ class IcebergDestination(Destination):
         return {**self._metadata(table, model, recipient, written=rows.num_rows), **change_metadata(change, change)}
 
     def _commit(self, table, *, model: ModelConfig, recipient: RecipientConfig, rows: pa.Table, record: TransferRecord,
-                expected: DestinationState, removals: Removals | None, where: str) -> dict[str, object]:
+                expected: DestinationState, removals: Removals | None, where: str, new_keys: bool) -> dict[str, object]:
         name = model.model_name
         props = table.properties
         self._claim(table, model=model, recipient=recipient, transfer_id=record.transfer_id)
@@ -173,7 +175,10 @@ class IcebergDestination(Destination):
             keys = list(model.primary_key)
             removal_keys = (conform_rows(removals.keys.select(keys), pa.schema([schema.field(k) for k in keys]), where=where)
                             if removals is not None and removals.rows else None)
-            tasks, stored = files.read_candidates(tx, keys=keys, batch=rows, removal_keys=removal_keys)
+            if new_keys and removal_keys is None and record.transfer_type == INCREMENTAL and not change:
+                tasks, stored = [], pa.Table.from_batches([], schema=schema)  # the caller knows no key is stored yet
+            else:
+                tasks, stored = files.read_candidates(tx, keys=keys, batch=rows, removal_keys=removal_keys)
             plan = upsert(stored, conform_rows(rows, schema, where=where), keys=keys, last_modified=model.last_modified_column,
                           brought=rows.schema.names, force=record.transfer_type == REPAIR, removals=removals,
                           removal_keys=removal_keys)
