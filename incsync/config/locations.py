@@ -28,7 +28,7 @@ _LOOPBACK = {"", "localhost", "127.0.0.1", "::1", "[::1]"}
 class Location:
     """A destination's root as a comparable key, and how to show it (never with a secret)."""
 
-    kind: str  # "path" (a local folder or a storage URL: roots may nest), "postgres" or "duckdb"
+    kind: str  # "path" (a local folder or a storage URL: roots may nest), "postgres", "duckdb" or "iceberg"
     key: str
     shown: str
     note: str | None = None  # why the comparison was partial (e.g. the DSN's variable is unset)
