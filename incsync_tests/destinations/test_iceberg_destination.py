@@ -168,3 +168,31 @@ def test_a_split_first_backfill(again: bool, spark, tmp_path: Path, dagster_inst
     got = {r["id"]: (r["status"], r["updated_at"]) for r in target.rows()}
     assert got == {1: ("paid", ts(5, 9)) if again else ("new", ts(1, 1)), 2: ("new", ts(1, 2)), 3: ("new", ts(2, 3)),
                    4: ("new", ts(3, 4)), 5: ("new", ts(5, 5)), 6: ("new", ts(5, 6))}
+
+
+def test_a_rest_catalog_is_configuration_and_an_unreachable_one_fails_by_name(tmp_path: Path,
+                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    from incsync.config.destinations import IcebergDestinationConfig
+    from incsync.destinations.iceberg.destination import IcebergDestination
+    from incsync.errors import ConfigError, PublishError
+
+    config = IcebergDestinationConfig(name="lake", kind="iceberg", path=str(tmp_path / "wh"), catalog="rest")
+    with pytest.raises(ConfigError) as missing:
+        IcebergDestination(config).check()
+    assert missing.value.problems == ["lake.catalog_uri_env: a REST catalog needs the variable holding its URL (https://...)"]
+    monkeypatch.setenv("REST_CATALOG", "http://127.0.0.1:9")  # nothing listens on the discard port
+    with pytest.raises(PublishError, match=r"^destination lake: cannot open the Iceberg rest catalog of .*/wh: "):
+        IcebergDestination(config.model_copy(update={"catalog_uri_env": "REST_CATALOG"})).check()
+
+
+def test_an_unreachable_postgresql_catalog_fails_without_its_password(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from incsync.config.destinations import IcebergDestinationConfig
+    from incsync.destinations.iceberg.destination import IcebergDestination
+    from incsync.errors import PublishError
+
+    monkeypatch.setenv("PG_CATALOG", "postgresql://incsync:s3cr3t-pw@127.0.0.1:9/catalog")
+    config = IcebergDestinationConfig(name="lake", kind="iceberg", path=str(tmp_path / "wh"), catalog_uri_env="PG_CATALOG")
+    with pytest.raises(PublishError) as caught:
+        IcebergDestination(config).check()
+    assert str(caught.value).startswith(f"destination lake: cannot open the Iceberg sql catalog of {tmp_path / 'wh'}: ")
+    assert "s3cr3t-pw" not in str(caught.value) and caught.value.__cause__ is None

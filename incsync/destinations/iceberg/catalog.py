@@ -60,6 +60,16 @@ def catalog_uri(config: IcebergDestinationConfig) -> str:
     return uri
 
 
+def scrub(message: str, config: IcebergDestinationConfig) -> str:
+    """``message`` without the catalog URI (it may hold a password): its variable's name instead."""
+    uri = os.environ.get(config.catalog_uri_env or "")
+    if not uri:
+        return message
+    for form in {uri, catalog_uri(config)}:
+        message = message.replace(form, f"${config.catalog_uri_env}")
+    return message
+
+
 def io_properties(config: IcebergDestinationConfig) -> dict[str, str]:
     options = resolve_options(config.storage_options, f"destinations[{config.name}].storage_options")
     props = {_S3[k]: v for k, v in options.items() if k in _S3}

@@ -55,7 +55,7 @@ class IcebergDestination(Destination):
                 raise
             except Exception as exc:  # SQLAlchemy, HTTP and storage errors of several types
                 raise PublishError(f"destination {self.name}: cannot open the Iceberg {self.config.catalog} catalog of "
-                                   f"{self.config.path}: {type(exc).__name__}: {exc}") from exc
+                                   f"{self.config.path}: {type(exc).__name__}: {cat.scrub(str(exc), self.config)}") from None
         return self._catalog
 
     def check(self) -> None:
