@@ -23,7 +23,7 @@ from incsync.destinations.registry import Destination, build_destination
 from incsync.destinations.readers import read_rows
 from incsync.sources.base import Source
 
-KINDS = ("delta", "postgres", "object_storage", "duckdb")
+KINDS = ("delta", "postgres", "object_storage", "duckdb", "iceberg")
 PG_DSN_ENV = "INCSYNC_TEST_PG_DSN"
 PG_ADMIN_USERS = ("postgres", "root")
 DEST = "acme_dest"

@@ -89,6 +89,13 @@ def damage_destination(kind: str, root: Path, change: Damage, *, dsn: str | None
             con.register("changed", pa.Table.from_pylist(change(before.to_pylist()), schema=before.schema))
             con.execute("DELETE FROM orders")
             con.execute("INSERT INTO orders SELECT * FROM changed")
+    elif kind == "iceberg":
+        from pyiceberg.catalog.sql import SqlCatalog
+
+        warehouse = root / "out/acme"
+        table = SqlCatalog("incsync", uri=f"sqlite:///{warehouse / 'catalog.db'}", warehouse=warehouse.as_uri()).load_table("incsync.orders")
+        before = table.scan().to_arrow()
+        table.overwrite(pa.Table.from_pylist(change(before.to_pylist()), schema=before.schema))
     elif kind == "object_storage":
         files = sorted((root / "out/acme/orders").glob("recipient=acme/dt=*/*.parquet"))
         for n, f in enumerate(files):

@@ -103,3 +103,12 @@ def duckdb_schema(root: Path) -> dict[str, str]:
 
     with duckdb.connect(str(root / "out/acme.duckdb"), read_only=True) as con:
         return {f.name: str(f.type) for f in con.sql("SELECT * FROM orders LIMIT 0").to_arrow_table().schema}
+
+
+def iceberg_schema(root: Path) -> dict[str, str]:
+    """Column -> Arrow type of the Iceberg table ``incsync.orders`` of the warehouse ``root/out/acme``, as pyiceberg reads it."""
+    from pyiceberg.catalog.sql import SqlCatalog
+
+    warehouse = root / "out/acme"
+    catalog = SqlCatalog("incsync", uri=f"sqlite:///{warehouse / 'catalog.db'}", warehouse=warehouse.as_uri())
+    return {f.name: str(f.type) for f in catalog.load_table("incsync.orders").scan().to_arrow().schema}

@@ -28,6 +28,12 @@ DESTINATIONS = [
     {"name": "globex_pg", "kind": "postgres", "dsn_env": DEMO_PG_DSN_ENV, "schema": "globex"},
     {"name": "initech_files", "kind": "object_storage", "path": "./out/initech"},
 ]
+# `incsync demo --acme-destination KIND`: acme's copy in another kind of destination.
+ACME_DESTINATIONS = {
+    "delta": DESTINATIONS[0],
+    "duckdb": {"name": "acme_duckdb", "kind": "duckdb", "path": "./out/acme.duckdb"},
+    "iceberg": {"name": "acme_iceberg", "kind": "iceberg", "path": "./out/acme_iceberg", "namespace": "acme"},
+}
 GLOBEX_FALLBACK = {"name": "globex_pg", "kind": "object_storage", "path": "./out/globex"}
 STATUSES = ["new", "paid", "shipped", "delivered", "cancelled", "refunded"]
 DAYS = 6
@@ -134,8 +140,10 @@ def ui_command(workdir: Path) -> str:
             f"INCSYNC_CONFIG={config} DAGSTER_HOME={home} dagster dev -w workspace.yaml")
 
 
-def write_config(workdir: Path, *, start_epoch: int, postgres: bool = True) -> Path:
+def write_config(workdir: Path, *, start_epoch: int, postgres: bool = True, acme: str = "delta") -> Path:
     destinations = DESTINATIONS if postgres else [d if d["kind"] != "postgres" else GLOBEX_FALLBACK for d in DESTINATIONS]
+    destinations = [ACME_DESTINATIONS[acme], *destinations[1:]]
+    recipients = [{**RECIPIENTS[0], "destination": ACME_DESTINATIONS[acme]["name"]}, *RECIPIENTS[1:]]
     doc = {
         "sources": [{"name": "shop", "vendor": "lake", "path": "./source", "format": "parquet"}],
         "destinations": destinations,
@@ -153,7 +161,7 @@ def write_config(workdir: Path, *, start_epoch: int, postgres: bool = True) -> P
                 "frequency": "*/15 * * * *",
             }
         ],
-        "recipients": RECIPIENTS,
+        "recipients": recipients,
         "staging_dir": "./staging",
     }
     path = workdir / "incsync.yaml"
@@ -189,7 +197,7 @@ def verify(config_file: Path, source: pa.Table) -> list[str]:
     return problems
 
 
-def run_demo(workdir: Path, *, rows: int = 120_000) -> int:
+def run_demo(workdir: Path, *, rows: int = 120_000, acme: str = "delta") -> int:
     """Build everything under ``workdir`` from scratch (idempotent), transfer, verify, print per-transfer lines."""
     from incsync.config.load import load_config
     from incsync.orchestration.definitions import build_definitions
@@ -210,7 +218,7 @@ def run_demo(workdir: Path, *, rows: int = 120_000) -> int:
     _write_source(workdir, source)
     dsn_was_given = bool(os.environ.get(DEMO_PG_DSN_ENV))
     postgres = prepare_postgres() is not None
-    config_file = write_config(workdir, start_epoch=int(start.timestamp()), postgres=postgres)
+    config_file = write_config(workdir, start_epoch=int(start.timestamp()), postgres=postgres, acme=acme)
     config = load_config(config_file)
     model = config.model("orders")
     print(f"demo in {workdir}: {source.num_rows} orders over {len(TENANTS)} tenants since {start:%Y-%m-%d}")

@@ -12,7 +12,7 @@ from incsync.cli.parsing import Commands
 from incsync.errors import InputError
 
 SOURCES = ("lake", "postgres", "mysql", "mariadb")
-DESTINATIONS = ("delta", "postgres", "object_storage", "duckdb")
+DESTINATIONS = ("delta", "postgres", "object_storage", "duckdb", "iceberg")
 
 _SOURCE = {
     "lake": """\
@@ -66,9 +66,17 @@ _DESTINATION = {
     kind: duckdb
     path: ./out/acme.duckdb   # a DuckDB file (created when missing): one table per model; one recipient's copy
 """,
+    "iceberg": """\
+  - name: acme_iceberg
+    kind: iceberg
+    path: ./out/acme_iceberg  # the warehouse: data + metadata files, and the SQLite catalog ./out/acme_iceberg/catalog.db
+    namespace: acme           # the catalog namespace: table acme.orders; one recipient's copy
+    # catalog_uri_env: ACME_CATALOG  # a PostgreSQL catalog instead: the variable holding postgresql://...
+""",
 }
 
-_DESTINATION_NAME = {"delta": "acme_delta", "postgres": "acme_pg", "object_storage": "files", "duckdb": "acme_duckdb"}
+_DESTINATION_NAME = {"delta": "acme_delta", "postgres": "acme_pg", "object_storage": "files", "duckdb": "acme_duckdb",
+                     "iceberg": "acme_iceberg"}
 
 TEMPLATE = """\
 # incsync configuration: {source} -> {destination}. Written by `incsync init`; check it with

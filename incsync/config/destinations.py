@@ -1,5 +1,5 @@
-"""The file's destinations: Delta tables, a PostgreSQL schema, Parquet files with manifests or a DuckDB file
-(``kind`` chooses)."""
+"""The file's destinations: Delta tables, a PostgreSQL schema, Parquet files with manifests, a DuckDB file or
+Apache Iceberg tables (``kind`` chooses)."""
 
 from __future__ import annotations
 
@@ -101,7 +101,40 @@ class DuckDBDestinationConfig(StrictModel):
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
 
+class IcebergDestinationConfig(StrictModel):
+    """Apache Iceberg tables through pyiceberg: one table per model in `namespace` of a SQL (or REST) catalog."""
+
+    name: str = Field(description="Destination name, referenced by recipients.")
+    kind: Literal["iceberg"] = Field(description="`iceberg`.")
+    path: str = Field(
+        description="The warehouse: folder (or s3:// URL) of the tables' data and metadata files; relative paths "
+        "are relative to the file.",
+    )
+    namespace: str = Field(default="incsync", description="Catalog namespace of the tables, created when missing.")
+    catalog: Literal["sql", "rest"] = Field(
+        default="sql",
+        description="`sql`: a SQLAlchemy catalog database (SQLite, PostgreSQL); `rest`: an Iceberg REST catalog.",
+    )
+    catalog_uri_env: str | None = Field(
+        default=None,
+        description="Name of the variable holding the catalog URI (`postgresql+psycopg2://...` for a PostgreSQL "
+        "catalog, `https://...` for REST); default: the SQLite file `<path>/catalog.db`.",
+    )
+    storage_options: dict[str, str] = Field(
+        default_factory=dict,
+        description="Object-store settings in delta-rs's names (aws_region, aws_endpoint_url, ...), passed to "
+        "pyiceberg as its s3.* properties; a secret is `<name>_env: VARIABLE`, never its value (docs/storage.md).",
+    )
+    max_concurrent_transfers: int = Field(default=1, ge=1, description="At most this many runs publish here at once.")
+    retention_hours: int = Field(
+        default=168, ge=0,
+        description="`incsync maintain` expires snapshots older than this (the current one always stays), so "
+        "time travel reaches back this far.",
+    )
+
+
 DestinationConfig = Annotated[
-    DeltaDestinationConfig | PostgresDestinationConfig | ObjectStorageDestinationConfig | DuckDBDestinationConfig,
+    DeltaDestinationConfig | PostgresDestinationConfig | ObjectStorageDestinationConfig | DuckDBDestinationConfig
+    | IcebergDestinationConfig,
     Field(discriminator="kind"),
 ]

@@ -28,7 +28,7 @@ _LOOPBACK = {"", "localhost", "127.0.0.1", "::1", "[::1]"}
 class Location:
     """A destination's root as a comparable key, and how to show it (never with a secret)."""
 
-    kind: str  # "path" (a local folder or a storage URL: roots may nest), "postgres" or "duckdb"
+    kind: str  # "path" (a local folder or a storage URL: roots may nest), "postgres", "duckdb" or "iceberg"
     key: str
     shown: str
     note: str | None = None  # why the comparison was partial (e.g. the DSN's variable is unset)
@@ -93,6 +93,12 @@ def location(destination: DestinationConfig, base: Path, *, _folders: dict[str, 
     if destination.kind == "postgres":
         return _postgres(destination.dsn_env, destination.schema_name)  # type: ignore[union-attr]
     path = destination.path  # type: ignore[union-attr]
+    if destination.kind == "iceberg":  # a copy is a (catalog, namespace); the default catalog lives in the warehouse
+        catalog = destination.catalog_uri_env  # type: ignore[union-attr]
+        key = f"env:{catalog}" if catalog else storage_url(path) if "://" in path and not path.startswith("file:") else \
+            resolved_path(path, base, _folders=_folders)
+        namespace = destination.namespace  # type: ignore[union-attr]
+        return Location("iceberg", f"{key}::{namespace}", f"Iceberg catalog {'$' + catalog if catalog else key} namespace {namespace}")
     if destination.kind == "duckdb":  # one file may hold several schemas: a copy is a (file, schema)
         key = resolved_path(path, base, _folders=_folders)
         schema = destination.schema_name  # type: ignore[union-attr]
@@ -150,7 +156,7 @@ def _compare(cfg: IncsyncConfig, base: Path) -> list[str]:
         ra, rb = ", ".join(users[a.name]), ", ".join(users[b.name])
         problems.append(
             f'destinations[{index[b.name]}]: "{b.name}" (recipient {rb}) {how} "{a.name}" (recipient {ra}): {shown}; '
-            f"a {b.kind} destination holds one recipient's copy, so give \"{b.name}\" a location of its own"
+            f"{'an' if b.kind[0] in 'aeiou' else 'a'} {b.kind} destination holds one recipient's copy, so give \"{b.name}\" a location of its own"
         )
 
     for (kind, key), group in by_key.items():

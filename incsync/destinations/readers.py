@@ -15,6 +15,7 @@ from incsync.destinations.base import Destination
 if TYPE_CHECKING:
     from incsync.destinations.delta.destination import DeltaDestination
     from incsync.destinations.duckdb.destination import DuckDBDestination
+    from incsync.destinations.iceberg.destination import IcebergDestination
     from incsync.destinations.object_storage.destination import ObjectStorageDestination
     from incsync.destinations.postgres.destination import PostgresDestination
 
@@ -53,11 +54,18 @@ def read_duckdb(destination: DuckDBDestination, *, model: ModelConfig, recipient
         return con.sql(f"SELECT * FROM {destination.target(model)}").to_arrow_table()
 
 
+def read_iceberg(destination: IcebergDestination, *, model: ModelConfig, recipient: RecipientConfig) -> pa.Table:
+    """The Iceberg table's current snapshot as pyiceberg reads it; empty before the first transfer."""
+    table = destination.table(model)
+    return table.scan().to_arrow() if table is not None else pa.table({})
+
+
 READERS: dict[str, Callable[..., pa.Table]] = {
     "delta": read_delta,
     "postgres": read_postgres,
     "object_storage": read_object_storage,
     "duckdb": read_duckdb,
+    "iceberg": read_iceberg,
 }
 
 
@@ -84,6 +92,8 @@ def location(destination: Destination, *, model: ModelConfig, recipient: Recipie
         return f'"{destination.schema}"."{model.model_name}"'  # type: ignore[attr-defined]
     if destination.kind == "duckdb":
         return f'{destination.path} "{destination.schema}"."{model.model_name}"'  # type: ignore[attr-defined]
+    if destination.kind == "iceberg":
+        return f"{destination.config.path} {destination.identifier(model)}"  # type: ignore[attr-defined]
     return f"{destination.root.rstrip('/')}/{model.model_name}/recipient={recipient.id}"  # type: ignore[attr-defined]
 
 

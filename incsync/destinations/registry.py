@@ -6,6 +6,7 @@ from incsync.config.destinations import (
     DeltaDestinationConfig,
     DestinationConfig,
     DuckDBDestinationConfig,
+    IcebergDestinationConfig,
     ObjectStorageDestinationConfig,
     PostgresDestinationConfig,
 )
@@ -36,6 +37,10 @@ def build_destination(config: DestinationConfig) -> Destination:
         from incsync.destinations.duckdb.destination import DuckDBDestination
 
         return DuckDBDestination(config)
+    if isinstance(config, IcebergDestinationConfig):
+        from incsync.destinations.iceberg.destination import IcebergDestination
+
+        return IcebergDestination(config)
     raise ConfigError("destinations", [f"{config.name}.kind: {config.kind} destinations are not available yet"])
 
 

@@ -199,6 +199,8 @@ def destination_path(request: TransferRequest) -> str | None:
         return None
     model, recipient = request.model.model_name, request.recipient.id
     kind = getattr(request.destination, "kind", "")
+    if kind == "iceberg":  # pyiceberg's default table location in the warehouse
+        return f"{root.rstrip('/')}/{request.destination.config.namespace}/{model}"  # type: ignore[attr-defined]
     return f"{root.rstrip('/')}/{model}" + (f"/recipient={recipient}" if kind == "object_storage" else "")
 
 

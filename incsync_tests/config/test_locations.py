@@ -39,7 +39,7 @@ def _problems(file: Path) -> list[str]:
 def _same(kind: str, a: str, b: str, shown: str) -> str:
     return (
         f'destinations[1]: "globex_{kind}" (recipient globex) writes to the same location as "acme_{kind}" '
-        f"(recipient acme): {shown}; a {'object_storage' if kind == 'files' else kind} destination holds one "
+        f"(recipient acme): {shown}; {'an' if kind in ('iceberg', 'files') else 'a'} {'object_storage' if kind == 'files' else kind} destination holds one "
         f'recipient\'s copy, so give "globex_{kind}" a location of its own'
     )
 
@@ -128,7 +128,7 @@ def test_object_storage_may_share_a_prefix_but_never_nest(tmp_path: Path) -> Non
     inner = tmp_path.resolve() / "out" / "files"
     assert _problems(file) == [
         f'destinations[1]: "globex_files" (recipient globex) writes inside the location of "acme_files" (recipient acme): '
-        f"{inner}/globex lies inside {inner}; a object_storage destination holds one recipient's copy, so give "
+        f"{inner}/globex lies inside {inner}; an object_storage destination holds one recipient's copy, so give "
         '"globex_files" a location of its own'
     ]
 
@@ -188,4 +188,24 @@ def test_one_duckdb_destination_for_two_recipients_is_refused(tmp_path: Path) ->
     (tmp_path / "incsync.yaml").write_text(yaml.safe_dump(doc))
     assert _problems(tmp_path / "incsync.yaml") == [
         'destinations[0]: "d" is used by recipients acme, globex; a duckdb destination holds one recipient\'s copy, so give '
+        "each recipient its own (object_storage may be shared)"]
+
+
+def test_two_iceberg_destinations_on_one_catalog_namespace_are_refused(tmp_path: Path) -> None:
+    root = tmp_path.resolve()
+    (root / "out").mkdir()
+    file = _write(root, [
+        {"name": "acme_iceberg", "kind": "iceberg", "path": "./out/wh"},
+        {"name": "globex_iceberg", "kind": "iceberg", "path": "./out/../out/wh/", "namespace": "incsync"},
+        {"name": "initech_iceberg", "kind": "iceberg", "path": "./out/wh", "namespace": "initech"},  # its own namespace
+    ])
+    assert _problems(file) == [_same("iceberg", "acme", "globex", f"Iceberg catalog {root}/out/wh namespace incsync")]
+
+
+def test_one_iceberg_destination_for_two_recipients_is_refused(tmp_path: Path) -> None:
+    doc = yaml.safe_load(_write(tmp_path, [{"name": "i", "kind": "iceberg", "path": "./wh"}] * 2).read_text())
+    doc["destinations"] = doc["destinations"][:1]
+    (tmp_path / "incsync.yaml").write_text(yaml.safe_dump(doc))
+    assert _problems(tmp_path / "incsync.yaml") == [
+        'destinations[0]: "i" is used by recipients acme, globex; an iceberg destination holds one recipient\'s copy, so give '
         "each recipient its own (object_storage may be shared)"]

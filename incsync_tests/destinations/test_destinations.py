@@ -117,7 +117,10 @@ def test_duplicate_key_publishes_nothing(kind: str, tmp_path: Path, dagster_inst
     assert target.state() == before_state
 
 
-def _pg_oid(target: Target) -> int | None:
+def _pg_oid(target: Target) -> int | str | None:
+    """The table's identity where a kind keeps one through a full refresh: PostgreSQL's oid, Iceberg's table UUID."""
+    if target.kind == "iceberg":
+        return str(target.destination.table(target.model).metadata.table_uuid)
     if target.kind != "postgres":
         return None
     with target.destination._connect() as conn:
@@ -151,7 +154,7 @@ def test_full_refresh_and_model_change(kind: str, tmp_path: Path, dagster_instan
     meta = latest_metadata(dagster_instance)
     assert meta["transfer_type"] == "FULL_REFRESH"
     assert meta["full_refresh_reason"].startswith("model_changed (")
-    if kind in ("postgres", "duckdb"):  # the table keeps its identity and the column (a recipient's view may use it), emptied
+    if kind in ("postgres", "duckdb", "iceberg"):  # the table keeps its identity and the column (a recipient's view may use it), emptied
         assert target.raw_rows() == [{**r, "amount": None} for r in _org1(current)]
         assert _pg_oid(target) == oid
     else:

@@ -49,6 +49,8 @@ KINDS_TABLE: tuple[Kind, ...] = (
         owner_where="object-storage prefix {shared}/orders/recipient=acme (destination dest)",
     ),
     Kind("duckdb", owner_where="DuckDB table main.orders of {shared}.duckdb (destination dest)"),
+    Kind("iceberg", recipient_views="an Iceberg table has no views of its own; readers' engines and catalogs hold them",
+         wide_int_type="int64", owner_where="Iceberg table incsync.orders (destination dest)"),
 )
 KINDS = tuple(k.name for k in KINDS_TABLE)
 BY_NAME = {k.name: k for k in KINDS_TABLE}
