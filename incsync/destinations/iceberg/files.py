@@ -12,6 +12,7 @@ import pyarrow.compute as pc
 
 from incsync.core.schema_change import SchemaDiff
 from incsync.destinations.base import DELETED_AT
+from incsync.destinations.iceberg.compat import scan_files, table_io, write_data_files
 from incsync.destinations.iceberg.types import iceberg_type
 
 # A batch with more keys than this selects candidate files by its integer key's range rather than a list.
@@ -51,7 +52,7 @@ def adapt(tx, change: SchemaDiff, form: pa.Schema, *, replace_columns: list[str]
 
 def data_files(tx) -> list:
     """Every data file of the transaction's current snapshot."""
-    return [task.file for task in tx._scan().plan_files()]
+    return [task.file for task in scan_files(tx)]
 
 
 def _key_filter(keys: list[str], batch: pa.Table, removal_keys: pa.Table | None):
@@ -77,11 +78,11 @@ def read_candidates(tx, *, keys: list[str], batch: pa.Table, removal_keys: pa.Ta
 
     if tx.table_metadata.current_snapshot() is None:
         return [], pa.Table.from_batches([], schema=arrow_schema(tx.table_metadata.schema()))
-    tasks = list(tx._scan(row_filter=_key_filter(keys, batch, removal_keys)).plan_files())
+    tasks = scan_files(tx, _key_filter(keys, batch, removal_keys))
     schema = arrow_schema(tx.table_metadata.schema())
     tables = []
     for task in tasks:
-        read = ArrowScan(table_metadata=tx.table_metadata, io=tx._table.io, projected_schema=tx.table_metadata.schema(),
+        read = ArrowScan(table_metadata=tx.table_metadata, io=table_io(tx), projected_schema=tx.table_metadata.schema(),
                          row_filter=AlwaysTrue()).to_table(tasks=[task])
         tables.append(read.cast(schema))
     tasks = [(task.file, t.num_rows) for task, t in zip(tasks, tables, strict=True)]
@@ -105,15 +106,12 @@ def rewrites(tasks: list, stored: pa.Table, touched: np.ndarray) -> tuple[list, 
 
 def commit_snapshot(tx, *, rows: pa.Table, drop: list, summary: dict[str, str]) -> None:
     """One snapshot in the transaction: ``drop``'s files out, ``rows`` in (an empty APPEND still carries the summary)."""
-    from pyiceberg.io.pyarrow import _dataframe_to_data_files
-
     update = tx.update_snapshot(snapshot_properties=summary)
     with (update.overwrite() if drop else update.fast_append()) as producer:
         for f in drop:
             producer.delete_data_file(f)
         if rows.num_rows:
-            for f in _dataframe_to_data_files(table_metadata=tx.table_metadata, write_uuid=producer.commit_uuid,
-                                              df=rows, io=tx._table.io):
+            for f in write_data_files(tx, write_uuid=producer.commit_uuid, rows=rows):
                 producer.append_data_file(f)
 
 

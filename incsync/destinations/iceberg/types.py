@@ -13,6 +13,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from incsync.core.schema_change import SchemaDiff, TypeChange, arrow_type_name
+from incsync.destinations.iceberg.compat import iceberg_type
 from incsync.destinations.types import _as_text
 from incsync.errors import SchemaError
 
@@ -76,12 +77,6 @@ def promotes(old: pa.DataType, new: pa.DataType) -> bool:
     if old == pa.float32() and new == pa.float64():
         return True
     return pa.types.is_decimal(old) and pa.types.is_decimal(new) and new.scale == old.scale and new.precision > old.precision
-
-
-def iceberg_type(t: pa.DataType):  # -> pyiceberg IcebergType
-    from pyiceberg.io.pyarrow import _pyarrow_to_schema_without_ids
-
-    return _pyarrow_to_schema_without_ids(pa.schema([pa.field("c", t)])).find_field("c").field_type
 
 
 def unpromotable(change: SchemaDiff, current: pa.Schema, form: pa.Schema) -> tuple[TypeChange, ...]:
