@@ -19,6 +19,7 @@ import pyarrow as pa
 
 from incsync.config.model import IncsyncConfig, ModelConfig, RecipientConfig
 from incsync.core.bounds import UTC, from_micros, to_micros
+from incsync.core.crashpoints import crash_point
 from incsync.core.fingerprint import model_fingerprint
 from incsync.core.transfer_id import new_transfer_id
 from incsync.destinations.base import FULL_REFRESH, INCREMENTAL, Destination, DestinationState, TransferRecord
@@ -137,6 +138,7 @@ def run_audit(config: IncsyncConfig, instance: dg.DagsterInstance, *, now: datet
     done = []
     if rows:
         done.append(_publish(config, destination, TRANSFERS, rows, state=states[TRANSFERS], upper=now, extra={}))
+    crash_point("audit_after_transfers")  # the next pass reads from the freshness's own cursor: nothing is lost
 
     known = json.loads(_extra(states[FRESHNESS], STATE) or "{}")
     state = freshness(known, rows)

@@ -136,9 +136,9 @@ def test_the_transfer_log_of_real_transfers_exact_idempotent_and_incremental(
         snapshot = table(config, "recipient_destinations")
         assert [{k: v for k, v in r.items() if k != "snapshot_at"} for r in snapshot] == [
             {"recipient": "acme", "model": "orders", "destination": "acme_delta", "kind": "delta",
-             "location": "./out/acme", "enabled": True, "tier": None, "products": None},
+             "location": str(tmp_path / "out" / "acme"), "enabled": True, "tier": None, "products": None},
             {"recipient": "globex", "model": "orders", "destination": "globex_delta", "kind": "delta",
-             "location": "./out/globex", "enabled": True, "tier": "gold", "products": None},
+             "location": str(tmp_path / "out" / "globex"), "enabled": True, "tier": "gold", "products": None},
         ]
         assert {r["snapshot_at"] for r in snapshot} == {audited}
 
@@ -188,3 +188,43 @@ def test_incsync_audit_prints_what_it_appended(tmp_path: Path, dagster_instance,
     assert [r["recipient"] for r in table(config, "recipient_destinations")] == ["acme"]
     [mat] = [e for e in dagster_instance.fetch_materializations(ASSET_KEY, limit=5).records]
     assert mat.asset_materialization.metadata["recipient_destinations_rows"].value == 1
+
+
+def test_a_pass_killed_between_its_tables_loses_nothing(spark, tmp_path: Path, dagster_instance) -> None:
+    """SIGKILLed after `transfers` committed and before `recipient_freshness` did: the next pass reads from the
+    freshness's own cursor, so the success the killed pass logged still reaches the freshness, and no row doubles."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from incsync.core.crashpoints import CRASH_ENV
+    from incsync_tests.support import order, ts, write_table
+
+    write_table(tmp_path / "src", "orders", [order(1, "org_1", ts(1, 1))])
+    config = lake_config(tmp_path, model={"lookback_seconds": 0})
+    doc = yaml.safe_load(config.read_text())
+    doc["destinations"].append({"name": "warehouse", "kind": "delta", "path": "./warehouse"})
+    doc["audit"] = {"destination": "warehouse", "lookback_seconds": 0}
+    config.write_text(yaml.safe_dump(doc))
+    assert run(config, dagster_instance, ["acme"]).success
+    audit(dagster_instance, config)
+    write_table(tmp_path / "src", "orders", [order(1, "org_1", ts(1, 1)), order(2, "org_1", ts(1, 5))])
+    second = run(config, dagster_instance, ["acme"])
+    assert second.success
+
+    killed = subprocess.run(
+        [sys.executable, "-c", "from incsync.cli.main import main; main()", "audit", "-c", str(config)],
+        cwd=Path(__file__).resolve().parents[2], capture_output=True, text=True, timeout=300,
+        env={**os.environ, "DAGSTER_HOME": str(tmp_path / "dagster_home"), CRASH_ENV: "audit_after_transfers"},
+    )
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
+    assert [r["run_id"] for r in table(config, "transfers")].count(second.run_id) == 1
+    assert [r["last_success_high_watermark"] for r in table(config, "recipient_freshness")] == [ts(1, 1)]
+
+    after = audit(dagster_instance, config)
+
+    # re-read from the freshness's older cursor: the second run's row again (not new), its success now in the freshness
+    assert (after["transfers_new_rows"], after["recipient_freshness_new_rows"]) == (0, 1)
+    assert len(table(config, "transfers")) == 2
+    assert [r["last_success_high_watermark"] for r in table(config, "recipient_freshness")] == [ts(1, 5)]
