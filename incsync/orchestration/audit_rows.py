@@ -49,13 +49,15 @@ FINISHED = {TransferStatus.SUCCESS, TransferStatus.ERROR, TransferStatus.PARTIAL
 FAILED = {TransferStatus.ERROR, TransferStatus.PARTIAL_FAILURE, TransferStatus.ORPHANED}
 
 
-def _hw(metadata: dict[str, Any]) -> datetime | None:
-    """The window's high watermark at full precision where it was recorded so, else to the UI's float seconds."""
-    exact = metadata.get(HIGH_WATERMARK_EXACT)
-    if exact is not None and exact.value:
-        return datetime.fromisoformat(str(exact.value))
-    value = metadata.get(HIGH_WATERMARK)
-    return None if value is None or value.value is None else datetime.fromtimestamp(float(value.value), UTC)
+def _hw(metadata: dict[str, Any]) -> tuple[datetime | None, datetime | None]:
+    """The window's high watermark (exact, as each commit's last window records it; to the UI's float seconds)."""
+    exact, value = metadata.get(HIGH_WATERMARK_EXACT), metadata.get(HIGH_WATERMARK)
+    return (datetime.fromisoformat(str(exact.value)) if exact is not None and exact.value else None,
+            None if value is None or value.value is None else datetime.fromtimestamp(float(value.value), UTC))
+
+
+def _later(a: datetime | None, b: datetime | None) -> datetime | None:
+    return a if b is None or (a is not None and a >= b) else b
 
 
 def _per_recipient(transfer: Transfer, models: dict[dg.AssetKey, ModelConfig]) -> dict[tuple[str, str], dict[str, Any]]:
@@ -67,14 +69,13 @@ def _per_recipient(transfer: Transfer, models: dict[dg.AssetKey, ModelConfig]) -
             continue
         dims = model_partitions(model).get_partition_key_from_str(mat.partition).keys_by_dimension
         acc = out.setdefault((model.model_name, dims[RECIPIENT_DIM]),
-                             {"windows": [], "rows": 0, "delta": 0, "hw": None, "commits": {}})
+                             {"windows": [], "rows": 0, "delta": 0, "hw": None, "rounded": None, "commits": {}})
         md = mat.metadata
         acc["windows"].append(dims[WINDOW_DIM])
         acc["rows"] += int(md[ROWS_TRANSFERRED].value) if ROWS_TRANSFERRED in md else 0
         acc["delta"] += int(md[DELTA_ROWS_TRANSFERRED].value) if DELTA_ROWS_TRANSFERRED in md else 0
-        hw = _hw(md)
-        if hw is not None and (acc["hw"] is None or hw > acc["hw"]):
-            acc["hw"] = hw
+        exact, rounded = _hw(md)  # a float may round up past the exact value: it counts only where no exact one is
+        acc["hw"], acc["rounded"] = _later(acc["hw"], exact), _later(acc["rounded"], rounded)
         commit = (md[TRANSFER_ID].value if TRANSFER_ID in md else mat.partition,
                   md[TRANSFER_BATCH].value if TRANSFER_BATCH in md else None)
         acc["commits"][commit] = int(md[STAGED_BYTES].value) if STAGED_BYTES in md else 0  # each window repeats its commit's
@@ -125,7 +126,7 @@ def transfer_rows(instance: dg.DagsterInstance, config: IncsyncConfig, transfers
                     "first_window": windows[0] if windows else None, "last_window": windows[-1] if windows else None,
                     "status": status.value, "blamed": blamed, "blame_reason": reason,
                     "rows_transferred": acc["rows"] if acc else 0, "delta_rows_transferred": acc["delta"] if acc else 0,
-                    "high_watermark": acc["hw"] if acc else None, "started_at": t.started_at,
+                    "high_watermark": (acc["hw"] or acc["rounded"]) if acc else None, "started_at": t.started_at,
                     "finished_at": t.finished_at or t.created_at,
                     "staged_bytes": sum(acc["commits"].values()) if acc else 0, "mode": t.mode,
                 })

@@ -18,7 +18,7 @@ import yaml
 
 from incsync.config.load import load_config
 from incsync.core.bounds import UTC
-from incsync.destinations.readers import read_rows
+from incsync.destinations.readers import current_rows
 from incsync.destinations.registry import build_destination
 from incsync.orchestration.audit import ASSET_KEY, JOB_NAME, SCHEDULE_NAME, TABLES, owner, table_model
 from incsync.orchestration.definitions import build_definitions
@@ -80,7 +80,7 @@ def drop_transfers(config: Path) -> None:
 def table(config: Path, name: str) -> list[dict[str, Any]]:
     cfg = load_config(config)
     destination = build_destination(cfg.destination("warehouse"))
-    rows = read_rows(destination, model=table_model(name), recipient=owner(cfg)).to_pylist()
+    rows = current_rows(destination, model=table_model(name), recipient=owner(cfg)).to_pylist()
     key = TABLES[name][1]
     return sorted(({k: v for k, v in r.items() if not k.startswith("_incsync")} for r in rows),
                   key=lambda r: tuple(str(r[k]) for k in key))
@@ -187,26 +187,39 @@ def test_the_transfer_log_of_real_transfers_exact_idempotent_and_incremental(
         assert "postgresql://" not in secrets
 
 
-def test_incsync_audit_prints_what_it_appended(tmp_path: Path, dagster_instance, monkeypatch: pytest.MonkeyPatch) -> None:
-    """No transfer yet: the log records the snapshot and the recipients still waiting for their first."""
+KINDS = {"delta": {"kind": "delta", "path": "./warehouse"}, "duckdb": {"kind": "duckdb", "path": "./warehouse.duckdb"},
+         "object_storage": {"kind": "object_storage", "path": "./warehouse"}}
+
+
+@pytest.mark.parametrize("kind", list(KINDS))
+def test_incsync_audit_prints_what_it_appended(spark, tmp_path: Path, dagster_instance, monkeypatch: pytest.MonkeyPatch,
+                                               kind: str) -> None:
+    """A transfer whose source folder is missing (the provider's failure): logged on every kind of warehouse."""
     from incsync.cli.main import run_command
 
     config = lake_config(tmp_path)
     doc = yaml.safe_load(config.read_text())
-    doc["destinations"].append({"name": "warehouse", "kind": "delta", "path": "./warehouse"})
+    doc["destinations"].append({"name": "warehouse", **KINDS[kind]})
     doc["audit"] = {"destination": "warehouse"}
     config.write_text(yaml.safe_dump(doc))
+    failed = run(config, dagster_instance, ["acme"])
+    assert not failed.success
     monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "dagster_home"))
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
         assert run_command(["audit", "-c", str(config)]) == 0
     lines = out.getvalue().splitlines()
-    assert lines[0] == "transfers: 0 row(s) written, 0 new"
+    assert lines[0].startswith("transfers: 1 row(s) written, 1 new, high watermark ")
     assert lines[1].startswith("recipient_freshness: 1 row(s) written, 1 new, high watermark ")
     assert lines[2].startswith("recipient_destinations: 1 row(s) written, 1 new, high watermark ")
-    assert [r["recipient"] for r in table(config, "recipient_destinations")] == ["acme"]
-    [mat] = [e for e in dagster_instance.fetch_materializations(ASSET_KEY, limit=5).records]
-    assert mat.asset_materialization.metadata["recipient_destinations_rows"].value == 1
+    [row] = table(config, "transfers")
+    assert (row["id"], row["status"], row["blamed"], row["windows"], row["first_window"], row["high_watermark"]) == (
+        f"{failed.run_id}:orders:acme", "ERROR", "provider", 0, "2024-01-01", None)
+    assert row["blame_reason"].startswith("source lake: ")
+    assert [(r["recipient"], r["last_success_high_watermark"]) for r in table(config, "recipient_freshness")] == [("acme", None)]
+    assert [(r["recipient"], r["kind"]) for r in table(config, "recipient_destinations")] == [("acme", "delta")]
+    [mat] = dagster_instance.fetch_materializations(ASSET_KEY, limit=5).records
+    assert mat.asset_materialization.metadata["transfers_rows"].value == 1
 
 
 def test_a_pass_killed_between_its_tables_loses_nothing(spark, tmp_path: Path, dagster_instance) -> None:
