@@ -63,11 +63,13 @@ def _later(a: datetime | None, b: datetime | None) -> datetime | None:
 def _per_recipient(transfer: Transfer, models: dict[dg.AssetKey, ModelConfig]) -> dict[tuple[str, str], dict[str, Any]]:
     """(model, recipient) -> counts, windows, HW and staged bytes of the run's committed windows."""
     out: dict[tuple[str, str], dict[str, Any]] = {}
+    parts: dict[str, dg.MultiPartitionsDefinition] = {}
     for mat in transfer.materializations:
         model = models.get(mat.asset_key)
         if model is None or mat.partition is None:
             continue
-        dims = model_partitions(model).get_partition_key_from_str(mat.partition).keys_by_dimension
+        grid = parts.get(model.model_name) or parts.setdefault(model.model_name, model_partitions(model))
+        dims = grid.get_partition_key_from_str(mat.partition).keys_by_dimension
         acc = out.setdefault((model.model_name, dims[RECIPIENT_DIM]),
                              {"windows": [], "rows": 0, "delta": 0, "hw": None, "rounded": None, "commits": {}})
         md = mat.metadata
@@ -98,7 +100,7 @@ def _requested_windows(transfer: Transfer, model: ModelConfig, tags: dict[str, s
 def transfer_rows(instance: dg.DagsterInstance, config: IncsyncConfig, transfers: Iterable[Transfer]) -> list[dict[str, Any]]:
     """One row per (run, model, recipient) of each finished run, with that recipient's own status and blame."""
     from incsync.orchestration.assets import model_asset_key
-    from incsync.orchestration.blame import recipient_blame
+    from incsync.orchestration.blame import each_recipient_blame
 
     models = {model_asset_key(m): m for m in config.models}
     by_name = {m.model_name: m for m in config.models}
@@ -108,12 +110,14 @@ def transfer_rows(instance: dg.DagsterInstance, config: IncsyncConfig, transfers
             continue
         counts = _per_recipient(t, models)
         run = instance.get_run_by_id(t.run_id) if t.status in FAILED else None
+        each = each_recipient_blame(instance, run, t.recipients, orphaned=t.status == TransferStatus.ORPHANED) if (
+            run is not None and len(t.recipients) > 1) else {}
         for model in t.models:
             for rid in t.recipients:
                 acc = counts.get((model, rid))
                 status, blamed, reason = t.status, t.blamed, t.blame_reason
-                if run is not None and len(t.recipients) > 1:
-                    own = recipient_blame(instance, run, rid, orphaned=t.status == TransferStatus.ORPHANED)
+                if rid in each:
+                    own = each[rid]
                     blamed, reason = (own.party.value, own.reason) if own else (None, None)
                     status = t.status if own else TransferStatus.SUCCESS  # the run failed, not because of this recipient
                 if blamed is not None and status != TransferStatus.ORPHANED:
