@@ -260,3 +260,40 @@ def test_a_pass_killed_between_its_tables_loses_nothing(spark, tmp_path: Path, d
     assert (after["transfers_new_rows"], after["recipient_freshness_new_rows"]) == (0, 1)
     assert len(table(config, "transfers")) == 2
     assert [r["last_success_high_watermark"] for r in table(config, "recipient_freshness")] == [ts(1, 5)]
+
+
+def test_the_destinations_snapshot_holds_no_secret(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A PostgreSQL destination is its schema and its variable's name; the DSN's password never reaches a row."""
+    from incsync.orchestration.audit_rows import destination_rows
+
+    monkeypatch.setenv("GLOBEX_PG_DSN", "postgresql://incsync:s3cr3t-pw@db.example.com:5432/globex")
+    config = lake_config(tmp_path, recipients=[
+        {"id": "acme", "id_in_provider_system": "org_1", "destination": "acme_delta"},
+        {"id": "globex", "id_in_provider_system": "org_2", "destination": "globex_pg", "enabled": False}],
+        destinations=[{"name": "acme_delta", "kind": "delta", "path": "./out/acme"},
+                      {"name": "globex_pg", "kind": "postgres", "dsn_env": "GLOBEX_PG_DSN", "schema": "globex"}])
+    now = datetime(2026, 1, 2, tzinfo=UTC)
+    rows, digest = destination_rows(load_config(config), at=now)
+    assert [(r["recipient"], r["kind"], r["location"], r["enabled"]) for r in rows] == [
+        ("acme", "delta", str(tmp_path / "out" / "acme"), True),
+        ("globex", "postgres", "schema globex (DSN in $GLOBEX_PG_DSN)", False)]
+    assert "s3cr3t" not in str(rows) and "example.com" not in str(rows)
+    assert destination_rows(load_config(config), at=datetime(2026, 1, 3, tzinfo=UTC))[1] == digest  # time aside
+
+
+def test_the_freshness_keeps_each_pairs_newest_success() -> None:
+    """A replayed older window (lower HW), a failure and a success of another pair: only the newest success counts."""
+    from incsync.core.bounds import to_micros
+    from incsync.orchestration.audit_rows import freshness
+
+    def row(recipient: str, status: str, hw: datetime | None, finished: datetime) -> dict[str, Any]:
+        return {"model": "orders", "recipient": recipient, "status": status, "high_watermark": hw, "finished_at": finished}
+
+    day = datetime(2024, 1, 2, tzinfo=UTC)
+    before = {"orders|acme": [to_micros(day), to_micros(day)]}
+    later = day.replace(hour=5)
+    state = freshness(before, [row("acme", "SUCCESS", day.replace(day=1), later),  # a backfill of an older window
+                               row("acme", "ERROR", None, later), row("globex", "SUCCESS", later, later),
+                               row("acme", "SUCCESS", day, later)])  # the same HW again, later: when it was last confirmed
+    assert state == {"orders|acme": [to_micros(day), to_micros(later)], "orders|globex": [to_micros(later), to_micros(later)]}
+    assert before == {"orders|acme": [to_micros(day), to_micros(day)]}  # the previous state is not changed in place
