@@ -20,7 +20,7 @@ import pyarrow as pa
 from incsync.config.model import IncsyncConfig, ModelConfig, RecipientConfig
 from incsync.core.bounds import UTC, from_micros, to_micros
 from incsync.core.crashpoints import crash_point
-from incsync.core.fingerprint import model_fingerprint
+from incsync.core.fingerprint import fingerprint, model_fingerprint
 from incsync.core.transfer_id import new_transfer_id
 from incsync.destinations.base import FULL_REFRESH, INCREMENTAL, Destination, DestinationState, TransferRecord
 from incsync.errors import ConfigError
@@ -48,6 +48,7 @@ TABLES: dict[str, tuple[pa.Schema, list[str], str]] = {
 }
 THROUGH = "through"  # extra of the freshness record: the end of the last transfer its state holds (epoch µs)
 STATE = "state"  # ... and that state (model|recipient -> [HW, end] in epoch µs)
+PAIRS = "pairs"  # ... and the fingerprint of the (model, recipient) pairs it wrote
 SNAPSHOT = "snapshot"  # extra of the destinations record: the fingerprint of the last snapshot
 
 
@@ -144,9 +145,10 @@ def run_audit(config: IncsyncConfig, instance: dg.DagsterInstance, *, now: datet
     state = freshness(known, rows)
     fresh = freshness_rows(config, state, now=now)
     end = max([to_micros(r["finished_at"]) for r in rows] + ([int(through)] if through is not None else []), default=None)
-    if fresh and (state != known or rows or states[FRESHNESS].last_transfer is None):
+    pairs = fingerprint({"pairs": [(r["model"], r["recipient"]) for r in fresh]})  # a new subscriber gets its row
+    if fresh and (state != known or rows or pairs != _extra(states[FRESHNESS], PAIRS)):
         done.append(_publish(config, destination, FRESHNESS, fresh, state=states[FRESHNESS], upper=now,
-                             extra={STATE: json.dumps(state, separators=(",", ":")),
+                             extra={STATE: json.dumps(state, separators=(",", ":")), PAIRS: pairs,
                                     **({THROUGH: str(end)} if end is not None else {})}))
 
     snapshot, digest = destination_rows(config, at=now)

@@ -62,17 +62,14 @@ def warehouse(kind: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, 
 
 
 def drop_transfers(config: Path) -> None:
-    import shutil
-
-    cfg = load_config(config)
-    destination = build_destination(cfg.destination("warehouse"))
-    if destination.kind == "delta":
-        shutil.rmtree(destination.table_path(table_model("transfers")))  # type: ignore[attr-defined]
-        return
     import os
+    import shutil
 
     import psycopg
 
+    destination = build_destination(load_config(config).destination("warehouse"))
+    if destination.kind == "delta":
+        return shutil.rmtree(destination.table_path(table_model("transfers")))  # type: ignore[attr-defined]
     with psycopg.connect(os.environ[AUDIT_DSN_ENV], autocommit=True) as conn:
         conn.execute("DROP TABLE incsync_log.transfers")
 
@@ -208,10 +205,8 @@ def test_incsync_audit_prints_what_it_appended(spark, tmp_path: Path, dagster_in
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
         assert run_command(["audit", "-c", str(config)]) == 0
-    lines = out.getvalue().splitlines()
-    assert lines[0].startswith("transfers: 1 row(s) written, 1 new, high watermark ")
-    assert lines[1].startswith("recipient_freshness: 1 row(s) written, 1 new, high watermark ")
-    assert lines[2].startswith("recipient_destinations: 1 row(s) written, 1 new, high watermark ")
+    assert [line.split(" high watermark ")[0] for line in out.getvalue().splitlines()] == [
+        f"{t}: 1 row(s) written, 1 new," for t in TABLES]
     [row] = table(config, "transfers")
     assert (row["id"], row["status"], row["blamed"], row["windows"], row["first_window"], row["high_watermark"]) == (
         f"{failed.run_id}:orders:acme", "ERROR", "provider", 0, "2024-01-01", None)
@@ -220,6 +215,12 @@ def test_incsync_audit_prints_what_it_appended(spark, tmp_path: Path, dagster_in
     assert [(r["recipient"], r["kind"]) for r in table(config, "recipient_destinations")] == [("acme", "delta")]
     [mat] = dagster_instance.fetch_materializations(ASSET_KEY, limit=5).records
     assert mat.asset_materialization.metadata["transfers_rows"].value == 1
+    doc["recipients"].append({"id": "globex", "id_in_provider_system": "org_2", "destination": "acme_delta_2"})
+    doc["destinations"].append({"name": "acme_delta_2", "kind": "delta", "path": "./out/globex"})
+    config.write_text(yaml.safe_dump(doc))  # a new subscriber, no transfer: its pending freshness row, a new snapshot
+    again = audit(dagster_instance, config)
+    assert [again[f"{t}_new_rows"] for t in TABLES] == [0, 2, 2]
+    assert [r["recipient"] for r in table(config, "recipient_freshness")] == ["acme", "globex"]
 
 
 def test_a_pass_killed_between_its_tables_loses_nothing(spark, tmp_path: Path, dagster_instance) -> None:
