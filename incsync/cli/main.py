@@ -12,7 +12,7 @@ from pathlib import Path
 # Standard library, incsync.errors, incsync.paths and the command modules (which import the same) only at
 # import time: `incsync transfer --worker` stays a thin client.
 from incsync.cli.errors import UsageError
-from incsync.cli.operations import cmd_dagster_yaml, cmd_demo, cmd_janitor, cmd_maintain, cmd_spark_server
+from incsync.cli.operations import cmd_audit, cmd_dagster_yaml, cmd_demo, cmd_janitor, cmd_maintain, cmd_spark_server
 from incsync.cli.parsing import Parser
 from incsync.cli.transfer import cmd_transfer, cmd_transfers, run_transfer
 from incsync.cli.validate import cmd_validate
@@ -106,6 +106,10 @@ def build_parser() -> Parser:
     p.add_argument("-c", "--config")
     p.set_defaults(func=cmd_maintain)
 
+    p = sub.add_parser("audit", help="append the transfer log to the `audit:` destination once (what its schedule runs)")
+    p.add_argument("-c", "--config")
+    p.set_defaults(func=cmd_audit)
+
     p = sub.add_parser("transfers", help="list transfers with their status, mode, counts, duration and error")
     p.add_argument("--recipient")
     p.add_argument("--status", help="PENDING, RUNNING, SUCCESS, ERROR, PARTIAL_FAILURE, CANCELLED, KILLED, EXPIRED, ORPHANED")
@@ -153,7 +157,7 @@ def build_parser() -> Parser:
 
 
 # Commands whose Dagster and Spark output goes to a log file (see cli_output.Chatter).
-QUIET_COMMANDS = {"transfer", "transfers", "state", "validate", "demo", "transfer-ownership", "verify", "repair", "maintain"}
+QUIET_COMMANDS = {"transfer", "transfers", "state", "validate", "demo", "transfer-ownership", "verify", "repair", "maintain", "audit"}
 
 
 def run_command(argv: list[str], *, resident: Resident | None = None) -> int:

@@ -1,4 +1,5 @@
-"""Commands that set up and look after where incsync runs: `maintain` (compaction and vacuum), `janitor`
+"""Commands that set up and look after where incsync runs: `maintain` (compaction and vacuum), `audit` (the
+transfer log in the provider's warehouse), `janitor`
 (object-storage files no manifest lists), `dagster-yaml` (run concurrency limits), `spark-server` (a warm
 Spark Connect server) and `demo`."""
 
@@ -96,4 +97,29 @@ def cmd_maintain(args: argparse.Namespace) -> int:
           f"{verb} {freed / 1e6:.1f} MB" if not args.dry_run else
           f"{totals['tables']} table(s) looked at (dry run): {totals['files_compacted']} file(s) to compact, "
           f"{totals['files_vacuumed']} file(s) to vacuum")
+    return 0
+
+
+def cmd_audit(args: argparse.Namespace) -> int:
+    """Append the transfer log once (what the `incsync_audit_schedule` runs), through Dagster: the pass is a
+    materialization of the `incsync_audit` asset like the schedule's."""
+    from incsync.config.load import load_config
+    from incsync.orchestration.audit import ASSET_KEY, JOB_NAME, lines
+    from incsync.orchestration.definitions import build_definitions
+    from incsync.orchestration.instance import dagster_instance
+
+    file = config_path(args.config)
+    if load_config(file).audit is None:
+        raise ConfigError(str(file), ["audit: the file has no `audit:` section; add `audit: {destination: <name>}` "
+                                      "naming a destination of the provider's that no recipient uses (docs/operations.md)"])
+    result = build_definitions(file).resolve_job_def(JOB_NAME).execute_in_process(
+        instance=dagster_instance(file), raise_on_error=False)
+    if not result.success:
+        failure = next((e for e in result.all_events if e.is_step_failure), None)
+        error = failure.step_failure_data.error if failure and failure.step_failure_data else None
+        print(f"incsync audit failed: {error.message.strip() if error else 'see the run ' + result.run_id}")
+        return 1
+    [mat] = result.asset_materializations_for_node(ASSET_KEY.to_python_identifier())
+    for line in lines({k: v.value for k, v in mat.metadata.items()}):
+        print(line)
     return 0

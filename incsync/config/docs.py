@@ -13,6 +13,7 @@ from pydantic import BaseModel
 from pydantic_core import PydanticUndefined
 
 from incsync.config.alerts import AlertsConfig
+from incsync.config.jobs import AuditConfig
 from incsync.config.model import IncsyncConfig, MaintenanceConfig, ModelConfig, RecipientConfig, RecipientsFromConfig
 from incsync.config.destinations import (
     DeltaDestinationConfig,
@@ -36,6 +37,7 @@ SECTIONS: list[tuple[str, str, list[type[BaseModel]]]] = [
     ("tiers", "Schedule tiers: a recipient tagged `tier: <name>` is transferred on the tier's cron.", [TierConfig]),
     ("recipients_from", "Recipients kept in a PostgreSQL table, beside those of the file.", [RecipientsFromConfig]),
     ("maintenance", "Compaction, vacuum and log checkpoints of the destinations (docs/maintenance.md).", [MaintenanceConfig]),
+    ("audit", "The transfer log in the provider's own warehouse (docs/operations.md).", [AuditConfig]),
     ("alerts", "A webhook that hears of every failed transfer and whose it is to fix (docs/operations.md).", [AlertsConfig]),
 ]
 

@@ -16,6 +16,7 @@ from pydantic import Field, field_validator, model_validator
 from incsync.config.alerts import AlertsConfig
 from incsync.config.base import ID_PATTERN, ID_RE, StrictModel, listed_names
 from incsync.config.destinations import DestinationConfig
+from incsync.config.jobs import AuditConfig, MaintenanceConfig
 from incsync.config.products import ProductConfig, TierConfig
 from incsync.config.sources import DEFAULT_LOOKBACK_SECONDS, FALLBACK_LOOKBACK_SECONDS, SourceConfig
 
@@ -169,22 +170,6 @@ class RecipientsFromConfig(StrictModel):
     refresh_seconds: int = Field(default=30, ge=0, description="Read the table again after this long (0: every time).")
 
 
-class MaintenanceConfig(StrictModel):
-    """When ``incsync maintain`` runs on its own: compaction, vacuum and log checkpoints of the destinations."""
-
-    frequency: str = Field(
-        default="0 3 * * *",
-        description="Cron of the `incsync_maintenance` schedule (Dagster), which maintains every destination of "
-        "an enabled recipient; `incsync maintain` runs the same from the command line.",
-    )
-    compact: bool = Field(
-        default=True,
-        description="Rewrite a Delta table's small files (the many small commits of frequent syncs) into files of "
-        "its `target_file_size`, keeping their key order, and write a snapshot manifest of each object-storage "
-        "recipient's live rows; off: vacuum and checkpoints only.",
-    )
-
-
 class RetryPolicy(StrictModel):
     """How often a source read or a destination publish is tried when it fails with a transient error."""
 
@@ -255,6 +240,11 @@ class IncsyncConfig(StrictModel):
     alerts: AlertsConfig | None = Field(
         default=None, description="Post each failed transfer, with its blamed party, to a webhook "
         "(`alerts: {webhook_url_env: INCSYNC_ALERT_WEBHOOK, blamed: [provider]}`; docs/operations.md).",
+    )
+
+    audit: AuditConfig | None = Field(
+        default=None, description="The transfer log in one of the provider's destinations "
+        "(`audit: {destination: warehouse, frequency: \"*/15 * * * *\"}`; docs/operations.md). Unset: no log.",
     )
 
     def source(self, name: str) -> SourceConfig:

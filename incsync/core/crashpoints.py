@@ -4,7 +4,8 @@ Points: ``after_claim`` (the staging folder's lock taken, nothing read yet), ``a
 staged and validated, nothing published), ``mid_publish`` (inside a destination's publish, before its
 commit point), ``after_manifest`` (object storage: manifest
 committed, state pointer not yet updated), ``after_publish`` (committed, staging not yet removed).
-``mid_copy`` (PostgreSQL: each chunk of the COPY sent). ``INCSYNC_TEST_PAUSE_AT=<point>`` instead
+``mid_copy`` (PostgreSQL: each chunk of the COPY sent). ``audit_after_transfers`` (the transfer log's
+`transfers` table committed, its freshness not yet). ``INCSYNC_TEST_PAUSE_AT=<point>`` instead
 stops there: it writes its pid to ``$INCSYNC_TEST_PAUSE_FILE`` and waits until the test removes that
 file, so a test can SIGKILL the process, or kill its connection, at a known moment.
 Unset, as it always is outside those tests, a point costs two environment lookups.

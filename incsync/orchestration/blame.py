@@ -105,10 +105,17 @@ def run_blame(instance: dg.DagsterInstance, run: dg.DagsterRun, *, orphaned: boo
 def recipient_blame(instance: dg.DagsterInstance, run: dg.DagsterRun, recipient: str, *, orphaned: bool = False) -> Blame | None:
     """One recipient's blame in a failed run (what a transfer log records per transfer): its own from the run's
     failure metadata, else the run's. None for a recipient of a run that failed but not because of it."""
+    return each_recipient_blame(instance, run, [recipient], orphaned=orphaned)[recipient]
+
+
+def each_recipient_blame(instance: dg.DagsterInstance, run: dg.DagsterRun, recipients: Iterable[str], *,
+                         orphaned: bool = False) -> dict[str, Blame | None]:
+    """``recipient_blame`` of each of ``recipients``, reading the run's events once (a run holds up to 256)."""
     own = {} if orphaned else recipients_blamed(instance, run.run_id)
     if own:
-        return own.get(recipient)
-    return run_blame(instance, run, orphaned=orphaned)
+        return {r: own.get(r) for r in recipients}
+    fallback = run_blame(instance, run, orphaned=orphaned)
+    return {r: fallback for r in recipients}
 
 
 def failure_error(instance: dg.DagsterInstance, run_id: str) -> BaseException | None:

@@ -81,13 +81,21 @@ def build_definitions(path: str | os.PathLike[str] | None = None) -> dg.Definiti
     from incsync.orchestration.maintenance import build_maintenance_schedule, maintenance_job
 
     schedules.append(build_maintenance_schedule(config, default_status=status))
+    jobs_beside: list[object] = [maintenance_job]
+    assets: list[object] = [*source_specs(config), *(build_model_asset(config, m) for m in config.models)]
+    if config.audit is not None:  # without `audit:` nothing of it exists
+        from incsync.orchestration.audit import audit_asset, audit_job, build_audit_schedule
+
+        assets.append(audit_asset)
+        jobs_beside.append(audit_job)
+        schedules.append(build_audit_schedule(config, default_status=status))
     return dg.Definitions(
-        assets=[*source_specs(config), *(build_model_asset(config, m) for m in config.models)],
+        assets=assets,
         asset_checks=[build_integrity_check(m) for m in config.models],
         resources=resources,
         sensors=sensors,
         schedules=schedules,
-        jobs=[*jobs.values(), maintenance_job],
+        jobs=[*jobs.values(), *jobs_beside],
         # One process per run: its Spark session serves every model and partition of the run.
         executor=dg.in_process_executor,
     )

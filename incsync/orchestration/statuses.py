@@ -73,6 +73,10 @@ class Transfer:
     error: str | None = None  # the first line of a failed run's error
     blamed: str | None = None  # a failed run's party: provider | recipient | unknown (core.blame)
     blame_reason: str | None = None  # its one-line reason, naming the fix
+    started_at: datetime | None = None
+    finished_at: datetime | None = None  # None while it runs (or never started)
+    # Its materializations (one per committed window partition), for a per-recipient log (orchestration.audit).
+    materializations: tuple[dg.AssetMaterialization, ...] = field(default=(), repr=False, compare=False)
 
 
 def _failure_message(instance: dg.DagsterInstance, run_id: str) -> str:
@@ -181,6 +185,10 @@ def _duration(record: dg.RunRecord, now: datetime) -> float | None:
     return max(0.0, end - record.start_time)
 
 
+def _at(epoch: float | None) -> datetime | None:
+    return None if epoch is None else datetime.fromtimestamp(epoch, UTC)
+
+
 def _party(text: str) -> Party:
     try:
         return parse_party(text)
@@ -203,14 +211,15 @@ def list_transfers(
     recipient: str | None = None,
     status: TransferStatus | str | None = None,
     tags: dict[str, str] | None = None,
-    limit: int = 200,
+    limit: int | None = 200,
     now: datetime | None = None,
     blamed: Party | str | None = None,
     product: str | None = None,
+    updated_after: datetime | None = None,
 ) -> list[Transfer]:
     """The latest ``limit`` incsync runs, newest first, filtered by recipient, status, user tags, the
-    blamed party of a failed run (``blamed``: only failed runs blamed on it) and product (runs of the
-    product's models for its subscribers)."""
+    blamed party of a failed run (``blamed``: only failed runs blamed on it), product (runs of the
+    product's models for its subscribers) and ``updated_after`` (runs whose status changed since then)."""
     wanted_status = parse_status(status) if isinstance(status, str) else status
     wanted_party = _party(blamed) if isinstance(blamed, str) else blamed
     in_product = None if product is None else product_filter(config, product)
@@ -222,7 +231,7 @@ def list_transfers(
     models = {model_asset_key(m): m for m in config.models}
     registered = list(instance.get_dynamic_partitions(RECIPIENTS_PARTITIONS))
     now = now or datetime.now(UTC)
-    records = [r for r in instance.get_run_records(dg.RunsFilter(tags=run_tags), limit=limit)
+    records = [r for r in instance.get_run_records(dg.RunsFilter(tags=run_tags, updated_after=updated_after), limit=limit)
                if _models_of(r.dagster_run, models)]
     by_run = _materializations_by_run(
         instance, {k for r in records for k in (r.dagster_run.asset_selection or ()) if k in models},
@@ -262,6 +271,9 @@ def list_transfers(
                 error=_error_line(instance, run) if failed else None,
                 blamed=who.party.value if who else None,
                 blame_reason=who.reason if who else None,
+                started_at=_at(record.start_time),
+                finished_at=_at(record.end_time),
+                materializations=tuple(by_run.get(run.run_id, ())),
             )
         )
     return out

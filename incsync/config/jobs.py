@@ -1,0 +1,66 @@
+"""The provider's own jobs beside the transfers: `maintenance:` (compaction and vacuum of the destinations)
+and `audit:` (the transfer log written to one of the provider's destinations)."""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from incsync.config.base import StrictModel
+
+
+class MaintenanceConfig(StrictModel):
+    """When ``incsync maintain`` runs on its own: compaction, vacuum and log checkpoints of the destinations."""
+
+    frequency: str = Field(
+        default="0 3 * * *",
+        description="Cron of the `incsync_maintenance` schedule (Dagster), which maintains every destination of "
+        "an enabled recipient; `incsync maintain` runs the same from the command line.",
+    )
+    compact: bool = Field(
+        default=True,
+        description="Rewrite a Delta table's small files (the many small commits of frequent syncs) into files of "
+        "its `target_file_size`, keeping their key order, and write a snapshot manifest of each object-storage "
+        "recipient's live rows; off: vacuum and checkpoints only.",
+    )
+
+
+class AuditConfig(StrictModel):
+    """The transfer log in the provider's warehouse: the `incsync_audit` asset appends the tables `transfers`,
+    `recipient_freshness` and `recipient_destinations` to one destination of the provider's."""
+
+    destination: str = Field(
+        description="Name of a destination of `destinations:` (any kind) that no recipient uses: the log names "
+        "every recipient, so it must stay the provider's.",
+    )
+    frequency: str = Field(
+        default="*/15 * * * *",
+        description="Cron (UTC) of the `incsync_audit_schedule`; `incsync audit` runs the same once.",
+    )
+    lookback_seconds: int = Field(
+        default=300, ge=0, le=86_400,
+        description="Transfers that finished this long before the last one logged are read again (and upserted, "
+        "never duplicated): a run whose end was stored late is still logged.",
+    )
+
+
+def audit_problems(cfg: object) -> list[str]:
+    """What `incsync validate` says about `audit:` (``cfg`` is the whole file's IncsyncConfig)."""
+    from incsync.config.base import listed_names
+    from incsync.core.cron import is_valid_cron
+
+    audit: AuditConfig | None = getattr(cfg, "audit", None)
+    if audit is None:
+        return []
+    problems: list[str] = []
+    names = [d.name for d in getattr(cfg, "destinations")]
+    if audit.destination not in names:
+        problems.append(f'audit.destination: "{audit.destination}" is not a configured destination; '
+                        f"known: [{listed_names(names)}]")
+    users = [r.id for r in getattr(cfg, "recipients") if r.destination == audit.destination]
+    if users:
+        problems.append(f'audit.destination: "{audit.destination}" is the destination of recipient(s) '
+                        f"{', '.join(users[:5])}; the transfer log names every recipient, so give it a destination "
+                        "of the provider's own that no recipient uses")
+    if not is_valid_cron(audit.frequency):
+        problems.append(f'audit.frequency: "{audit.frequency}" is not a cron expression (e.g. "*/15 * * * *")')
+    return problems
