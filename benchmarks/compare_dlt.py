@@ -1,4 +1,5 @@
-"""Benchmark: incsync (cold and warm) against dlt on the same PostgreSQL data, into Delta and PostgreSQL.
+"""Benchmark: incsync (cold and warm) against dlt on the same PostgreSQL data, into Delta, PostgreSQL, DuckDB,
+Iceberg and MariaDB (``--destinations``; default delta,postgres).
 
 Workloads, all on one generated ``public.orders`` table (``id`` PK, tenant column, ``updated_at``):
   A  backfill of one tenant of ``--tenant-rows`` rows (default 500,000)
@@ -9,7 +10,8 @@ Workloads, all on one generated ``public.orders`` table (``id`` PK, tenant colum
 
 Tools, each run as a fresh process per transfer, as a user runs them:
   dlt    ``benchmarks/dlt_load.py``: sql_table, pyarrow backend, merge on the primary key,
-         incremental on updated_at, tenant filter pushed into the query
+         incremental on updated_at, tenant filter pushed into the query; dlt's own destination for
+         each kind (filesystem delta / iceberg, postgres, duckdb, sqlalchemy with mysql+pymysql)
   dlt1p  (workload C) every tenant's dlt pipeline in one process, one after the other
   cold   ``incsync transfer`` with an embedded Spark (a JVM starts in every process)
   warm   ``incsync transfer`` against a Spark Connect server the harness starts once (and warms up)
@@ -51,6 +53,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import psycopg
+import pymysql
 import yaml
 from psycopg import sql
 
@@ -61,6 +64,8 @@ from jdbc_postgres import HOST, PORT, pg_user  # noqa: E402
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
 BIG = "big"
+DESTINATIONS = ("delta", "postgres", "duckdb", "iceberg", "mariadb")
+MARIADB = {"host": "127.0.0.1", "port": 3306, "user": "root"}  # the MariaDB destination server, empty password
 
 
 @dataclass
@@ -207,6 +212,7 @@ class Bench:
         self.samples: list[Sample] = []
         self.data_end = start
         self.rounds = 0
+        self.maria_names: list[str] = []  # MariaDB databases start with one of these (incsync's and dlt's)
 
     def dsn(self, db: str) -> str:
         return f"postgresql://{self.user}@{HOST}:{PORT}/{db}"
@@ -216,10 +222,18 @@ class Bench:
         """The config, and its Dagster instance in ``.dagster`` beside it (None: the one incsync writes on first use)."""
         folder = self.work / name
         folder.mkdir(parents=True)
+        self.maria_names += [name] if destination == "mariadb" else []
         destinations, entries = [], []
         for r in recipients:
+            # Each kind at its defaults: a recipient's own table folder, schema, file, warehouse or database.
             if destination == "delta":
                 destinations.append({"name": f"d_{r}", "kind": "delta", "path": str(folder / "out" / r)})
+            elif destination == "duckdb":
+                destinations.append({"name": f"d_{r}", "kind": "duckdb", "path": str(folder / "out" / f"{r}.duckdb")})
+            elif destination == "iceberg":  # the default SQLite catalog, <path>/catalog.db
+                destinations.append({"name": f"d_{r}", "kind": "iceberg", "path": str(folder / "out" / r)})
+            elif destination == "mariadb":
+                destinations.append({"name": f"d_{r}", "kind": "mariadb", **MARIADB, "database": f"{name}_{r}"})
             else:
                 destinations.append({"name": f"d_{r}", "kind": "postgres", "dsn_env": "BENCH_DEST_DSN", "schema": f"{name}_{r}"})
             entries.append({"id": r, "id_in_provider_system": r, "destination": f"d_{r}"})
@@ -308,18 +322,47 @@ class Bench:
                    "--pipelines-dir", str(folder / "pipelines")]
         # dlt insists on a password; the server's trust authentication ignores it.
         dest_dsn = self.dsn(self.dest_db).replace(f"//{self.user}@", f"//{self.user}:unused@")
-        command += ["--delta-path", str(folder / "out")] if destination == "delta" else ["--dest-dsn", dest_dsn]
+        if destination == "mariadb":
+            self.maria_names.append(name)
+            dest_dsn = f"mysql+pymysql://{MARIADB['user']}@{MARIADB['host']}:{MARIADB['port']}/{self.dest_db}"
+        command += ["--delta-path", str(folder / "out")] if destination in ("delta", "duckdb", "iceberg") else ["--dest-dsn", dest_dsn]
         env = {**os.environ, "DLT_DATA_DIR": str(folder / "data")}
         wall, py, jvm, tree, out = measure(command, env)
         return wall, sum(int(n) for n in re.findall(r"rows=(\d+)", out)), py, jvm, tree
 
     # --- checks and changes --------------------------------------------------------------------------
     def landed(self, tool: str, name: str, destination: str, tenant: str) -> int:
+        """Rows in the tenant's table now: dlt's dataset ``<name>_<tenant>``, incsync's recipient ``tenant``."""
+        dlt = tool.startswith("dlt")
+        out = self.work / name / "out"
         if destination == "delta":
             from deltalake import DeltaTable
 
-            path = self.work / name / "out" / (f"{name}_{tenant}/orders" if tool == "dlt" else f"{tenant}/orders")
+            path = out / (f"{name}_{tenant}/orders" if dlt else f"{tenant}/orders")
             return DeltaTable(str(path)).to_pyarrow_dataset().count_rows()
+        if destination == "duckdb":
+            import duckdb
+
+            file, table = (out / f"{name}_{tenant}" / "dlt.duckdb", f'"{name}_{tenant}".orders') if dlt else (out / f"{tenant}.duckdb", "main.orders")
+            with duckdb.connect(str(file), read_only=True) as con:
+                return con.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
+        if destination == "iceberg":
+            if dlt:  # dlt keeps no catalog on disk: the table's newest metadata file
+                from pyiceberg.table import StaticTable
+
+                newest = max((out / f"{name}_{tenant}" / "orders" / "metadata").glob("*.metadata.json"), key=lambda f: f.stat().st_mtime)
+                table = StaticTable.from_metadata(str(newest))
+            else:
+                from incsync.config.destinations import IcebergDestinationConfig
+                from incsync.destinations.iceberg.catalog import open_catalog
+
+                config = IcebergDestinationConfig(name=f"d_{tenant}", kind="iceberg", path=str(out / tenant))
+                table = open_catalog(config).load_table(f"{config.namespace}.orders")
+            return table.scan().to_arrow().num_rows
+        if destination == "mariadb":
+            with pymysql.connect(**MARIADB, database=f"{name}_{tenant}") as conn, conn.cursor() as cur:
+                cur.execute("SELECT count(*) FROM orders")
+                return cur.fetchone()[0]
         with psycopg.connect(self.dsn(self.dest_db)) as conn:
             return conn.execute(sql.SQL("SELECT count(*) FROM {}.orders").format(sql.Identifier(f"{name}_{tenant}"))).fetchone()[0]
 
@@ -374,6 +417,7 @@ class Bench:
         tenants = [t for t in sizes if t != BIG]
         if tool == "dlt1p":  # every tenant's pipeline in one dlt process
             self.record("C", destination, tool, instance, rep, self.dlt(name, destination, tenants))
+            self.check_c(tool, name, destination, sizes)
             return
         config = None
         worker = None
@@ -384,10 +428,12 @@ class Bench:
                 command = [str(BIN / "python"), str(ROOT / "benchmarks" / "incsync_loop.py"), "-c", str(config), "orders", *tenants]
                 wall, rows, py, jvm, tree, _ = self.timed(config, command)
                 self.record("C", destination, tool, instance, rep, (wall, rows, py, jvm, tree))
+                self.check_c(tool, name, destination, sizes)
                 return
             if tool == "worker":  # every tenant in ONE `incsync transfer` (no --recipient): runs of recipients_per_run
                 worker = self.start_worker(config)
                 self.record("C", destination, tool, instance, rep, self.incsync(config, None, backfill=True, worker=worker))
+                self.check_c(tool, name, destination, sizes)
                 return
             wall = rows = py = jvm = tree = 0
             for tenant in tenants:
@@ -395,9 +441,25 @@ class Bench:
                                  else self.incsync(config, tenant, backfill=True))
                 wall, rows, py, jvm, tree = wall + w, rows + r, max(py, p), max(jvm, j), max(tree, t)
             self.record("C", destination, tool, instance, rep, (wall, rows, py, jvm, tree))
+            self.check_c(tool, name, destination, sizes)
         finally:
             stop(worker)
             self.done_with(config)
+
+    def check_c(self, tool: str, name: str, destination: str, sizes: dict[str, int]) -> None:
+        """After the timing: every C tenant's table holds exactly that tenant's rows."""
+        wrong = {t: (n, got) for t, n in sizes.items() if t != BIG and (got := self.landed(tool, name, destination, t)) != n}
+        assert not wrong, f"{tool} {destination} C: tenant -> (rows, landed) {wrong}"
+
+    def drop_mariadb(self) -> None:
+        """Drop every MariaDB database this run made: incsync's per recipient, dlt's per dataset (and its _staging)."""
+        if not self.maria_names:
+            return
+        with pymysql.connect(**MARIADB, autocommit=True) as conn, conn.cursor() as cur:
+            cur.execute("SHOW DATABASES")
+            for (db,) in cur.fetchall():
+                if any(db.startswith(f"{n}_") for n in self.maria_names) or db == self.dest_db:
+                    cur.execute(f"DROP DATABASE IF EXISTS `{db}`")
 
 
 def settle(admin: psycopg.Connection) -> None:
@@ -442,7 +504,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--c-repeat", type=int, default=1, help="repetitions of workload C")
     parser.add_argument("--workloads", default="A,C", help="A (A then B; B names the same), C")
-    parser.add_argument("--destinations", default="delta,postgres")
+    parser.add_argument("--destinations", default="delta,postgres", help=f"comma-separated: {', '.join(DESTINATIONS)}")
     parser.add_argument("--tools", default="dlt,cold,warm,worker")
     parser.add_argument("--c-tools", default="dlt,dlt1p,worker",
                         help="tools for workload C (cold pays a JVM per tenant; dlt1p / warm1p: every tenant in one process)")
@@ -479,9 +541,16 @@ def main() -> None:
     server = None
     tools, c_tools = args.tools.split(","), args.c_tools.split(",")
     workloads, destinations = args.workloads.split(","), args.destinations.split(",")
+    destinations = ["mariadb" if d == "mysql" else d for d in destinations]
+    if unknown := [d for d in destinations if d not in DESTINATIONS]:
+        sys.exit(f"--destinations: unknown {', '.join(unknown)}; choose from {', '.join(DESTINATIONS)} (mysql = mariadb)")
+    bench = None
     try:
         for db in (source_db, dest_db):
             admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(db)))
+        if "mariadb" in destinations:  # dlt's sqlalchemy URL names a database: one of the run's own
+            with pymysql.connect(**MARIADB, autocommit=True) as conn, conn.cursor() as cur:
+                cur.execute(f"CREATE DATABASE `{dest_db}`")
         t0 = time.monotonic()
         c_tenants = args.c_tenants if "C" in workloads else 0
         with psycopg.connect(host=HOST, port=PORT, user=user, dbname=source_db, autocommit=True) as conn:
@@ -518,6 +587,12 @@ def main() -> None:
 
             stop_server(server)
         instances.close()
+        if "mariadb" in destinations:
+            if bench is None:
+                with pymysql.connect(**MARIADB, autocommit=True) as conn, conn.cursor() as cur:
+                    cur.execute(f"DROP DATABASE IF EXISTS `{dest_db}`")
+            else:
+                bench.drop_mariadb()
         for db in (source_db, dest_db):
             admin.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(db)))
         admin.close()
