@@ -53,7 +53,6 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import psycopg
-import pymysql
 import yaml
 from psycopg import sql
 
@@ -157,6 +156,12 @@ def reset_peak_rss(pid: int) -> None:
     """Start VmHWM afresh (Linux clear_refs 5), so a resident process's peak is per transfer."""
     with open(f"/proc/{pid}/clear_refs", "w") as f:
         f.write("5")
+
+
+def mariadb(**kwargs: object):  # -> pymysql.Connection (imported only when a MariaDB destination runs)
+    import pymysql
+
+    return pymysql.connect(**MARIADB, **kwargs)
 
 
 def worker_socket(config: Path) -> Path:
@@ -360,7 +365,7 @@ class Bench:
                 table = open_catalog(config).load_table(f"{config.namespace}.orders")
             return table.scan().to_arrow().num_rows
         if destination == "mariadb":
-            with pymysql.connect(**MARIADB, database=f"{name}_{tenant}") as conn, conn.cursor() as cur:
+            with mariadb(database=f"{name}_{tenant}") as conn, conn.cursor() as cur:
                 cur.execute("SELECT count(*) FROM orders")
                 return cur.fetchone()[0]
         with psycopg.connect(self.dsn(self.dest_db)) as conn:
@@ -455,7 +460,7 @@ class Bench:
         """Drop every MariaDB database this run made: incsync's per recipient, dlt's per dataset (and its _staging)."""
         if not self.maria_names:
             return
-        with pymysql.connect(**MARIADB, autocommit=True) as conn, conn.cursor() as cur:
+        with mariadb(autocommit=True) as conn, conn.cursor() as cur:
             cur.execute("SHOW DATABASES")
             for (db,) in cur.fetchall():
                 if any(db.startswith(f"{n}_") for n in self.maria_names) or db == self.dest_db:
@@ -549,7 +554,7 @@ def main() -> None:
         for db in (source_db, dest_db):
             admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(db)))
         if "mariadb" in destinations:  # dlt's sqlalchemy URL names a database: one of the run's own
-            with pymysql.connect(**MARIADB, autocommit=True) as conn, conn.cursor() as cur:
+            with mariadb(autocommit=True) as conn, conn.cursor() as cur:
                 cur.execute(f"CREATE DATABASE `{dest_db}`")
         t0 = time.monotonic()
         c_tenants = args.c_tenants if "C" in workloads else 0
@@ -589,7 +594,7 @@ def main() -> None:
         instances.close()
         if "mariadb" in destinations:
             if bench is None:
-                with pymysql.connect(**MARIADB, autocommit=True) as conn, conn.cursor() as cur:
+                with mariadb(autocommit=True) as conn, conn.cursor() as cur:
                     cur.execute(f"DROP DATABASE IF EXISTS `{dest_db}`")
             else:
                 bench.drop_mariadb()
