@@ -13,6 +13,7 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
 
+from incsync.cli.main import run_command
 from incsync_tests import arrow_transfer
 from incsync_tests.destination_support import Target
 from incsync_tests.support import lake_config, ts, write_table
@@ -22,7 +23,8 @@ DAYS = 100  # creation dates: ROWS // DAYS keys created each day
 SMALL_FILES = 1 << 16  # the smallest target_file_size the config takes: many files from few rows
 SCHEMA = pa.schema([("id", pa.int64()), ("organization_id", pa.string()), ("status", pa.string()),
                     ("created_on", pa.date32()), ("updated_at", pa.timestamp("us", tz="UTC"))])
-IDS = random.Random(33).sample(range(1, 1_000_000_000), ROWS)  # the k-th created key: scattered over the key space
+ADDED = 250  # keys created after the backfill (a new creation date), 50 an incremental
+IDS = random.Random(33).sample(range(1, 1_000_000_000), ROWS + ADDED)  # the k-th created key: scattered over the key space
 FIRST_DAY = date(2023, 9, 1)
 
 
@@ -33,17 +35,17 @@ def _created(k: int) -> date:
 def _base_time(k: int):
     """The backfill's rows were last updated at 01:00, but for the newest one at 07:00: the high watermark, whose
     lookback the next incremental re-reads (that row alone, created on the last day like the changes)."""
-    return ts(1, 7) if k == ROWS - 1 else ts(1, 1)
+    return ts(1, 9, (k - ROWS) // 50) if k >= ROWS else ts(1, 7) if k == ROWS - 1 else ts(1, 1)
 
 
-def _source(changed: dict[int, tuple[int, date]]) -> list[dict]:
-    """ROWS keys in key order (as a table read by its primary key); ``changed``: creation index -> (minute after
-    08:00 it was updated, its creation date now)."""
+def _source(changed: dict[int, tuple[int, date]], added: int = 0) -> list[dict]:
+    """ROWS (+ ``added``) keys in key order (as a table read by its primary key); ``changed``: creation index ->
+    (minute after 08:00 it was updated, its creation date now). The j-th added key came at 09:00 + j // 50 minutes."""
     rows = []
-    for k, key in enumerate(IDS):
+    for k, key in enumerate(IDS[:ROWS + added]):
         minute, created = changed.get(k, (None, _created(k)))
         rows.append({"id": key, "organization_id": "org_1", "status": "new" if minute is None else f"changed {minute}",
-                     "created_on": created, "updated_at": ts(1, 8, minute) if minute is not None else _base_time(k)})
+                     "created_on": created, "updated_at": ts(1, 8) + timedelta(minutes=minute) if minute is not None else _base_time(k)})
     return sorted(rows, key=lambda r: r["id"])
 
 
@@ -65,13 +67,13 @@ def _files(root: Path) -> int:
     return len(DeltaTable(str(root / "out" / "acme" / "orders")).file_uris())
 
 
-def _sync(root: Path, config: Path, changed: dict[int, tuple[int, date]], **kwargs):
-    write_table(root / "src", "orders", _source(changed), schema=SCHEMA)
+def _sync(root: Path, config: Path, changed: dict[int, tuple[int, date]], added: int = 0, **kwargs):
+    write_table(root / "src", "orders", _source(changed, added), schema=SCHEMA)
     return arrow_transfer.run(config, "2024-01-01", **kwargs)
 
 
-def _expected(changed: dict[int, tuple[int, date]]) -> dict[int, tuple[str, date]]:
-    return {r["id"]: (r["status"], r["created_on"]) for r in _source(changed)}
+def _expected(changed: dict[int, tuple[int, date]], added: int = 0) -> dict[int, tuple[str, date]]:
+    return {r["id"]: (r["status"], r["created_on"]) for r in _source(changed, added)}
 
 
 def _copy(config: Path) -> dict[int, tuple[str, date]]:
@@ -113,6 +115,19 @@ def test_changes_to_recent_rows_rewrite_the_last_files_with_cluster_by_and_every
     out = _sync(root, config, more, scheduled=True)
     assert out.record.delta_rows_transferred == 145 and _copy(config) == _expected(more)
     assert 1 <= out.destination_metadata["delta_files_removed"] <= 2
+
+    # Keys created since arrive in small files (sorted each); compaction bins neighbouring files and keeps
+    # their order, so the table stays ordered by creation date.
+    for n in range(1, ADDED // 50 + 1):
+        assert _sync(root, config, more, added=50 * n, scheduled=True).record.delta_rows_transferred == 50
+    before = _files(root)
+    assert run_command(["maintain", "-c", str(config)]) == 0
+    assert _files(root) < before
+    last = {**more, **{k: (120, _created(k)) for k in range(ROWS - 149, ROWS + ADDED, 2)}}
+    out = _sync(root, config, last, added=ADDED, scheduled=True)
+    assert out.record.delta_rows_transferred == 200 and _copy(config) == _expected(last, ADDED)
+    assert 1 <= out.destination_metadata["delta_files_removed"] <= 2
+    assert out.destination_metadata["delta_files_scanned"] <= 2 and out.destination_metadata["delta_files_skipped"] >= 3
 
 
 def test_a_key_whose_cluster_value_changed_is_merged_by_its_key_alone_and_never_duplicated(env: Path) -> None:

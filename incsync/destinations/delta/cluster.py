@@ -17,7 +17,9 @@ key, no duplicate ever — and the transfer's metadata and log say so (``delta_c
 from __future__ import annotations
 
 import logging
+import math
 from datetime import date, datetime
+from decimal import Decimal
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -26,6 +28,7 @@ from deltalake import DeltaTable
 
 from incsync.config.model import ModelConfig
 from incsync.destinations.delta.batch import batch_reader, batch_table, crash_after
+from incsync.errors import SchemaError
 from incsync.staging.batch import StagedBatch
 
 log = logging.getLogger(__name__)
@@ -40,17 +43,26 @@ def ordered(batch: StagedBatch, model: ModelConfig) -> pa.RecordBatchReader:
     (the batch is then held in memory to sort it, as a widening rewrite holds it), else as staged."""
     if not model.cluster_by:
         return batch_reader(batch)
+    _check_columns(model, batch)
     rows = batch_table(batch)
     rows = rows.sort_by([(c, "ascending") for c in [*model.cluster_by, *model.primary_key]])
     return crash_after(pa.RecordBatchReader.from_batches(rows.schema, rows.to_batches()))
+
+
+def _check_columns(model: ModelConfig, batch: StagedBatch) -> None:
+    if missing := [c for c in model.cluster_by or [] if c not in batch.schema.names]:
+        raise SchemaError(f"model {model.model_name}: cluster_by column(s) {', '.join(missing)} are not among the "
+                          f"columns read ({', '.join(batch.schema.names)}); fix the model's cluster_by")
 
 
 def _literal(value: object) -> str | None:
     """A DataFusion literal of ``value``; None for a type the range does not cover."""
     if isinstance(value, bool):
         return "true" if value else "false"
-    if isinstance(value, int | float):
+    if isinstance(value, int) or isinstance(value, float) and math.isfinite(value):
         return repr(value)
+    if isinstance(value, Decimal) and value.is_finite():
+        return str(value)
     if isinstance(value, datetime | date):
         return "'" + value.isoformat() + "'"
     if isinstance(value, str):
@@ -63,11 +75,10 @@ def cluster_range(dt: DeltaTable, *, model: ModelConfig, batch: StagedBatch) -> 
     what it did; ``""`` (and why, in ``delta_cluster_fallback``) when a batch key's row lies outside it."""
     if not model.cluster_by or batch.rows == 0:
         return "", {}
-    columns = [c for c in model.cluster_by if c in batch.schema.names and c in dt.schema().to_arrow().names]
-    missing = [c for c in model.cluster_by if c not in columns]
-    if missing:
-        return "", {"delta_cluster_fallback": f"cluster_by column(s) {', '.join(missing)} not in the batch and the "
-                                              "table; merged by the key alone"}
+    _check_columns(model, batch)
+    columns = [c for c in model.cluster_by if c in dt.schema().to_arrow().names]
+    if missing := [c for c in model.cluster_by if c not in columns]:  # added at the source since: its rows hold NULL
+        return "", {"delta_cluster_fallback": f"the table has no column {', '.join(missing)} yet; merged by the key alone"}
     staged = batch.table(columns=list(dict.fromkeys([*model.primary_key, *columns])))
     clauses, outside = [], []
     for c in columns:
