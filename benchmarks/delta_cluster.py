@@ -72,7 +72,8 @@ def main() -> None:
     batch = rows(ids[-changed:], created[-changed:], status="changed", shift=timedelta(days=1))
     print(f"{n:,} rows over {args.days} creation dates, files of {args.file_size:,} B; "
           f"MERGE of the {changed:,} newest created rows (keys scattered)")
-    print(f"{'layout and predicate':<42}{'files':>6}{'rows copied':>13}{'rewritten':>11}{'MB rewritten':>14}{'of MB':>8}{'seconds':>9}")
+    print(f"{'layout and predicate':<42}{'files':>6}{'rows copied':>13}{'rewritten':>11}{'MB rewritten':>14}"
+          f"{'of MB':>8}{'seconds':>9}")
     with tempfile.TemporaryDirectory() as tmp:
         for label, cluster in (("by key; key + key range", False), ("by (created_on, key); + created_on range", True)):
             path = Path(tmp) / label.split(";")[0].replace(" ", "_")

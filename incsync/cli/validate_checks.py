@@ -53,14 +53,15 @@ def _named_columns(model: ModelConfig) -> list[tuple[str, str]]:
 def ignored_cluster_by(config: IncsyncConfig) -> list[str]:
     """A model's ``cluster_by`` orders and prunes Delta files only: say which recipients' copies ignore it."""
     warnings = []
+    kinds = {d.name: d.kind for d in config.destinations}
     for i, model in enumerate(config.models):
         if not model.cluster_by:
             continue
-        kinds = {d.name: d.kind for d in config.destinations}
         others = sorted({(r.id, kinds[r.destination]) for r in subscribers(config, model.model_name)
                          if kinds.get(r.destination, "delta") != "delta"})
         if others:
-            names = ", ".join(f"{rid} ({kind})" for rid, kind in others[:5]) + (f" and {len(others) - 5} more" if len(others) > 5 else "")
+            names = ", ".join(f"{rid} ({kind})" for rid, kind in others[:5])
+            names += f" and {len(others) - 5} more" if len(others) > 5 else ""
             warnings.append(f"models[{i}].cluster_by: only Delta destinations cluster files; it is ignored for {names}")
     return warnings
 
