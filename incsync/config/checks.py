@@ -21,6 +21,21 @@ def _window_problem(seconds: int) -> str | None:
     )
 
 
+def _cluster_problems(where: str, m: ModelConfig) -> list[str]:
+    """``cluster_by`` names columns a key never changes (docs/maintenance.md), each once."""
+    problems = [f'{where}.cluster_by: column {c!r} {p}' for c in m.cluster_by or [] if (p := column_name_problem(c))]
+    for i, column in enumerate(m.cluster_by or []):
+        if column in (m.cluster_by or [])[:i]:
+            problems.append(f'{where}.cluster_by[{i}]: column "{column}" is named twice; name it once')
+        elif column == m.last_modified_column:
+            problems.append(f'{where}.cluster_by: "{column}" is the last_modified_column, which every change moves; '
+                            "cluster by a column a key never changes, such as its creation date")
+        elif column in m.primary_key:
+            problems.append(f'{where}.cluster_by: "{column}" is in the primary_key, by which files are already '
+                            "ordered and pruned; name another column or drop cluster_by")
+    return problems
+
+
 def cross_check_problems(cfg: IncsyncConfig) -> list[str]:
     """Problems pydantic cannot see alone: references, names, column lists."""
     problems: list[str] = []
@@ -79,6 +94,7 @@ def cross_check_problems(cfg: IncsyncConfig) -> list[str]:
                 ("last_modified_column", [m.last_modified_column]),
                 ("organization_column", [m.organization_column] if m.organization_column else []),
                 ("is_deleted_column", [m.is_deleted_column] if m.is_deleted_column else []),
+                ("cluster_by", m.cluster_by or []),
             ):
                 for col in cols:
                     if col not in m.columns:
@@ -87,6 +103,7 @@ def cross_check_problems(cfg: IncsyncConfig) -> list[str]:
                         )
             unique(f"{where}.columns", list(m.columns))
         problems.extend(_column_types_problems(where, m))
+        problems.extend(_cluster_problems(where, m))
         if m.last_modified_timezone:
             try:
                 from zoneinfo import ZoneInfo
