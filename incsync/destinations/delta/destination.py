@@ -154,8 +154,7 @@ class DeltaDestination(Destination):
             files_before = file_sizes(dt)
             try:
                 if dt.version() == 0 and not refresh and not dt.file_uris():
-                    write_deltalake(dt, batch_reader(batch), mode="append", target_file_size=self.config.target_file_size,
-                                    commit_properties=props)  # the stamped, empty table's rows: in files of its size
+                    write_deltalake(dt, batch_reader(batch), mode="append", commit_properties=props)  # the stamped, empty table
                 elif refresh:
                     same = _same_columns(dt.schema().to_arrow(), delta_form(batch.schema))
                     write_deltalake(
@@ -176,7 +175,9 @@ class DeltaDestination(Destination):
             except CommitFailedError:
                 continue  # another writer committed after the lease check: check again at the new version
             except Exception as exc:  # delta-rs raises several unrelated types; name the table and keep the cause
-                raise PublishError(f"{where}: Delta publish to {path} failed and nothing was committed: {exc}") from exc
+                raise PublishError(
+                    f"{where}: Delta publish to {path} failed and nothing was committed: {exc}"
+                ) from exc
             # A full refresh overwrites the schema: columns the source dropped are gone, not kept.
             applied = replace(change, dropped=()) if refresh else change
             published = self._table_at(path)
