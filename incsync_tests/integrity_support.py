@@ -71,7 +71,7 @@ def verify(config_path: Path, spark, tmp_path: Path, **kwargs: Any) -> VerifyRes
 Damage = Callable[[list[dict[str, Any]]], list[dict[str, Any]]]
 
 
-def damage_destination(kind: str, root: Path, change: Damage, *, dsn: str | None = None) -> None:
+def damage_destination(kind: str, root: Path, change: Damage, *, dsn: str | None = None, database: str | None = None) -> None:
     """Rewrite the destination's rows with ``change`` (list of row dicts in, list out), as a careless
     hand or a broken tool would: no transfer record, no manifest change."""
     if kind == "delta":
@@ -89,6 +89,18 @@ def damage_destination(kind: str, root: Path, change: Damage, *, dsn: str | None
             con.register("changed", pa.Table.from_pylist(change(before.to_pylist()), schema=before.schema))
             con.execute("DELETE FROM orders")
             con.execute("INSERT INTO orders SELECT * FROM changed")
+    elif kind == "mariadb":
+        import pymysql
+
+        with pymysql.connect(host="127.0.0.1", user="root", database=database, init_command="SET time_zone = '+00:00'") as conn:
+            with conn.cursor(pymysql.cursors.DictCursor) as cur:
+                cur.execute("SELECT * FROM orders")
+                after = change(list(cur.fetchall()))
+                names = [d[0] for d in cur.description]
+                cur.execute("DELETE FROM orders")
+                cur.executemany(f"INSERT INTO orders ({', '.join(f'`{n}`' for n in names)}) VALUES "
+                                f"({', '.join(['%s'] * len(names))})", [[row[n] for n in names] for row in after])
+            conn.commit()
     elif kind == "object_storage":
         files = sorted((root / "out/acme/orders").glob("recipient=acme/dt=*/*.parquet"))
         for n, f in enumerate(files):

@@ -41,7 +41,7 @@ def check_connectivity(config: IncsyncConfig) -> list[str]:
                 problems.extend(exc.problems)
             except IncsyncError as exc:
                 problems.append(" ".join(str(exc).split()))
-        if destination.kind == "duckdb":
+        if destination.kind in ("duckdb", "mariadb", "mysql"):
             from incsync.destinations.registry import build_destination
 
             try:

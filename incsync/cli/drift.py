@@ -38,7 +38,7 @@ def destination_drift(destination: Destination, *, model: ModelConfig, recipient
     if isinstance(destination, ObjectStorageDestination):
         previous = destination._reader_schema(model, recipient)
         return None if previous is None else arrow_diff(previous, staged)
-    if destination.kind == "duckdb":
+    if destination.kind in ("duckdb", "mariadb"):
         return destination.drift(model=model, staged=staged)  # type: ignore[attr-defined]
     return None
 

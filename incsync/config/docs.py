@@ -17,6 +17,7 @@ from incsync.config.model import IncsyncConfig, MaintenanceConfig, ModelConfig, 
 from incsync.config.destinations import (
     DeltaDestinationConfig,
     DuckDBDestinationConfig,
+    MariaDBDestinationConfig,
     ObjectStorageDestinationConfig,
     PostgresDestinationConfig,
 )
@@ -27,7 +28,8 @@ SECTIONS: list[tuple[str, str, list[type[BaseModel]]]] = [
     ("The file", "Top-level keys of `incsync.yaml` (or the file `$INCSYNC_CONFIG` names).", [IncsyncConfig]),
     ("sources", "One entry per place data is read from; `vendor` chooses the kind.", [LakeSourceConfig, JdbcSourceConfig]),
     ("destinations", "One entry per place a recipient's copy is written to; `kind` chooses the kind.",
-     [DeltaDestinationConfig, PostgresDestinationConfig, ObjectStorageDestinationConfig, DuckDBDestinationConfig]),
+     [DeltaDestinationConfig, PostgresDestinationConfig, ObjectStorageDestinationConfig, DuckDBDestinationConfig,
+      MariaDBDestinationConfig]),
     ("models", "One entry per shared table.", [ModelConfig]),
     ("recipients", "One entry per customer.", [RecipientConfig]),
     ("products", "Named sets of models; a recipient with `products` receives only their models.", [ProductConfig]),

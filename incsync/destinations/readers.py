@@ -15,6 +15,7 @@ from incsync.destinations.base import Destination
 if TYPE_CHECKING:
     from incsync.destinations.delta.destination import DeltaDestination
     from incsync.destinations.duckdb.destination import DuckDBDestination
+    from incsync.destinations.mariadb.destination import MariaDBDestination
     from incsync.destinations.object_storage.destination import ObjectStorageDestination
     from incsync.destinations.postgres.destination import PostgresDestination
 
@@ -53,11 +54,17 @@ def read_duckdb(destination: DuckDBDestination, *, model: ModelConfig, recipient
         return con.sql(f"SELECT * FROM {destination.target(model)}").to_arrow_table()
 
 
+def read_mariadb(destination: MariaDBDestination, *, model: ModelConfig, recipient: RecipientConfig) -> pa.Table:
+    """The MariaDB table's rows (``recipient`` owns the database's table); empty before the first transfer."""
+    return destination.read(model)
+
+
 READERS: dict[str, Callable[..., pa.Table]] = {
     "delta": read_delta,
     "postgres": read_postgres,
     "object_storage": read_object_storage,
     "duckdb": read_duckdb,
+    "mariadb": read_mariadb,
 }
 
 
@@ -84,6 +91,8 @@ def location(destination: Destination, *, model: ModelConfig, recipient: Recipie
         return f'"{destination.schema}"."{model.model_name}"'  # type: ignore[attr-defined]
     if destination.kind == "duckdb":
         return f'{destination.path} "{destination.schema}"."{model.model_name}"'  # type: ignore[attr-defined]
+    if destination.kind == "mariadb":
+        return f"`{destination.database}`.`{model.model_name}`"  # type: ignore[attr-defined]
     return f"{destination.root.rstrip('/')}/{model.model_name}/recipient={recipient.id}"  # type: ignore[attr-defined]
 
 

@@ -6,6 +6,7 @@ from incsync.config.destinations import (
     DeltaDestinationConfig,
     DestinationConfig,
     DuckDBDestinationConfig,
+    MariaDBDestinationConfig,
     ObjectStorageDestinationConfig,
     PostgresDestinationConfig,
 )
@@ -36,6 +37,10 @@ def build_destination(config: DestinationConfig) -> Destination:
         from incsync.destinations.duckdb.destination import DuckDBDestination
 
         return DuckDBDestination(config)
+    if isinstance(config, MariaDBDestinationConfig):
+        from incsync.destinations.mariadb.destination import MariaDBDestination
+
+        return MariaDBDestination(config)
     raise ConfigError("destinations", [f"{config.name}.kind: {config.kind} destinations are not available yet"])
 
 

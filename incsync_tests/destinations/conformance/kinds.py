@@ -49,6 +49,7 @@ KINDS_TABLE: tuple[Kind, ...] = (
         owner_where="object-storage prefix {shared}/orders/recipient=acme (destination dest)",
     ),
     Kind("duckdb", owner_where="DuckDB table main.orders of {shared}.duckdb (destination dest)"),
+    Kind("mariadb", owner_where="MariaDB table {database}.orders (destination dest)"),
 )
 KINDS = tuple(k.name for k in KINDS_TABLE)
 BY_NAME = {k.name: k for k in KINDS_TABLE}
@@ -77,7 +78,17 @@ def create_view(target: Target) -> None:
         with target.destination.connect() as con:
             con.execute("CREATE VIEW paid_orders AS SELECT id, status FROM orders WHERE status = 'paid'")
         return
+    if target.kind == "mariadb":
+        _mariadb(target, "CREATE VIEW {db}.paid_orders AS SELECT id, status FROM {db}.orders WHERE status = 'paid'")
+        return
     raise AssertionError(f"{target.kind}: {BY_NAME[target.kind].recipient_views}")
+
+
+def _mariadb(target: Target, statement: str) -> list[tuple]:
+    from incsync.destinations.mariadb.connect import connect, rows
+
+    with connect(target.destination.config) as conn:  # type: ignore[attr-defined]
+        return rows(conn, statement.format(db=f"`{target.destination.database}`"))  # type: ignore[attr-defined]
 
 
 def view_rows(target: Target) -> list[tuple]:
@@ -87,6 +98,8 @@ def view_rows(target: Target) -> list[tuple]:
     if target.kind == "duckdb":
         with target.destination.connect() as con:
             return con.execute("SELECT id, status FROM paid_orders ORDER BY id").fetchall()
+    if target.kind == "mariadb":
+        return _mariadb(target, "SELECT id, status FROM {db}.paid_orders ORDER BY id")
     raise AssertionError(f"{target.kind}: {BY_NAME[target.kind].recipient_views}")
 
 
@@ -94,4 +107,5 @@ def damage(target: Target, root: Path, change: Callable[[Rows], Rows]) -> None:
     """Rewrite the copy's rows with ``change`` behind incsync's back (no transfer record, no manifest)."""
     from incsync_tests.integrity_support import damage_destination
 
-    damage_destination(target.kind, root, change, dsn=os.environ.get(PG_DSN_ENV))
+    database = target.destination.database if target.kind == "mariadb" else None  # type: ignore[attr-defined]
+    damage_destination(target.kind, root, change, dsn=os.environ.get(PG_DSN_ENV), database=database)
