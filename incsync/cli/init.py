@@ -12,7 +12,7 @@ from incsync.cli.parsing import Commands
 from incsync.errors import InputError
 
 SOURCES = ("lake", "postgres", "mysql", "mariadb")
-DESTINATIONS = ("delta", "postgres", "object_storage", "duckdb")
+DESTINATIONS = ("delta", "postgres", "object_storage", "duckdb", "mariadb")
 
 _SOURCE = {
     "lake": """\
@@ -66,9 +66,19 @@ _DESTINATION = {
     kind: duckdb
     path: ./out/acme.duckdb   # a DuckDB file (created when missing): one table per model; one recipient's copy
 """,
+    "mariadb": """\
+  - name: acme_mariadb
+    kind: mariadb             # MariaDB or MySQL (kind: mysql is the same)
+    host: 127.0.0.1
+    port: 3306
+    user: incsync_writer      # needs CREATE, ALTER, SELECT, INSERT, UPDATE, DELETE, CREATE TEMPORARY TABLES there
+    password_env: ACME_MARIADB_PASSWORD  # the variable holding the password: export it (omit for none)
+    database: acme            # created when missing: one table per model; one recipient's copy
+""",
 }
 
-_DESTINATION_NAME = {"delta": "acme_delta", "postgres": "acme_pg", "object_storage": "files", "duckdb": "acme_duckdb"}
+_DESTINATION_NAME = {"delta": "acme_delta", "postgres": "acme_pg", "object_storage": "files", "duckdb": "acme_duckdb",
+                     "mariadb": "acme_mariadb"}
 
 TEMPLATE = """\
 # incsync configuration: {source} -> {destination}. Written by `incsync init`; check it with

@@ -135,6 +135,8 @@ def build_parser() -> Parser:
     p = sub.add_parser("demo", help="build a sample source and transfer it to a few recipients")
     p.add_argument("--workdir", default="demo")
     p.add_argument("--rows", type=int, default=120_000)
+    p.add_argument("--mariadb", action="store_true",
+                   help="also transfer to a fourth recipient's MariaDB database on 127.0.0.1:3306 (as root)")
     p.set_defaults(func=cmd_demo)
     # Subcommands defined in their own modules, each with add_parser(sub).
     from incsync.cli.handover import add_parser as add_transfer_ownership

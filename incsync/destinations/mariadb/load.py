@@ -63,7 +63,8 @@ def load_stage(conn: Connection, database: str, batch: StagedBatch, form: pa.Sch
     if warnings:
         listed = "; ".join(str(w[2]) for w in warnings)
         raise PublishError(f"{where}: a staged value does not fit its MariaDB column ({listed}); nothing was published. "
-                           "Fix: widen the column in the source or cast it in the model's source_query (docs/types.md).")
+                           "Fix: cast or shorten the value in the model's source_query (a text key column holds at most 768 "
+                           "characters, fewer in a key of several columns: docs/types.md).")
     if loaded != batch.rows:
         raise PublishError(f"{where}: {loaded} of the batch's {batch.rows} rows reached the MariaDB stage; nothing was "
                            "published (is a primary key repeated in the batch?)")
