@@ -15,7 +15,7 @@ import yaml
 
 from incsync.config.load import load_config
 from incsync.integrity.verify import VerifyResult, verify_recipient
-from incsync_tests.destination_support import PG_DSN_ENV
+from incsync_tests.destination_support import destination_spec, mariadb_database
 from incsync_tests.jdbc_support import PgDatabase
 from incsync_tests.support import JAN1_EPOCH, ts
 
@@ -43,9 +43,7 @@ def insert(db: PgDatabase, rows: list[tuple]) -> None:
 
 
 def config_for(root: Path, db: PgDatabase, kind: str, *, model: dict[str, Any] | None = None) -> Path:
-    dest = {"name": "acme_dest", "kind": kind}
-    dest.update({"dsn_env": PG_DSN_ENV, "schema": "acme"} if kind == "postgres" else
-                {"path": "./out/acme.duckdb"} if kind == "duckdb" else {"path": "./out/acme"})
+    dest = destination_spec(kind)
     doc = {
         "sources": [{"name": "db", "vendor": "postgres", "jdbc_url": db.jdbc_url, "user": db.user}],
         "destinations": [dest],
@@ -71,7 +69,7 @@ def verify(config_path: Path, spark, tmp_path: Path, **kwargs: Any) -> VerifyRes
 Damage = Callable[[list[dict[str, Any]]], list[dict[str, Any]]]
 
 
-def damage_destination(kind: str, root: Path, change: Damage, *, dsn: str | None = None, database: str | None = None) -> None:
+def damage_destination(kind: str, root: Path, change: Damage, *, dsn: str | None = None) -> None:
     """Rewrite the destination's rows with ``change`` (list of row dicts in, list out), as a careless
     hand or a broken tool would: no transfer record, no manifest change."""
     if kind == "delta":
@@ -92,7 +90,8 @@ def damage_destination(kind: str, root: Path, change: Damage, *, dsn: str | None
     elif kind == "mariadb":
         import pymysql
 
-        with pymysql.connect(host="127.0.0.1", user="root", database=database, init_command="SET time_zone = '+00:00'") as conn:
+        with pymysql.connect(host="127.0.0.1", user="root", database=mariadb_database(),
+                             init_command="SET time_zone = '+00:00'") as conn:
             with conn.cursor(pymysql.cursors.DictCursor) as cur:
                 cur.execute("SELECT * FROM orders")
                 after = change(list(cur.fetchall()))

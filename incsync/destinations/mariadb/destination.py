@@ -166,7 +166,8 @@ class MariaDBDestination(Destination):
         crash_point("mid_publish")
         if stamp_reason is not None:
             log.stamp(conn, db, owner_of(model, recipient), reason=stamp_reason)
-        types = {f.name: str(f.type) for f in form}
+        # Nested columns keep their Arrow type here, so readers give their JSON back as lists and structs.
+        types = {f.name: str(batch.schema.field(f.name).type if f.name in nested else f.type) for f in form}
         if registered is None or registered[0] != types:
             log.register(conn, db, name, types, fresh=current is None)
         log.insert_record(conn, db, record)

@@ -3,6 +3,7 @@ telling which ``DATETIME`` columns hold UTC instants) and its rows, as a reader 
 
 from __future__ import annotations
 
+import json
 from datetime import datetime, time, timedelta
 from decimal import Decimal
 
@@ -41,11 +42,22 @@ def _value(value: object, t: pa.DataType) -> object:
     return value
 
 
+NESTED = ("list", "large_list", "fixed_size_list", "struct", "map")
+
+
 def read_table(conn: Connection, database: str, model: str) -> pa.Table:
-    """Every row of ``database.model``; an empty table without columns when there is none."""
-    schema = table_schema(conn, database, model, log.published(conn, database, model))
+    """Every row of ``database.model``; an empty table without columns when there is none. Columns the
+    registry knows were nested (lists, structs, maps) come back as such, from their JSON."""
+    registered = log.published(conn, database, model)
+    schema = table_schema(conn, database, model, registered)
     if schema is None:
         return pa.table({})
+    nested = {c for c, t in (registered[0] if registered else {}).items() if t.startswith(NESTED)}
     found = rows(conn, f"SELECT * FROM {table(database, model)}")
-    columns = [[_value(r[i], f.type) for r in found] for i, f in enumerate(schema)]
-    return pa.Table.from_arrays([pa.array(c, f.type) for c, f in zip(columns, schema, strict=True)], schema=schema)
+    arrays = []
+    for i, f in enumerate(schema):
+        if f.name in nested:
+            arrays.append(pa.array([None if r[i] is None else json.loads(r[i]) for r in found]))
+        else:
+            arrays.append(pa.array([_value(r[i], f.type) for r in found], f.type))
+    return pa.Table.from_arrays(arrays, names=schema.names)

@@ -107,5 +107,4 @@ def damage(target: Target, root: Path, change: Callable[[Rows], Rows]) -> None:
     """Rewrite the copy's rows with ``change`` behind incsync's back (no transfer record, no manifest)."""
     from incsync_tests.integrity_support import damage_destination
 
-    database = target.destination.database if target.kind == "mariadb" else None  # type: ignore[attr-defined]
-    damage_destination(target.kind, root, change, dsn=os.environ.get(PG_DSN_ENV), database=database)
+    damage_destination(target.kind, root, change, dsn=os.environ.get(PG_DSN_ENV))
