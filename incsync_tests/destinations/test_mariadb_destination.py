@@ -14,6 +14,7 @@ import pytest
 import yaml
 
 from incsync.config.load import load_config
+from incsync.destinations.registry import build_destination
 from incsync.errors import ConfigError, PublishError
 from incsync_tests.arrow_transfer import run
 from incsync_tests.destination_support import Target, destination_env, destination_spec, mariadb_admin
@@ -194,3 +195,23 @@ def test_validate_refuses_two_recipients_on_one_database_of_one_server(tmp_path:
         "mariadb://localhost:3306/shop; a mariadb destination holds one recipient's copy, so give \"b\" a location of its own"]
     load_config(_two(tmp_path, {"database": "shop"}, {"database": "shop", "port": 3307}))  # another server: fine
     load_config(_two(tmp_path, {"database": "shop"}, {"database": "Shop"}))  # database names are case-sensitive on Linux
+    alias = load_config(_two(tmp_path, {"kind": "mysql", "database": "a"}, {"database": "b"}))
+    assert build_destination(alias.destination("a")).kind == "mariadb"  # kind: mysql is the same destination
+
+
+def test_a_server_or_client_refusing_local_files_fails_naming_the_setting(env, tmp_path: Path) -> None:
+    from incsync.destinations.mariadb.connect import collation, connect, quote, run
+    from incsync.destinations.mariadb.load import load_stage
+    from incsync.destinations.mariadb.types import mariadb_form
+    from incsync.staging.batch import stage_arrow
+
+    batch = stage_arrow(pa.Table.from_pylist(SOURCE), tmp_path / "staged")
+    config = load_config(_configure(tmp_path, SOURCE)).destination("acme_dest")
+    with connect(config) as conn:  # a session that did not ask for local files: the server refuses them the same way
+        run(conn, f"CREATE DATABASE {quote(config.database)}")
+        with pytest.raises(PublishError) as info:
+            load_stage(conn, config.database, batch, mariadb_form(batch.schema), key=("id",), collation=collation(conn),
+                       where="model orders, recipient acme")
+    assert str(info.value).startswith("model orders, recipient acme: the MariaDB server refuses LOAD DATA LOCAL INFILE (")
+    assert str(info.value).endswith("nothing was published. Fix: SET GLOBAL local_infile = ON on the server (or "
+                                    "local_infile=1 in its configuration)")

@@ -15,6 +15,7 @@ import tempfile
 from pathlib import Path
 
 import pyarrow as pa
+import pymysql
 import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 
@@ -25,6 +26,7 @@ from incsync.errors import PublishError
 from incsync.staging.batch import StagedBatch
 
 STAGE = "_incsync_stage"
+LOCAL_REFUSED = (1148, 3948, 4166)  # the server or the client has local files off (MySQL 5.7, MySQL 8, MariaDB)
 _CSV = pacsv.WriteOptions(include_header=False, quoting_style="all_valid", null_string="NULL")
 
 
@@ -58,7 +60,14 @@ def load_stage(conn: Connection, database: str, batch: StagedBatch, form: pa.Sch
         statement = (f"LOAD DATA LOCAL INFILE %s INTO TABLE {table(database, STAGE)} CHARACTER SET utf8mb4 "
                      "FIELDS TERMINATED BY ',' OPTIONALLY ENCLOSED BY '\"' ESCAPED BY '' LINES TERMINATED BY '\\n' "
                      f"({targets}){' SET ' + sets if sets else ''}")
-        loaded = run(conn, statement, [str(path)])
+        try:
+            loaded = run(conn, statement, [str(path)])
+        except pymysql.MySQLError as exc:
+            if exc.args and exc.args[0] in LOCAL_REFUSED:
+                raise PublishError(f"{where}: the MariaDB server refuses LOAD DATA LOCAL INFILE ({exc.args[1]}); nothing was "
+                                   "published. Fix: SET GLOBAL local_infile = ON on the server (or local_infile=1 in its "
+                                   "configuration)") from None
+            raise
     warnings = rows(conn, "SHOW WARNINGS LIMIT 3")
     if warnings:
         listed = "; ".join(str(w[2]) for w in warnings)
