@@ -46,6 +46,8 @@ def check_connectivity(config: IncsyncConfig) -> list[str]:
 
             try:
                 build_destination(destination).check()  # type: ignore[attr-defined]
+            except ConfigError as exc:  # an unset password variable
+                problems.extend(exc.problems)
             except IncsyncError as exc:
                 problems.append(" ".join(str(exc).split()))
         if isinstance(destination, DeltaDestinationConfig | ObjectStorageDestinationConfig) and is_url(destination.path):

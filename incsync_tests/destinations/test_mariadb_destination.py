@@ -85,6 +85,7 @@ def test_keys_that_differ_in_case_or_trailing_spaces_stay_apart(env, tmp_path: P
     assert outcome.destination_metadata["mariadb_rows_written"] == 1
     assert sorted((r["code"], r["status"]) for r in target.rows()) == sorted(
         (c, "changed" if c == "ACME" else f"s{i}") for i, c in enumerate(codes))
+    assert run(config, "2024-01-01", scheduled=False).destination_metadata["mariadb_rows_written"] == 0  # a replay writes nothing
 
 
 def test_a_decimal_past_65_30_is_its_exact_text(env, tmp_path: Path) -> None:
@@ -215,3 +216,17 @@ def test_a_server_or_client_refusing_local_files_fails_naming_the_setting(env, t
     assert str(info.value).startswith("model orders, recipient acme: the MariaDB server refuses LOAD DATA LOCAL INFILE (")
     assert str(info.value).endswith("nothing was published. Fix: SET GLOBAL local_infile = ON on the server (or "
                                     "local_infile=1 in its configuration)")
+
+
+def test_validate_connect_reaches_the_server_and_names_an_unset_password_variable(
+        env, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from incsync.cli.connectivity import check_connectivity
+
+    config = _configure(tmp_path, SOURCE)
+    assert check_connectivity(load_config(config)) == []
+    doc = yaml.safe_load(config.read_text())
+    doc["destinations"][0]["password_env"] = "INCSYNC_TEST_MARIADB_PASSWORD"
+    config.write_text(yaml.safe_dump(doc))
+    monkeypatch.delenv("INCSYNC_TEST_MARIADB_PASSWORD", raising=False)
+    assert check_connectivity(load_config(config)) == [
+        "destinations[acme_dest].password_env: variable INCSYNC_TEST_MARIADB_PASSWORD is not set; export the password in it"]
