@@ -132,14 +132,10 @@ class MariaDBDestination(Destination):
                                    transfer_id=record.transfer_id)
         refresh = record.transfer_type == FULL_REFRESH
         soft = removals is not None and removals.mode == "soft" and removals.rows > 0
-        deleted, stale = 0, []
-        if current is None:
+        deleted, stale, has_stamp = 0, [], False
+        if current is None:  # no rows to remove either
             create_table(conn, target, form, key=key, json=nested, collation=binary)
             drift = applied = SchemaDiff()
-            has_stamp = False
-            if soft:
-                adapt(conn, target, form, SchemaDiff(), key=key, json=nested, collation=binary, refresh=False, soft_stamp=True)
-                has_stamp = True
         else:
             has_stamp = DELETED_AT in current.names
             mine = _without_stamp(current)

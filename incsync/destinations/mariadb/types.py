@@ -69,7 +69,7 @@ _INTS = {8: "TINYINT", 16: "SMALLINT", 32: "INT", 64: "BIGINT"}
 
 def column_type(field: pa.Field, *, key_chars: int | None, collation: str) -> str:
     """The MariaDB type of a column of ``mariadb_form`` (``key_chars``: a key column, its longest text)."""
-    t, source = field.type, field
+    t = field.type
     if pa.types.is_boolean(t):
         return "BOOLEAN"
     if pa.types.is_integer(t):
@@ -89,7 +89,7 @@ def column_type(field: pa.Field, *, key_chars: int | None, collation: str) -> st
         return "TIME(6)"
     if pa.types.is_timestamp(t):
         return "DATETIME(6)"
-    raise SchemaError(f'column "{source.name}" has type {t}, which the MariaDB destination cannot store; cast it in the '
+    raise SchemaError(f'column "{field.name}" has type {t}, which the MariaDB destination cannot store; cast it in the '
                       "model's source_query")
 
 
