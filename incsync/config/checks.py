@@ -123,9 +123,9 @@ def cross_check_problems(cfg: IncsyncConfig) -> list[str]:
         users.setdefault(r.destination, {})[r.id] = None  # ordered, and O(1) per recipient at 10,000
     users = {name: list(ids) for name, ids in users.items()}
     for i, d in enumerate(cfg.destinations):
-        # A Delta table root, PostgreSQL schema, DuckDB file or Iceberg namespace holds one recipient's copy: tables are keyed on the
+        # A Delta table root, PostgreSQL schema, DuckDB file, Iceberg namespace or MariaDB database holds one recipient's copy: tables are keyed on the
         # primary key alone, so a second tenant would merge into (and full refreshes would wipe) the first.
-        if kinds[d.name] in ("delta", "postgres", "duckdb", "iceberg") and len(users.get(d.name, [])) > 1:
+        if kinds[d.name] in ("delta", "postgres", "duckdb", "iceberg", "mariadb", "mysql") and len(users.get(d.name, [])) > 1:
             problems.append(
                 f'destinations[{i}]: "{d.name}" is used by recipients {", ".join(users[d.name])}; {"an" if d.kind[0] in "aeiou" else "a"} '
                 f"{d.kind} destination holds one recipient's copy, so give each recipient its own (object_storage may be shared)"
