@@ -46,7 +46,8 @@ def generate(conn: psycopg.Connection, sizes: dict[str, int], *, start: datetime
     conn.execute("VACUUM ANALYZE orders")
 
 
-def config_file(folder: Path, *, destination: str, source_db: str, user: str, start: datetime) -> Path:
+def config_file(folder: Path, *, destination: str, source_db: str, user: str, start: datetime,
+                spark: dict[str, str] | None = None) -> Path:
     destinations, recipients = [], []
     for r in ("big", "small"):
         if destination == "delta":
@@ -60,7 +61,7 @@ def config_file(folder: Path, *, destination: str, source_db: str, user: str, st
            "models": [{"model_name": "orders", "source": "app_db", "source_table": "public.orders", "primary_key": ["id"],
                        "last_modified_column": "updated_at", "organization_column": "organization_id",
                        "max_transfer_time_window_seconds": 86400, "min_start_time_epoch": int(start.timestamp())}],
-           "recipients": recipients}
+           "recipients": recipients, **({"spark": spark} if spark else {})}
     path = folder / "incsync.yaml"
     folder.mkdir(parents=True, exist_ok=True)
     path.write_text(yaml.safe_dump(doc, sort_keys=False))
@@ -88,6 +89,8 @@ def main() -> None:
     parser.add_argument("--history-days", type=int, default=665)
     parser.add_argument("--destinations", default="delta,postgres")
     parser.add_argument("--workdir", type=Path, default=None)
+    parser.add_argument("--spark", action="append", default=[], metavar="KEY=VALUE",
+                        help="a Spark setting of the config file, e.g. spark.driver.memory=512m (repeatable)")
     parser.add_argument("--keep", action="store_true", help="keep the databases and configs (to profile a command)")
     args = parser.parse_args()
     user = os.environ.get("PGUSER", "postgres")
@@ -106,7 +109,8 @@ def main() -> None:
         for destination in args.destinations.split(","):
             folder = work / destination
             config = config_file(folder, destination=destination, source_db=source_db, user=user,
-                                 start=data_start - timedelta(days=args.history_days))
+                                 start=data_start - timedelta(days=args.history_days),
+                                 spark=dict(kv.split("=", 1) for kv in args.spark))
             env = {**os.environ, "DAGSTER_HOME": str(folder / ".dagster"), "INCSYNC_STAGING_DIR": str(folder / "staging"),
                    "BENCH_DEST_DSN": f"postgresql://{user}@{HOST}:{PORT}/{dest_db}"}
             for tenant in ("small", "big"):

@@ -23,8 +23,9 @@ from incsync.destinations.registry import Destination, build_destination
 from incsync.destinations.readers import read_rows
 from incsync.sources.base import Source
 
-KINDS = ("delta", "postgres", "object_storage", "duckdb", "iceberg")
+KINDS = ("delta", "postgres", "object_storage", "duckdb", "iceberg", "mariadb")
 PG_DSN_ENV = "INCSYNC_TEST_PG_DSN"
+MARIADB_ENV = "INCSYNC_TEST_MARIADB_DATABASE"  # the test's prefix of MariaDB database names
 PG_ADMIN_USERS = ("postgres", "root")
 DEST = "acme_dest"
 
@@ -66,7 +67,44 @@ def postgres_database() -> Iterator[str]:
             admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
+def mariadb_admin():
+    """A root session on the machine's MariaDB (127.0.0.1:3306); skipped without a server, unless in CI."""
+    import pymysql
+
+    from incsync_tests.conftest import in_ci
+
+    try:
+        return pymysql.connect(host="127.0.0.1", port=3306, user="root", password="", autocommit=True, connect_timeout=3)
+    except pymysql.MySQLError as exc:
+        if in_ci():
+            raise
+        pytest.skip(f"MariaDB at 127.0.0.1:3306 is not reachable: {exc}")
+
+
+@contextmanager
+def mariadb_databases() -> Iterator[str]:
+    """A prefix for the test's MariaDB databases (``destination_spec`` derives one per folder); every
+    database with it is dropped afterwards."""
+    admin = mariadb_admin()
+    prefix = f"incsync_t_{uuid.uuid4().hex[:10]}"
+    try:
+        yield prefix
+    finally:
+        with admin.cursor() as cur:
+            cur.execute("SELECT SCHEMA_NAME FROM information_schema.SCHEMATA WHERE SCHEMA_NAME LIKE %s", [prefix + "%"])
+            for (name,) in cur.fetchall():
+                cur.execute(f"DROP DATABASE IF EXISTS `{name}`")
+        admin.close()
+
+
+def mariadb_database(folder: str = "./out/acme") -> str:
+    """The database ``destination_spec("mariadb", folder=...)`` names in this test."""
+    return f"{os.environ[MARIADB_ENV]}_{Path(folder).name}"
+
+
 def destination_spec(kind: str, name: str = DEST, folder: str = "./out/acme") -> dict[str, Any]:
+    if kind == "mariadb":
+        return {"name": name, "kind": "mariadb", "user": "root", "database": mariadb_database(folder)}
     if kind == "postgres":
         return {"name": name, "kind": "postgres", "dsn_env": PG_DSN_ENV, "schema": "acme"}
     if kind == "duckdb":
@@ -76,6 +114,11 @@ def destination_spec(kind: str, name: str = DEST, folder: str = "./out/acme") ->
 
 @contextmanager
 def destination_env(kind: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    if kind == "mariadb":
+        with mariadb_databases() as prefix:
+            monkeypatch.setenv(MARIADB_ENV, prefix)
+            yield
+        return
     if kind != "postgres":
         yield
         return

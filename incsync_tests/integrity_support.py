@@ -15,7 +15,7 @@ import yaml
 
 from incsync.config.load import load_config
 from incsync.integrity.verify import VerifyResult, verify_recipient
-from incsync_tests.destination_support import PG_DSN_ENV
+from incsync_tests.destination_support import destination_spec, mariadb_database
 from incsync_tests.jdbc_support import PgDatabase
 from incsync_tests.support import JAN1_EPOCH, ts
 
@@ -43,9 +43,7 @@ def insert(db: PgDatabase, rows: list[tuple]) -> None:
 
 
 def config_for(root: Path, db: PgDatabase, kind: str, *, model: dict[str, Any] | None = None) -> Path:
-    dest = {"name": "acme_dest", "kind": kind}
-    dest.update({"dsn_env": PG_DSN_ENV, "schema": "acme"} if kind == "postgres" else
-                {"path": "./out/acme.duckdb"} if kind == "duckdb" else {"path": "./out/acme"})
+    dest = destination_spec(kind)
     doc = {
         "sources": [{"name": "db", "vendor": "postgres", "jdbc_url": db.jdbc_url, "user": db.user}],
         "destinations": [dest],
@@ -96,6 +94,19 @@ def damage_destination(kind: str, root: Path, change: Damage, *, dsn: str | None
         table = SqlCatalog("incsync", uri=f"sqlite:///{warehouse / 'catalog.db'}", warehouse=warehouse.as_uri()).load_table("incsync.orders")
         before = table.scan().to_arrow()
         table.overwrite(pa.Table.from_pylist(change(before.to_pylist()), schema=before.schema))
+    elif kind == "mariadb":
+        import pymysql
+
+        with pymysql.connect(host="127.0.0.1", user="root", database=mariadb_database(),
+                             init_command="SET time_zone = '+00:00'") as conn:
+            with conn.cursor(pymysql.cursors.DictCursor) as cur:
+                cur.execute("SELECT * FROM orders")
+                after = change(list(cur.fetchall()))
+                names = [d[0] for d in cur.description]
+                cur.execute("DELETE FROM orders")
+                cur.executemany(f"INSERT INTO orders ({', '.join(f'`{n}`' for n in names)}) VALUES "
+                                f"({', '.join(['%s'] * len(names))})", [[row[n] for n in names] for row in after])
+            conn.commit()
     elif kind == "object_storage":
         files = sorted((root / "out/acme/orders").glob("recipient=acme/dt=*/*.parquet"))
         for n, f in enumerate(files):

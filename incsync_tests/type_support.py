@@ -53,6 +53,14 @@ def transfer(config_path: Path, spark: Any, window: str = "2024-01-01", recipien
     return run_transfer(request, staging_root=Path(os.environ["INCSYNC_STAGING_DIR"]))
 
 
+def arrow_schema(config_path: Path) -> dict[str, str]:
+    """Column -> Arrow type of the recipient's copy as its reader gives it back."""
+    from incsync.destinations.readers import read_rows
+
+    target = Target(config_path)
+    return {f.name: str(f.type) for f in read_rows(target.destination, model=target.model, recipient=target.recipient).schema}
+
+
 def rows_by(config_path: Path, *key: str) -> list[dict[str, Any]]:
     """The destination's current rows (object storage: newest per key), sorted by ``key``."""
     rows = Target(config_path).rows()

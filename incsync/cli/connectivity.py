@@ -41,11 +41,13 @@ def check_connectivity(config: IncsyncConfig) -> list[str]:
                 problems.extend(exc.problems)
             except IncsyncError as exc:
                 problems.append(" ".join(str(exc).split()))
-        if destination.kind in ("duckdb", "iceberg"):
+        if destination.kind in ("duckdb", "iceberg", "mariadb", "mysql"):
             from incsync.destinations.registry import build_destination
 
             try:
                 build_destination(destination).check()  # type: ignore[attr-defined]
+            except ConfigError as exc:  # an unset password variable
+                problems.extend(exc.problems)
             except IncsyncError as exc:
                 problems.append(" ".join(str(exc).split()))
         if isinstance(destination, DeltaDestinationConfig | ObjectStorageDestinationConfig) and is_url(destination.path):

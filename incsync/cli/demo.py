@@ -35,6 +35,11 @@ ACME_DESTINATIONS = {
     "iceberg": {"name": "acme_iceberg", "kind": "iceberg", "path": "./out/acme_iceberg", "namespace": "acme"},
 }
 GLOBEX_FALLBACK = {"name": "globex_pg", "kind": "object_storage", "path": "./out/globex"}
+# `incsync demo --mariadb`: a fourth recipient whose copy is a MariaDB database on this machine.
+DEMO_MARIADB_PASSWORD_ENV = "INCSYNC_DEMO_MARIADB_PASSWORD"  # set it when root has a password
+UMBRELLA = {"id": "umbrella", "id_in_provider_system": "org_4", "destination": "umbrella_mariadb", "tags": {"tier": "silver"}}
+UMBRELLA_MARIADB = {"name": "umbrella_mariadb", "kind": "mariadb", "host": "127.0.0.1", "port": 3306, "user": "root",
+                    "database": "incsync_demo_umbrella"}
 STATUSES = ["new", "paid", "shipped", "delivered", "cancelled", "refunded"]
 DAYS = 6
 
@@ -121,6 +126,23 @@ def prepare_postgres() -> str | None:
     return dsn
 
 
+def prepare_mariadb() -> dict[str, object] | None:
+    """The umbrella recipient's MariaDB destination, its database dropped so the demo starts afresh; None
+    when no server answers on 127.0.0.1:3306."""
+    import pymysql
+
+    spec = dict(UMBRELLA_MARIADB)
+    if os.environ.get(DEMO_MARIADB_PASSWORD_ENV) is not None:
+        spec["password_env"] = DEMO_MARIADB_PASSWORD_ENV
+    try:
+        with pymysql.connect(host="127.0.0.1", port=3306, user="root", connect_timeout=3,
+                             password=os.environ.get(DEMO_MARIADB_PASSWORD_ENV, "")) as conn, conn.cursor() as cur:
+            cur.execute(f"DROP DATABASE IF EXISTS `{spec['database']}`")
+    except pymysql.MySQLError:
+        return None
+    return spec
+
+
 UI_ENV_FILE = "ui.env"
 
 
@@ -140,10 +162,13 @@ def ui_command(workdir: Path) -> str:
             f"INCSYNC_CONFIG={config} DAGSTER_HOME={home} dagster dev -w workspace.yaml")
 
 
-def write_config(workdir: Path, *, start_epoch: int, postgres: bool = True, acme: str = "delta") -> Path:
+def write_config(workdir: Path, *, start_epoch: int, postgres: bool = True, acme: str = "delta",
+                 mariadb: dict[str, object] | None = None) -> Path:
     destinations = DESTINATIONS if postgres else [d if d["kind"] != "postgres" else GLOBEX_FALLBACK for d in DESTINATIONS]
     destinations = [ACME_DESTINATIONS[acme], *destinations[1:]]
     recipients = [{**RECIPIENTS[0], "destination": ACME_DESTINATIONS[acme]["name"]}, *RECIPIENTS[1:]]
+    recipients = [*recipients, UMBRELLA] if mariadb else recipients
+    destinations = [*destinations, mariadb] if mariadb else destinations
     doc = {
         "sources": [{"name": "shop", "vendor": "lake", "path": "./source", "format": "parquet"}],
         "destinations": destinations,
@@ -197,7 +222,7 @@ def verify(config_file: Path, source: pa.Table) -> list[str]:
     return problems
 
 
-def run_demo(workdir: Path, *, rows: int = 120_000, acme: str = "delta") -> int:
+def run_demo(workdir: Path, *, rows: int = 120_000, acme: str = "delta", mariadb: bool = False) -> int:
     """Build everything under ``workdir`` from scratch (idempotent), transfer, verify, print per-transfer lines."""
     from incsync.config.load import load_config
     from incsync.orchestration.definitions import build_definitions
@@ -218,12 +243,15 @@ def run_demo(workdir: Path, *, rows: int = 120_000, acme: str = "delta") -> int:
     _write_source(workdir, source)
     dsn_was_given = bool(os.environ.get(DEMO_PG_DSN_ENV))
     postgres = prepare_postgres() is not None
-    config_file = write_config(workdir, start_epoch=int(start.timestamp()), postgres=postgres, acme=acme)
+    umbrella = prepare_mariadb() if mariadb else None
+    config_file = write_config(workdir, start_epoch=int(start.timestamp()), postgres=postgres, acme=acme, mariadb=umbrella)
     config = load_config(config_file)
     model = config.model("orders")
     print(f"demo in {workdir}: {source.num_rows} orders over {len(TENANTS)} tenants since {start:%Y-%m-%d}")
     if not postgres:
         print(f"no PostgreSQL at 127.0.0.1:5432 (or ${DEMO_PG_DSN_ENV}): globex gets an object-storage destination instead")
+    if mariadb and umbrella is None:
+        print("no MariaDB at 127.0.0.1:3306 (root, password in $INCSYNC_DEMO_MARIADB_PASSWORD if any): umbrella is left out")
     print("destinations: " + ", ".join(f"{r.id} -> {config.destination(r.destination).kind}" for r in config.recipients))
     print(f"config {config_file}; Dagster instance {workdir / '.dagster'}")
     write_ui_env(workdir, derived_dsn=postgres and not dsn_was_given)

@@ -38,7 +38,7 @@ def destination_drift(destination: Destination, *, model: ModelConfig, recipient
     if isinstance(destination, ObjectStorageDestination):
         previous = destination._reader_schema(model, recipient)
         return None if previous is None else arrow_diff(previous, staged)
-    if destination.kind in ("duckdb", "iceberg"):
+    if destination.kind in ("duckdb", "iceberg", "mariadb"):
         return destination.drift(model=model, staged=staged)  # type: ignore[attr-defined]
     return None
 

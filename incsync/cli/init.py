@@ -12,7 +12,7 @@ from incsync.cli.parsing import Commands
 from incsync.errors import InputError
 
 SOURCES = ("lake", "postgres", "mysql", "mariadb")
-DESTINATIONS = ("delta", "postgres", "object_storage", "duckdb", "iceberg")
+DESTINATIONS = ("delta", "postgres", "object_storage", "duckdb", "iceberg", "mariadb")
 
 _SOURCE = {
     "lake": """\
@@ -73,10 +73,19 @@ _DESTINATION = {
     namespace: acme           # the catalog namespace: table acme.orders; one recipient's copy
     # catalog_uri_env: ACME_CATALOG  # a PostgreSQL catalog instead: the variable holding postgresql://...
 """,
+    "mariadb": """\
+  - name: acme_mariadb
+    kind: mariadb             # MariaDB or MySQL (kind: mysql is the same)
+    host: 127.0.0.1
+    port: 3306
+    user: incsync_writer      # needs CREATE, ALTER, SELECT, INSERT, UPDATE, DELETE, CREATE TEMPORARY TABLES there
+    password_env: ACME_MARIADB_PASSWORD  # the variable holding the password: export it (omit for none)
+    database: acme            # created when missing: one table per model; one recipient's copy
+""",
 }
 
 _DESTINATION_NAME = {"delta": "acme_delta", "postgres": "acme_pg", "object_storage": "files", "duckdb": "acme_duckdb",
-                     "iceberg": "acme_iceberg"}
+                     "iceberg": "acme_iceberg", "mariadb": "acme_mariadb"}
 
 TEMPLATE = """\
 # incsync configuration: {source} -> {destination}. Written by `incsync init`; check it with

@@ -141,6 +141,8 @@ def build_parser() -> Parser:
     p.add_argument("--rows", type=int, default=120_000)
     p.add_argument("--acme-destination", choices=["delta", "duckdb", "iceberg"], default="delta",
                    help="the kind of acme's destination (globex: PostgreSQL, initech: object storage)")
+    p.add_argument("--mariadb", action="store_true",
+                   help="also transfer to a fourth recipient's MariaDB database on 127.0.0.1:3306 (as root)")
     p.set_defaults(func=cmd_demo)
     # Subcommands defined in their own modules, each with add_parser(sub).
     from incsync.cli.handover import add_parser as add_transfer_ownership

@@ -53,7 +53,7 @@ def cmd_dagster_yaml(args: argparse.Namespace) -> int:
 def cmd_demo(args: argparse.Namespace) -> int:
     from incsync.cli.demo import run_demo
 
-    return run_demo(Path(args.workdir), rows=args.rows, acme=args.acme_destination)
+    return run_demo(Path(args.workdir), rows=args.rows, acme=args.acme_destination, mariadb=args.mariadb)
 
 
 def cmd_spark_server(args: argparse.Namespace) -> int:

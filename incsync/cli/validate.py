@@ -16,7 +16,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
     from incsync.config.load import load_config
     from incsync.config.lines import problem_lines
     from incsync.config.locations import location_notes
-    from incsync.cli.validate_checks import lake_schema_problems, unset_variables
+    from incsync.cli.validate_checks import ignored_cluster_by, lake_schema_problems, unset_variables
 
     file = config_path(args.config)
     config = load_config(file)
@@ -41,6 +41,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
         if schema_problems:
             raise ConfigError(str(file), schema_problems, problem_lines(text, schema_problems))
         warnings += unset_variables(config)
+    warnings += ignored_cluster_by(config)
     located = ConfigError(str(file), [fix_separator(p) for p in problems], problem_lines(text, problems)).located()
     warned = ConfigError(str(file), [fix_separator(w) for w in warnings], problem_lines(text, warnings)).located()
     if getattr(args, "json", False):

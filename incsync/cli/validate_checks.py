@@ -46,7 +46,24 @@ def _named_columns(model: ModelConfig) -> list[tuple[str, str]]:
         named.append(("organization_column", model.organization_column))
     named += [("columns", c) for c in model.columns or []]
     named += [("column_types", c) for c in model.column_types or {}]
+    named += [("cluster_by", c) for c in model.cluster_by or []]
     return named
+
+
+def ignored_cluster_by(config: IncsyncConfig) -> list[str]:
+    """A model's ``cluster_by`` orders and prunes Delta files only: say which recipients' copies ignore it."""
+    warnings = []
+    kinds = {d.name: d.kind for d in config.destinations}
+    for i, model in enumerate(config.models):
+        if not model.cluster_by:
+            continue
+        others = sorted({(r.id, kinds[r.destination]) for r in subscribers(config, model.model_name)
+                         if kinds.get(r.destination, "delta") != "delta"})
+        if others:
+            names = ", ".join(f"{rid} ({kind})" for rid, kind in others[:5])
+            names += f" and {len(others) - 5} more" if len(others) > 5 else ""
+            warnings.append(f"models[{i}].cluster_by: only Delta destinations cluster files; it is ignored for {names}")
+    return warnings
 
 
 def column_problems(where: str, model: ModelConfig, have: list[str], what: str) -> list[str]:

@@ -21,6 +21,21 @@ def _window_problem(seconds: int) -> str | None:
     )
 
 
+def _cluster_problems(where: str, m: ModelConfig) -> list[str]:
+    """``cluster_by`` names columns a key never changes (docs/maintenance.md), each once."""
+    problems = [f'{where}.cluster_by: column {c!r} {p}' for c in m.cluster_by or [] if (p := column_name_problem(c))]
+    for i, column in enumerate(m.cluster_by or []):
+        if column in (m.cluster_by or [])[:i]:
+            problems.append(f'{where}.cluster_by[{i}]: column "{column}" is named twice; name it once')
+        elif column == m.last_modified_column:
+            problems.append(f'{where}.cluster_by: "{column}" is the last_modified_column, which every change moves; '
+                            "cluster by a column a key never changes, such as its creation date")
+        elif column in m.primary_key:
+            problems.append(f'{where}.cluster_by: "{column}" is in the primary_key, by which files are already '
+                            "ordered and pruned; name another column or drop cluster_by")
+    return problems
+
+
 def cross_check_problems(cfg: IncsyncConfig) -> list[str]:
     """Problems pydantic cannot see alone: references, names, column lists."""
     problems: list[str] = []
@@ -79,6 +94,7 @@ def cross_check_problems(cfg: IncsyncConfig) -> list[str]:
                 ("last_modified_column", [m.last_modified_column]),
                 ("organization_column", [m.organization_column] if m.organization_column else []),
                 ("is_deleted_column", [m.is_deleted_column] if m.is_deleted_column else []),
+                ("cluster_by", m.cluster_by or []),
             ):
                 for col in cols:
                     if col not in m.columns:
@@ -87,6 +103,7 @@ def cross_check_problems(cfg: IncsyncConfig) -> list[str]:
                         )
             unique(f"{where}.columns", list(m.columns))
         problems.extend(_column_types_problems(where, m))
+        problems.extend(_cluster_problems(where, m))
         if m.last_modified_timezone:
             try:
                 from zoneinfo import ZoneInfo
@@ -106,9 +123,9 @@ def cross_check_problems(cfg: IncsyncConfig) -> list[str]:
         users.setdefault(r.destination, {})[r.id] = None  # ordered, and O(1) per recipient at 10,000
     users = {name: list(ids) for name, ids in users.items()}
     for i, d in enumerate(cfg.destinations):
-        # A Delta table root, PostgreSQL schema, DuckDB file or Iceberg namespace holds one recipient's copy: tables are keyed on the
+        # A Delta table root, PostgreSQL schema, DuckDB file, Iceberg namespace or MariaDB database holds one recipient's copy: tables are keyed on the
         # primary key alone, so a second tenant would merge into (and full refreshes would wipe) the first.
-        if kinds[d.name] in ("delta", "postgres", "duckdb", "iceberg") and len(users.get(d.name, [])) > 1:
+        if kinds[d.name] in ("delta", "postgres", "duckdb", "iceberg", "mariadb", "mysql") and len(users.get(d.name, [])) > 1:
             problems.append(
                 f'destinations[{i}]: "{d.name}" is used by recipients {", ".join(users[d.name])}; {"an" if d.kind[0] in "aeiou" else "a"} '
                 f"{d.kind} destination holds one recipient's copy, so give each recipient its own (object_storage may be shared)"

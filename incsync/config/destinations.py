@@ -1,5 +1,5 @@
-"""The file's destinations: Delta tables, a PostgreSQL schema, Parquet files with manifests, a DuckDB file or
-Apache Iceberg tables (``kind`` chooses)."""
+"""The file's destinations: Delta tables, a PostgreSQL schema, Parquet files with manifests, a DuckDB file,
+Apache Iceberg tables or a MariaDB/MySQL database (``kind`` chooses)."""
 
 from __future__ import annotations
 
@@ -133,8 +133,25 @@ class IcebergDestinationConfig(StrictModel):
     )
 
 
+class MariaDBDestinationConfig(StrictModel):
+    """A MariaDB (or MySQL) database: one InnoDB table per model, the transfer log beside them; the password
+    comes from an environment variable."""
+
+    name: str = Field(description="Destination name, referenced by recipients.")
+    kind: Literal["mariadb", "mysql"] = Field(description="`mariadb` (or its alias `mysql`).")
+    host: str = Field(default="127.0.0.1", description="The server's host name or address.")
+    port: int = Field(default=3306, ge=1, le=65535, description="The server's port.")
+    user: str = Field(description="The user incsync writes as: it needs CREATE, ALTER, SELECT, INSERT, UPDATE, DELETE "
+                      "and CREATE TEMPORARY TABLES on the database.")
+    password_env: str | None = Field(
+        default=None, description="Name of the environment variable holding the password (none: no password).",
+    )
+    database: str = Field(description="The recipient's database (created when missing); one recipient's copy.")
+    max_concurrent_transfers: int = Field(default=1, ge=1, description="At most this many runs publish here at once.")
+
+
 DestinationConfig = Annotated[
     DeltaDestinationConfig | PostgresDestinationConfig | ObjectStorageDestinationConfig | DuckDBDestinationConfig
-    | IcebergDestinationConfig,
+    | IcebergDestinationConfig | MariaDBDestinationConfig,
     Field(discriminator="kind"),
 ]

@@ -19,6 +19,7 @@ from incsync.config.destinations import (
     DeltaDestinationConfig,
     DuckDBDestinationConfig,
     IcebergDestinationConfig,
+    MariaDBDestinationConfig,
     ObjectStorageDestinationConfig,
     PostgresDestinationConfig,
 )
@@ -30,7 +31,7 @@ SECTIONS: list[tuple[str, str, list[type[BaseModel]]]] = [
     ("sources", "One entry per place data is read from; `vendor` chooses the kind.", [LakeSourceConfig, JdbcSourceConfig]),
     ("destinations", "One entry per place a recipient's copy is written to; `kind` chooses the kind.",
      [DeltaDestinationConfig, PostgresDestinationConfig, ObjectStorageDestinationConfig, DuckDBDestinationConfig,
-      IcebergDestinationConfig]),
+      IcebergDestinationConfig, MariaDBDestinationConfig]),
     ("models", "One entry per shared table.", [ModelConfig]),
     ("recipients", "One entry per customer.", [RecipientConfig]),
     ("products", "Named sets of models; a recipient with `products` receives only their models.", [ProductConfig]),

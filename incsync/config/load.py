@@ -40,7 +40,7 @@ def _format_loc(loc: tuple[Any, ...]) -> str:
     return out or "(top level)"
 
 
-_KINDS = {"vendor": ["lake", "postgres", "mysql", "mariadb"], "kind": ["delta", "postgres", "object_storage", "duckdb", "iceberg"]}
+_KINDS = {"vendor": ["lake", "postgres", "mysql", "mariadb"], "kind": ["delta", "postgres", "object_storage", "duckdb", "iceberg", "mariadb", "mysql"]}
 # Source vendors people ask for that incsync does not read, and why.
 _UNSUPPORTED = {"athena": "incsync has no Amazon Athena reader"}
 

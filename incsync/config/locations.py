@@ -2,7 +2,8 @@
 
 Local paths are made absolute and resolved (``..``, symlinks, trailing slashes, ``file://``); storage URLs
 are normalised (scheme aliases, bucket case, key prefix); PostgreSQL destinations are (server, port,
-database, schema) from the DSN in their environment variable; DuckDB destinations are (file, schema). Secrets never enter a location.
+database, schema) from the DSN in their environment variable; DuckDB destinations are (file, schema); MariaDB
+destinations are (server, port, database). Secrets never enter a location.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ _LOOPBACK = {"", "localhost", "127.0.0.1", "::1", "[::1]"}
 class Location:
     """A destination's root as a comparable key, and how to show it (never with a secret)."""
 
-    kind: str  # "path" (a local folder or a storage URL: roots may nest), "postgres", "duckdb" or "iceberg"
+    kind: str  # "path" (a local folder or a storage URL: roots may nest), "postgres", "duckdb", "iceberg" or "mariadb"
     key: str
     shown: str
     note: str | None = None  # why the comparison was partial (e.g. the DSN's variable is unset)
@@ -92,6 +93,11 @@ def location(destination: DestinationConfig, base: Path, *, _folders: dict[str, 
     """Where ``destination`` writes; relative paths are taken against ``base`` (the config file's folder)."""
     if destination.kind == "postgres":
         return _postgres(destination.dsn_env, destination.schema_name)  # type: ignore[union-attr]
+    if destination.kind in ("mariadb", "mysql"):  # a database is a copy: tables are named after models
+        host = destination.host.lower()  # type: ignore[union-attr]
+        host = "localhost" if host in _LOOPBACK else host
+        key = f"{host}:{destination.port}/{destination.database}"  # type: ignore[union-attr]
+        return Location("mariadb", key, f"mariadb://{key}")
     path = destination.path  # type: ignore[union-attr]
     if destination.kind == "iceberg":  # a copy is a (catalog, namespace); the default catalog lives in the warehouse
         catalog = destination.catalog_uri_env  # type: ignore[union-attr]

@@ -1,4 +1,5 @@
-"""The configuration file's model: the whole file, its models and recipients, and the retry policy.
+"""The configuration file's model: the whole file, its models and recipients (the retry and maintenance
+policies are ``incsync.config.policies``).
 
 Secrets are never in the file, only the names of the environment variables that hold them. Sources are
 ``incsync.config.sources``, destinations ``incsync.config.destinations``, what every section shares
@@ -17,8 +18,11 @@ from incsync.config.alerts import AlertsConfig
 from incsync.config.base import ID_PATTERN, ID_RE, StrictModel, listed_names
 from incsync.config.destinations import DestinationConfig
 from incsync.config.jobs import AuditConfig, MaintenanceConfig
+from incsync.config.policies import RetryPolicy
 from incsync.config.products import ProductConfig, TierConfig
 from incsync.config.sources import DEFAULT_LOOKBACK_SECONDS, FALLBACK_LOOKBACK_SECONDS, SourceConfig
+
+__all__ = ["IncsyncConfig", "MaintenanceConfig", "ModelConfig", "RecipientConfig", "RecipientsFromConfig", "RetryPolicy"]
 
 
 class ModelConfig(StrictModel):
@@ -90,6 +94,13 @@ class ModelConfig(StrictModel):
         default=None,
         description="A soft-delete flag of the source (e.g. is_deleted): transferred like any other column, so a "
         "row the source marks deleted arrives marked, with its last-modified change.",
+    )
+    cluster_by: list[str] | None = Field(
+        default=None,
+        description="Delta destinations only (others ignore it, and validate says so): column(s) the recipient's "
+        "changes follow and a key never changes, e.g. a creation date. Files are written ordered by them, then "
+        "the primary key, and a MERGE skips the files whose range of them the batch's misses (docs/maintenance.md). "
+        "A key seen with another value is still merged right, at the cost of every file its key range spans.",
     )
     max_delete_fraction: float = Field(
         default=0.1, ge=0, le=1,
@@ -168,25 +179,6 @@ class RecipientsFromConfig(StrictModel):
     source: str = Field(description="A source of vendor postgres whose credentials read the table.")
     table: str = Field(description="`table` or `schema.table`.")
     refresh_seconds: int = Field(default=30, ge=0, description="Read the table again after this long (0: every time).")
-
-
-class RetryPolicy(StrictModel):
-    """How often a source read or a destination publish is tried when it fails with a transient error."""
-
-    attempts: int = Field(
-        default=3, ge=1, le=20,
-        description="Tries in all (1: no retry) of a source read or a destination publish that fails with a "
-        "transient error (connection killed or reset, server restarting, serialization failure, deadlock, too "
-        "many connections). Errors that cannot heal (authentication, missing table, types, validation) fail at once.",
-    )
-    backoff_seconds: float = Field(
-        default=2.0, ge=0, le=600, description="Wait before the first retry; each later retry waits twice as long."
-    )
-    max_backoff_seconds: float = Field(default=30.0, ge=0, le=3600, description="The longest wait between two tries.")
-
-    def delay(self, retry: int) -> float:
-        """The wait before retry number ``retry`` (1-based)."""
-        return min(self.max_backoff_seconds, self.backoff_seconds * 2 ** (retry - 1))
 
 
 class IncsyncConfig(StrictModel):

@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from incsync.destinations.delta.destination import DeltaDestination
     from incsync.destinations.duckdb.destination import DuckDBDestination
     from incsync.destinations.iceberg.destination import IcebergDestination
+    from incsync.destinations.mariadb.destination import MariaDBDestination
     from incsync.destinations.object_storage.destination import ObjectStorageDestination
     from incsync.destinations.postgres.destination import PostgresDestination
 
@@ -60,12 +61,18 @@ def read_iceberg(destination: IcebergDestination, *, model: ModelConfig, recipie
     return table.scan().to_arrow() if table is not None else pa.table({})
 
 
+def read_mariadb(destination: MariaDBDestination, *, model: ModelConfig, recipient: RecipientConfig) -> pa.Table:
+    """The MariaDB table's rows (``recipient`` owns the database's table); empty before the first transfer."""
+    return destination.read(model)
+
+
 READERS: dict[str, Callable[..., pa.Table]] = {
     "delta": read_delta,
     "postgres": read_postgres,
     "object_storage": read_object_storage,
     "duckdb": read_duckdb,
     "iceberg": read_iceberg,
+    "mariadb": read_mariadb,
 }
 
 
@@ -94,6 +101,8 @@ def location(destination: Destination, *, model: ModelConfig, recipient: Recipie
         return f'{destination.path} "{destination.schema}"."{model.model_name}"'  # type: ignore[attr-defined]
     if destination.kind == "iceberg":
         return f"{destination.config.path} {destination.identifier(model)}"  # type: ignore[attr-defined]
+    if destination.kind == "mariadb":
+        return f"`{destination.database}`.`{model.model_name}`"  # type: ignore[attr-defined]
     return f"{destination.root.rstrip('/')}/{model.model_name}/recipient={recipient.id}"  # type: ignore[attr-defined]
 
 

@@ -7,6 +7,7 @@ from incsync.config.destinations import (
     DestinationConfig,
     DuckDBDestinationConfig,
     IcebergDestinationConfig,
+    MariaDBDestinationConfig,
     ObjectStorageDestinationConfig,
     PostgresDestinationConfig,
 )
@@ -41,6 +42,10 @@ def build_destination(config: DestinationConfig) -> Destination:
         from incsync.destinations.iceberg.destination import IcebergDestination
 
         return IcebergDestination(config)
+    if isinstance(config, MariaDBDestinationConfig):
+        from incsync.destinations.mariadb.destination import MariaDBDestination
+
+        return MariaDBDestination(config)
     raise ConfigError("destinations", [f"{config.name}.kind: {config.kind} destinations are not available yet"])
 
 

@@ -2,20 +2,20 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
-import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.dataset as ds
 import pyarrow.fs as pafs
+import pyarrow.parquet as pq
 
 from incsync.storage.files import StoragePath
 
 
-READAHEAD_BATCHES = 2  # Arrow's default reads 16 batches and 4 files ahead of the consumer
+SCAN_ROWS = 65_536  # rows a read batch: 0.5 MB of an int64 column, ~13 MB of 200-byte rows
 
 
 @dataclass(frozen=True)
@@ -39,15 +39,36 @@ class StagedBatch:
     def dataset(self) -> ds.Dataset:
         return ds.dataset([str(f) for f in self.files], format="parquet", schema=self.schema, filesystem=self.filesystem)
 
-    def scanner(self, **options: object) -> ds.Scanner:
-        """A scan that reads ahead one file and a few batches: memory follows a row group, not the batch."""
-        return self.dataset().scanner(batch_readahead=READAHEAD_BATCHES, fragment_readahead=1, **options)
+    def batches(self, columns: list[str] | None = None, *, batch_size: int = SCAN_ROWS) -> Iterator[pa.RecordBatch]:
+        """The staged rows (only ``columns``, None: all), file by file and row group by row group, in the
+        batch's schema. Read in the consumer's thread, nothing ahead: Arrow's dataset scanner decodes row
+        groups ahead of a slow consumer (a COPY, a Parquet writer) with no bound, so its memory grew with
+        the span (31 MB for one int64 column of 4M rows) where this holds a row group's column chunks."""
+        schema = self.schema if columns is None else pa.schema([self.schema.field(c) for c in columns])
+        fs = self.filesystem
+        for file in self.files:
+            with fs.open_input_file(str(file)) as source:
+                parquet = pq.ParquetFile(source)
+                present = set(parquet.schema_arrow.names)
+                names = [f.name for f in schema if f.name in present]
+                for part in parquet.iter_batches(batch_size=batch_size, columns=names):
+                    yield _conform(part, schema)
 
     def reader(self) -> pa.RecordBatchReader:
-        return self.scanner().to_reader()
+        return pa.RecordBatchReader.from_batches(self.schema, self.batches())
 
     def table(self, columns: list[str] | None = None) -> pa.Table:
         return self.dataset().to_table(columns=columns)
+
+
+def _conform(part: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
+    """A file's batch in the batch's schema: its types, its field metadata, NULLs for a column the file lacks."""
+    columns = []
+    for field in schema:
+        i = part.schema.get_field_index(field.name)
+        column = pa.nulls(part.num_rows, field.type) if i < 0 else part.column(i)
+        columns.append(column if column.type == field.type else column.cast(field.type))
+    return pa.RecordBatch.from_arrays(columns, schema=schema)
 
 
 def filesystem_of(path: Path | StoragePath) -> pafs.FileSystem:
@@ -71,8 +92,6 @@ def files_dataset(files: tuple[Path, ...] | tuple[str, ...], fs: pafs.FileSystem
 
 def stage_arrow(table: pa.Table, path: Path | StoragePath, *, schema: pa.Schema | None = None) -> StagedBatch:
     """Write ``table`` as one Parquet file in ``path`` (none when it is empty); ``schema``: the batch's, else the table's."""
-    import pyarrow.parquet as pq
-
     path.mkdir(parents=True, exist_ok=True)
     fs = filesystem_of(path)
     files: tuple[Path, ...] | tuple[str, ...] = ()
@@ -84,31 +103,21 @@ def stage_arrow(table: pa.Table, path: Path | StoragePath, *, schema: pa.Schema 
     return StagedBatch(path=path, files=files, schema=schema, rows=table.num_rows, bytes=files_size(files, fs))
 
 
-def last_modified_micros(batch: StagedBatch, column: str) -> np.ndarray:
-    """The batch's last-modified values as int64 microseconds since the epoch (validated non-null)."""
-    if batch.rows == 0:
-        return np.zeros(0, dtype=np.int64)
-    values = batch.table(columns=[column])[column]
-    return pc.cast(pc.cast(values, pa.timestamp("us", tz="UTC")), pa.int64()).to_numpy(zero_copy_only=False)
-
-
 SLICE_ROWS = 65_536
 
 
 def filtered_batch(batch: StagedBatch, path: Path | StoragePath, where: ds.Expression | None) -> StagedBatch:
     """The staged rows matching ``where`` (None: all), as a batch of its own in ``path`` (same schema),
-    written as they are scanned: memory follows ``SLICE_ROWS`` rows, not the slice (a commit of a big
-    tenant's backfill is up to ``max_rows_per_batch`` rows)."""
-    import pyarrow.parquet as pq
-
+    written as they are read: memory follows ``SCAN_ROWS`` rows, not the slice nor the span (a commit of
+    a big tenant's backfill is up to ``max_rows_per_batch`` rows of a span of millions)."""
     path.mkdir(parents=True, exist_ok=True)
     fs = filesystem_of(path)
     file = file_ref(path / "part-00000.parquet")
     schema = batch.schema.remove_metadata()
     rows, writer = 0, None
-    scanned = batch.scanner(filter=where, batch_size=SLICE_ROWS).to_batches() if batch.rows else iter(())
     try:
-        for part in scanned:
+        for read in batch.batches():
+            part = read if where is None else read.filter(where)
             if not part.num_rows:
                 continue
             if writer is None:

@@ -86,25 +86,44 @@ class WindowCounts:
     max_micros: tuple[int | None, ...]  # greatest last-modified per window, None when empty
 
 
+class WindowCounter:
+    """``count_by_window`` fed in chunks: the span's last-modified values never need to be in memory at
+    once (a big tenant's backfill reads them a row group at a time); the counts are the same."""
+
+    def __init__(self, windows: Sequence[HasWindow], *, delta_after_micros: int | None):
+        self._starts = np.asarray(window_starts(windows), dtype=np.int64)
+        self._delta_after = delta_after_micros
+        n = len(self._starts)
+        self._rows = np.zeros(n, dtype=np.int64)
+        self._delta = np.zeros(n, dtype=np.int64)
+        self._top = np.full(n, np.iinfo(np.int64).min, dtype=np.int64)
+
+    def add(self, last_modified_micros: Sequence[int] | np.ndarray) -> None:
+        """Attribute each row to its window: the first window also takes the lookback overlap below it,
+        the last anything above it."""
+        values = np.asarray(last_modified_micros, dtype=np.int64)
+        n = len(self._starts)
+        index = np.clip(np.searchsorted(self._starts, values, side="right") - 1, 0, n - 1)
+        self._rows += np.bincount(index, minlength=n)
+        newer = index if self._delta_after is None else index[values > self._delta_after]
+        self._delta += np.bincount(newer, minlength=n)
+        np.maximum.at(self._top, index, values)
+
+    def counts(self) -> WindowCounts:
+        return WindowCounts(
+            rows=tuple(int(x) for x in self._rows),
+            delta_rows=tuple(int(x) for x in self._delta),
+            max_micros=tuple(int(t) if c else None for t, c in zip(self._top, self._rows)),
+        )
+
+
 def count_by_window(
     windows: Sequence[HasWindow], last_modified_micros: Sequence[int] | np.ndarray, *, delta_after_micros: int | None
 ) -> WindowCounts:
-    """Attribute each row to its window: the first window also takes the lookback overlap below it, the
-    last anything above it. ``delta_after_micros`` None: every row is new."""
-    starts = np.asarray(window_starts(windows), dtype=np.int64)
-    values = np.asarray(last_modified_micros, dtype=np.int64)
-    n = len(starts)
-    index = np.clip(np.searchsorted(starts, values, side="right") - 1, 0, n - 1)
-    rows = np.bincount(index, minlength=n)
-    newer = values > delta_after_micros if delta_after_micros is not None else np.ones(len(values), dtype=bool)
-    delta = np.bincount(index[newer], minlength=n)
-    top = np.full(n, np.iinfo(np.int64).min, dtype=np.int64)
-    np.maximum.at(top, index, values)
-    return WindowCounts(
-        rows=tuple(int(x) for x in rows),
-        delta_rows=tuple(int(x) for x in delta),
-        max_micros=tuple(int(t) if c else None for t, c in zip(top, rows)),
-    )
+    """Attribute each row to its window (``WindowCounter``); ``delta_after_micros`` None: every row is new."""
+    counter = WindowCounter(windows, delta_after_micros=delta_after_micros)
+    counter.add(last_modified_micros)
+    return counter.counts()
 
 
 def plan_batches(rows_per_window: Sequence[int], max_rows: int) -> list[range]:

@@ -6,15 +6,16 @@ import logging
 import time
 from dataclasses import replace
 
-from incsync.transfer.validate import check_last_modified, keys_unique, validate_and_count
+from incsync.transfer.span_scan import count_windows, keys_unique
+from incsync.transfer.validate import validate_and_count
 from incsync.core.blame import DESTINATION, on_side
 from incsync.core.bounds import Bounds, delta_threshold, from_micros, new_high_watermark, to_micros
 from incsync.core.crashpoints import crash_point
 from incsync.destinations.base import FULL_REFRESH, INCREMENTAL, DestinationState, Removals, TransferRecord
 from incsync.core.horizon import horizon_record
-from incsync.transfer.plan import count_by_window, plan_batches
+from incsync.transfer.plan import plan_batches
 from incsync.transfer.retries import with_retries
-from incsync.staging.batch import StagedBatch, last_modified_micros, slice_batch
+from incsync.staging.batch import StagedBatch, slice_batch
 from incsync.staging.folders import remove
 from incsync.staging.infinity import refuse_infinities
 from incsync.transfer.request import OnCommit, PreparedSpan, TransferOutcome, TransferRequest
@@ -30,15 +31,13 @@ def publish_span(span: PreparedSpan, batch: StagedBatch, *, on_commit: OnCommit)
     first = span.first
     model, recipient, destination = first.model, first.recipient, first.destination
     threshold = delta_threshold(span.previous_hw)
-    check_last_modified(batch, model=model, recipient_id=recipient.id)
+    windows = [r.partition for r in span.requests]
+    # One pass over the last-modified column (NULLs refused first); then the other checks of the whole span.
+    counts = count_windows(batch, windows, model=model, recipient_id=recipient.id,
+                           delta_after_micros=None if threshold is None else to_micros(threshold))
     if destination.kind != "postgres":  # PostgreSQL's own ±infinity: only a PostgreSQL destination holds it
         refuse_infinities(batch, model=model.model_name, recipient=recipient.id, key=list(model.primary_key),
                           destination=recipient.destination, kind=destination.kind)
-    windows = [r.partition for r in span.requests]
-    counts = count_by_window(
-        windows, last_modified_micros(batch, model.last_modified_column),
-        delta_after_micros=None if threshold is None else to_micros(threshold),
-    )
     splits = [range(len(windows))] if span.reason else plan_batches(counts.rows, model.max_rows_per_batch)
     columns = tuple((f.name, str(f.type)) for f in batch.schema)
     removals = None

@@ -32,7 +32,7 @@ def test_each_example_validates(name: str, capsys) -> None:
 
 
 @pytest.mark.parametrize("source", ["lake", "postgres", "mysql", "mariadb"])
-@pytest.mark.parametrize("destination", ["delta", "postgres", "object_storage", "duckdb", "iceberg"])
+@pytest.mark.parametrize("destination", ["delta", "postgres", "object_storage", "duckdb", "iceberg", "mariadb"])
 def test_init_writes_a_commented_starter_that_validates(tmp_path: Path, capsys, source: str, destination: str) -> None:
     file = tmp_path / "incsync.yaml"
     assert main(["init", "--source", source, "--destination", destination, "-o", str(file)]) == 0

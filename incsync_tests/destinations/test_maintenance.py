@@ -77,6 +77,19 @@ def synced(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, Path,
     return tmp_path, config, changed
 
 
+def test_a_recipients_first_rows_are_written_in_files_of_the_target_size(tmp_path: Path, monkeypatch) -> None:
+    """The first commit into a new table is split by ``target_file_size`` like every later one: one file of
+    the whole commit cost delta-rs its size in memory, and the first MERGE rewrote all of it (issue 33)."""
+    monkeypatch.setenv("INCSYNC_STAGING_DIR", str(tmp_path / "staging"))
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "dagster_home"))
+    config = _config(tmp_path)
+    write_table(tmp_path / "src", "orders", _source({}))
+    first = arrow_transfer.run(config, "2024-01-01", scheduled=False)
+    assert first.record.rows_transferred == ROWS
+    files = DeltaTable(str(tmp_path / "out" / "acme" / "orders")).file_uris()
+    assert first.destination_metadata["delta_files_added"] == len(files) >= 3, first.destination_metadata
+
+
 def test_maintenance_bounds_storage_and_keeps_every_version_inside_the_retention(synced, capsys) -> None:
     root, config, changed = synced
     table = root / "out" / "acme" / "orders"

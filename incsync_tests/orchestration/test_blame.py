@@ -1,4 +1,4 @@
-"""Whose failure is it (issue 32): each recipient-side cause provoked on a real PostgreSQL or Delta destination,
+"""Whose failure is it (issue 32): each recipient-side cause provoked on a real PostgreSQL, MariaDB or Delta destination,
 each provider-side one on a real source, through real Dagster runs; the exact party and reason in the run's
 tags, its failure metadata and `incsync transfers`."""
 
@@ -251,3 +251,44 @@ def test_a_column_type_the_recipient_changed_blames_the_recipient(spark, tmp_pat
         "recipient changes it back (ALTER TABLE acme.orders ALTER COLUMN amount TYPE double precision ...), or the "
         "provider reloads the copy with the source's types (incsync transfer orders --recipient acme --full-refresh)."
     )
+
+
+def test_a_password_the_recipient_rotated_blames_the_recipient(spark, tmp_path: Path, dagster_instance,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """A real wrong password: MariaDB checks passwords on this machine (PostgreSQL trusts local logins)."""
+    from incsync_tests.destination_support import MARIADB_ENV, mariadb_admin, mariadb_database, mariadb_databases
+
+    user, hosts = f"incsync_w_{uuid.uuid4().hex[:8]}", ("%", "localhost")
+    login = LOGIN.replace("acme_pg", "acme_maria")
+    with mariadb_databases() as prefix:
+        monkeypatch.setenv(MARIADB_ENV, prefix)
+        admin = mariadb_admin()
+        try:
+            with admin.cursor() as cur:
+                cur.execute(f"CREATE DATABASE `{mariadb_database()}`")
+                for host in hosts:
+                    cur.execute(f"CREATE USER '{user}'@'{host}' IDENTIFIED BY 'first-Pa55'")
+                    cur.execute(f"GRANT ALL ON `{mariadb_database()}`.* TO '{user}'@'{host}'")
+            monkeypatch.setenv("ACME_MARIADB_PASSWORD", "first-Pa55")
+            write_table(tmp_path / "src", "orders", [order(1, "org_1", ts(1, 1)), order(2, "org_1", ts(1, 2))])
+            maria = {"name": "acme_maria", "kind": "mariadb", "user": user, "password_env": "ACME_MARIADB_PASSWORD",
+                     "database": mariadb_database()}
+            config = lake_config(tmp_path, recipients=[{**ACME_PG, "destination": "acme_maria"}], destinations=[maria],
+                                 model={"lookback_seconds": 0})
+            assert run(config, dagster_instance, ["acme"]).success
+            with admin.cursor() as cur:
+                for host in hosts:
+                    cur.execute(f"ALTER USER '{user}'@'{host}' IDENTIFIED BY 'rotated-Pa55'")
+
+            result = run(config, dagster_instance, ["acme"])
+
+            assert blamed(dagster_instance, result) == ("recipient", login, {"acme": ("recipient", login)})
+            [failed] = list_transfers(dagster_instance, load_config(config), blamed="recipient")
+            assert (failed.run_id, failed.blamed) == (result.run_id, "recipient")
+            tags = dagster_instance.get_run_by_id(result.run_id).tags
+            assert not any("first-Pa55" in value for value in tags.values())
+        finally:
+            with admin.cursor() as cur:
+                for host in hosts:
+                    cur.execute(f"DROP USER IF EXISTS '{user}'@'{host}'")
+            admin.close()

@@ -15,7 +15,7 @@ import pytest
 from incsync.staging.errors import ConversionError
 from incsync_tests.destination_support import KINDS, Target, destination_env
 from incsync_tests.jdbc_support import maria_database
-from incsync_tests.type_support import delta_schema, duckdb_schema, iceberg_schema, parquet_schema, pg_destination_rows, rows_by, transfer, write_config
+from incsync_tests.type_support import arrow_schema, delta_schema, duckdb_schema, iceberg_schema, parquet_schema, pg_destination_rows, rows_by, transfer, write_config
 
 D6530 = "123456789012345678901234567890123.123456789012345678901234567891"
 U64 = 18446744073709551615
@@ -71,6 +71,11 @@ def test_every_mariadb_type_arrives_exactly(kind: str, source, spark, tmp_path: 
         schema = duckdb_schema(tmp_path) if kind == "duckdb" else iceberg_schema(tmp_path)
         assert (schema["d"], schema["tm"], schema["b8"], schema["b64"]) == ("string", "time64[us]", "int32", "int64")
         decimal_form, time_form = str, lambda t: t  # noqa: E731
+    elif kind == "mariadb":  # DECIMAL(65,30) and TIME(6) as the source has them
+        rows = rows_by(config, "id")
+        schema = arrow_schema(config)
+        assert (schema["d"], schema["tm"], schema["b8"], schema["b64"]) == ("decimal256(65, 30)", "time64[us]", "int32", "int64")
+        decimal_form, time_form = Decimal, lambda t: t  # noqa: E731
     else:
         rows = rows_by(config, "id")
         schema = parquet_schema(tmp_path)

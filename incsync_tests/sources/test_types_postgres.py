@@ -15,10 +15,11 @@ from typing import Any
 
 import pytest
 
+from incsync.errors import PublishError
 from incsync.staging.errors import ConversionError
 from incsync_tests.destination_support import KINDS, Target, destination_env
 from incsync_tests.jdbc_support import pg_database
-from incsync_tests.type_support import delta_schema, duckdb_schema, iceberg_schema, parquet_schema, pg_destination_rows, rows_by, transfer, write_config
+from incsync_tests.type_support import arrow_schema, delta_schema, duckdb_schema, iceberg_schema, parquet_schema, pg_destination_rows, rows_by, transfer, write_config
 
 WIDE = "123456789012345678901234.123456789012345678901"  # >= 10^20 and 21 decimals: no Decimal(38,18) holds it
 N4030 = "1234567890.123456789012345678901234567891"
@@ -56,6 +57,10 @@ def source():
 
 def test_every_postgres_type_arrives_exactly(kind: str, source, spark, tmp_path: Path) -> None:
     config = write_config(tmp_path, source, kind)
+    if kind == "mariadb":  # MariaDB has no NaN or ±Infinity: refused loudly, then read as their text
+        with pytest.raises(PublishError, match=r'column "r" holds NaN \(key id=1\), which MariaDB has no value for'):
+            transfer(config, spark)
+        config = write_config(tmp_path, source, kind, column_types={"r": "text", "d": "text"})
     assert transfer(config, spark).record.rows_transferred == 2
     if kind == "postgres":
         rows, types = pg_destination_rows()
@@ -96,6 +101,11 @@ def test_every_postgres_type_arrives_exactly(kind: str, source, spark, tmp_path:
             exact = {"n": WIDE, "n4030": N4030, "tm": time(13, 14, 15, 123456), "tm3": time(23, 59, 59, 999000)}
             schema = duckdb_schema(tmp_path) if kind == "duckdb" else iceberg_schema(tmp_path)
             assert (schema["n"], schema["n4030"], schema["tm"], schema["n102"]) == ("string", "string", "time64[us]", "decimal128(10, 2)")
+        elif kind == "mariadb":  # numeric(40,30) fits DECIMAL(65,30); unconstrained numeric is its exact text
+            exact = {"n": WIDE, "n4030": Decimal(N4030), "tm": time(13, 14, 15, 123456), "tm3": time(23, 59, 59, 999000)}
+            schema = arrow_schema(config)
+            assert (schema["n"], schema["n4030"], schema["tm"], schema["n102"]) == (
+                "string", "decimal256(40, 30)", "time64[us]", "decimal128(10, 2)")
         else:
             exact = {"n": WIDE, "n4030": Decimal(N4030), "tm": time(13, 14, 15, 123456), "tm3": time(23, 59, 59, 999000)}
             schema = parquet_schema(tmp_path)
@@ -103,7 +113,10 @@ def test_every_postgres_type_arrives_exactly(kind: str, source, spark, tmp_path:
     assert {k: first[k] for k in exact} == exact
     assert (first["n102"], first["m"], first["e"], first["b"], first["bo"], first["dt"]) == (
         Decimal("12.34"), Decimal("12.34"), "sad", b"\x00\xff", True, date(1850, 1, 1))
-    assert math.isnan(first["r"]) and first["d"] == -math.inf and rows[1]["d"] == math.inf
+    if kind == "mariadb":
+        assert (first["r"], first["d"], rows[1]["d"]) == ("NaN", "-Infinity", "Infinity")
+    else:
+        assert math.isnan(first["r"]) and first["d"] == -math.inf and rows[1]["d"] == math.inf
     assert (first["tsn"], first["vc"], first["ch"], first["sm"], first["bi"]) == (
         datetime(2024, 1, 1, 0, 0, 0, 1), "abc", "ab ", -32768, 9223372036854775807)
     assert rows[1]["tm"] in (time(0), "00:00:00.000000")

@@ -109,13 +109,13 @@ def test_three_cli_transfers_of_one_model_destination_run_one_at_a_time(
     kind: str, connect_port: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     write_table(tmp_path / "src", "orders", [order(1, "org_1", ts(1, 1)), order(2, "org_1", ts(1, 2)), order(3, "org_2", ts(1, 3))])
-    file = lake_config(tmp_path, recipients=[{"id": "acme", "id_in_provider_system": "org_1", "destination": "acme_dest"}],
-                       destinations=[destination_spec(kind)])
-    doc = yaml.safe_load(file.read_text())
-    doc["spark"] = {"spark.remote": f"sc://127.0.0.1:{connect_port}"}
-    file.write_text(yaml.safe_dump(doc))
     home = tmp_path / "home"
     with destination_env(kind, monkeypatch):
+        file = lake_config(tmp_path, recipients=[{"id": "acme", "id_in_provider_system": "org_1", "destination": "acme_dest"}],
+                           destinations=[destination_spec(kind)])
+        doc = yaml.safe_load(file.read_text())
+        doc["spark"] = {"spark.remote": f"sc://127.0.0.1:{connect_port}"}
+        file.write_text(yaml.safe_dump(doc))
         env = {**os.environ, "DAGSTER_HOME": str(home)}
         from incsync.orchestration.instance import dagster_instance
 

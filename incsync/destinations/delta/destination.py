@@ -29,13 +29,12 @@ from incsync.destinations.base import (
     TransferRecord,
     reset_reason,
 )
-from incsync.destinations.delta.batch import batch_reader
+from incsync.destinations.delta.cluster import ordered
 from incsync.destinations.delta.maintain import file_sizes, maintain_table, rewritten
 from incsync.destinations.delta.merge import merge, merge_fixes
 from incsync.destinations.maintenance import Maintained
 from incsync.destinations.delta.rewrite import rewrite
-from incsync.destinations.delta.state import RECORD_KEY, find_record, transactions
-from incsync.destinations.delta.state import app_id as delta_app_id
+from incsync.destinations.delta.state import RECORD_KEY, find_record, transactions, app_id as delta_app_id
 from incsync.destinations.ownership import METADATA_KEY as OWNER_KEY
 from incsync.destinations.ownership import (
     OWNER_PROPERTY,
@@ -151,27 +150,27 @@ class DeltaDestination(Destination):
                 custom_metadata={RECORD_KEY: record.to_json()},
                 app_transactions=transactions(record, commit_version=dt.version() + 1), max_commit_retries=0,
             )
-            files_before = file_sizes(dt)
+            files_before, read = file_sizes(dt), {}
             try:
                 if dt.version() == 0 and not refresh and not dt.file_uris():
-                    write_deltalake(dt, batch_reader(batch), mode="append", commit_properties=props)  # the stamped, empty table
+                    write_deltalake(dt, ordered(batch, model), mode="append", commit_properties=props)  # the stamped, empty table
                 elif refresh:
                     same = _same_columns(dt.schema().to_arrow(), delta_form(batch.schema))
                     write_deltalake(
-                        dt, batch_reader(batch), mode="overwrite", target_file_size=self.config.target_file_size,
+                        dt, ordered(batch, model), mode="overwrite", target_file_size=self.config.target_file_size,
                         schema_mode=None if same else "overwrite", commit_properties=props,
                     )
                 elif change.widened:
                     rewrite(dt, model=model, batch=batch, change=change, props=props,
                             target_file_size=self.config.target_file_size)
                 elif new_keys and removals is None and record.transfer_type == INCREMENTAL and not change:
-                    write_deltalake(dt, batch_reader(batch), mode="append", target_file_size=self.config.target_file_size,
+                    write_deltalake(dt, ordered(batch, model), mode="append", target_file_size=self.config.target_file_size,
                                     commit_properties=props)
                 elif removals is not None or record.transfer_type == REPAIR:
                     merge_fixes(dt, model=model, batch=batch, props=props, removals=removals,
                                 force=record.transfer_type == REPAIR)
                 else:
-                    merge(dt, model=model, batch=batch, props=props)
+                    read = merge(dt, model=model, batch=batch, props=props)
             except CommitFailedError:
                 continue  # another writer committed after the lease check: check again at the new version
             except Exception as exc:  # delta-rs raises several unrelated types; name the table and keep the cause
@@ -182,7 +181,7 @@ class DeltaDestination(Destination):
             applied = replace(change, dropped=()) if refresh else change
             published = self._table_at(path)
             return {"delta_table_version": published.version(), "delta_table_path": path, OWNER_KEY: recipient.id,
-                    **rewritten(files_before, file_sizes(published)), **change_metadata(change, applied, replaced=refresh)}
+                    **rewritten(files_before, file_sizes(published)), **read, **change_metadata(change, applied, replaced=refresh)}
         raise LeaseError(
             f"{where}: {path} changed under {PUBLISH_ATTEMPTS} publish "
             "attempts in a row; nothing was published. Lower the destination's concurrency or re-run the window."

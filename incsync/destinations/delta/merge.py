@@ -9,6 +9,7 @@ from deltalake import CommitProperties, DeltaTable
 from incsync.config.model import ModelConfig
 from incsync.destinations.base import DELETED_AT, Removals
 from incsync.destinations.delta.batch import batch_reader, batch_table
+from incsync.destinations.delta.cluster import cluster_range
 from incsync.errors import SchemaError
 from incsync.staging.batch import StagedBatch
 from incsync.destinations.types import changed_kinds, delta_form
@@ -18,8 +19,11 @@ def _quote(column: str) -> str:
     return '"' + column.replace('"', '""') + '"'
 
 
-def merge(dt: DeltaTable, *, model: ModelConfig, batch: StagedBatch, props: CommitProperties) -> None:
-    """Upsert the batch with the last-modified tie-break; a commit without data when nothing changed."""
+def merge(dt: DeltaTable, *, model: ModelConfig, batch: StagedBatch, props: CommitProperties) -> dict[str, object]:
+    """Upsert the batch with the last-modified tie-break; a commit without data when nothing changed.
+
+    Returns the files the MERGE read and skipped (``delta_files_scanned``, ``delta_files_skipped``) and,
+    with ``cluster_by``, whether the cluster range pruned (``delta_cluster_fallback`` empty) or not (why)."""
     changed = changed_kinds(pa.schema(dt.schema().to_arrow()), delta_form(batch.schema))
     if changed:
         raise SchemaError(
@@ -28,8 +32,9 @@ def merge(dt: DeltaTable, *, model: ModelConfig, batch: StagedBatch, props: Comm
         )
     before = dt.version()
     on = " AND ".join(f"t.{_quote(c)} = s.{_quote(c)}" + _key_range(batch, c) for c in model.primary_key)
-    (
-        dt.merge(batch_reader(batch), predicate=on, source_alias="s", target_alias="t", merge_schema=True, commit_properties=props)
+    clustered, said = cluster_range(dt, model=model, batch=batch)
+    metrics = (
+        dt.merge(batch_reader(batch), predicate=on + clustered, source_alias="s", target_alias="t", merge_schema=True, commit_properties=props)
         .when_matched_update_all(predicate=_newer_or_different(batch, model, existing=dt.schema().to_arrow().names))
         .when_not_matched_insert_all()
         .execute()
@@ -37,6 +42,8 @@ def merge(dt: DeltaTable, *, model: ModelConfig, batch: StagedBatch, props: Comm
     if dt.version() == before:
         # Nothing changed: still record the transfer, in a commit of its own with no data.
         dt.create_write_transaction([], mode="append", schema=dt.schema(), commit_properties=props)
+    return {"delta_files_scanned": int(metrics.get("num_target_files_scanned", 0)),
+            "delta_files_skipped": int(metrics.get("num_target_files_skipped_during_scan", 0)), **said}
 
 
 def merge_fixes(

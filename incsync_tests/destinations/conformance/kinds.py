@@ -51,6 +51,7 @@ KINDS_TABLE: tuple[Kind, ...] = (
     Kind("duckdb", owner_where="DuckDB table main.orders of {shared}.duckdb (destination dest)"),
     Kind("iceberg", recipient_views="an Iceberg table has no views of its own; readers' engines and catalogs hold them",
          wide_int_type="int64", owner_where="Iceberg table incsync.orders (destination dest)"),
+    Kind("mariadb", owner_where="MariaDB table {database}.orders (destination dest)"),
 )
 KINDS = tuple(k.name for k in KINDS_TABLE)
 BY_NAME = {k.name: k for k in KINDS_TABLE}
@@ -79,7 +80,17 @@ def create_view(target: Target) -> None:
         with target.destination.connect() as con:
             con.execute("CREATE VIEW paid_orders AS SELECT id, status FROM orders WHERE status = 'paid'")
         return
+    if target.kind == "mariadb":
+        _mariadb(target, "CREATE VIEW {db}.paid_orders AS SELECT id, status FROM {db}.orders WHERE status = 'paid'")
+        return
     raise AssertionError(f"{target.kind}: {BY_NAME[target.kind].recipient_views}")
+
+
+def _mariadb(target: Target, statement: str) -> list[tuple]:
+    from incsync.destinations.mariadb.connect import connect, rows
+
+    with connect(target.destination.config) as conn:  # type: ignore[attr-defined]
+        return rows(conn, statement.format(db=f"`{target.destination.database}`"))  # type: ignore[attr-defined]
 
 
 def view_rows(target: Target) -> list[tuple]:
@@ -89,6 +100,8 @@ def view_rows(target: Target) -> list[tuple]:
     if target.kind == "duckdb":
         with target.destination.connect() as con:
             return con.execute("SELECT id, status FROM paid_orders ORDER BY id").fetchall()
+    if target.kind == "mariadb":
+        return _mariadb(target, "SELECT id, status FROM {db}.paid_orders ORDER BY id")
     raise AssertionError(f"{target.kind}: {BY_NAME[target.kind].recipient_views}")
 
 

@@ -13,7 +13,7 @@ import pytest
 
 from incsync.errors import OwnershipError
 from incsync_tests.arrow_transfer import run
-from incsync_tests.destination_support import Target, destination_env, destination_spec
+from incsync_tests.destination_support import Target, destination_env, destination_spec, mariadb_database
 from incsync_tests.destinations.conformance.kinds import BY_NAME, KINDS, KINDS_TABLE, create_view, kinds_with, view_rows
 from incsync_tests.support import lake_config, order, ts, write_table
 
@@ -162,7 +162,8 @@ def test_a_second_recipient_on_the_same_copy_is_refused(kind: str, tmp_path: Pat
         assert outcome.destination_metadata["destination_owner"] == "acme"
         with pytest.raises(OwnershipError) as info:
             run(configs[1], "2024-01-01", scheduled=False, recipient_id=intruder)
-        where = BY_NAME[kind].owner_where.format(shared=tmp_path.resolve() / "out" / "shared")
+        where = BY_NAME[kind].owner_where.format(shared=tmp_path.resolve() / "out" / "shared",
+                                                 database=mariadb_database("./out/shared") if kind == "mariadb" else "")
         assert str(info.value) == (
             f"model orders: {where} belongs to recipient acme (tenant org_1); refusing to publish "
             f"recipient {intruder} (tenant org_2) there, nothing was written. Give recipient {intruder} a destination of "

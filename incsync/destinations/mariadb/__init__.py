@@ -1,0 +1,1 @@
+"""The MariaDB/MySQL destination kind (``kind: mariadb``, alias ``mysql``): one database per recipient."""
