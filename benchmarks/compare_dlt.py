@@ -457,9 +457,8 @@ class Bench:
         assert not wrong, f"{tool} {destination} C: tenant -> (rows, landed) {wrong}"
 
     def drop_mariadb(self) -> None:
-        """Drop every MariaDB database this run made: incsync's per recipient, dlt's per dataset (and its _staging)."""
-        if not self.maria_names:
-            return
+        """Drop every MariaDB database this run made: dlt's URL's, incsync's per recipient, dlt's per dataset
+        (and its _staging), even when the run stopped before its first load."""
         with mariadb(autocommit=True) as conn, conn.cursor() as cur:
             cur.execute("SHOW DATABASES")
             for (db,) in cur.fetchall():
