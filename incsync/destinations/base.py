@@ -140,5 +140,15 @@ def reset_reason(where: str, record: TransferRecord | None, *, has_data: bool, m
     return None
 
 
+def table_state(where: str, record: TransferRecord | None, stamp: Any, *, exists: bool, has_data: bool) -> DestinationState:
+    """The state of a copy kept in a SQL table: its newest ``record``, checked against the owner ``stamp``
+    (an ``Owner``: a move since that record), the table's existence and whether it holds a row."""
+    missing = stamp.moved_reason(record.transfer_id if record else None) if stamp else None
+    if not missing and record is not None and record.high_watermark_micros is not None and not exists:
+        missing = f"{where} was dropped while its transfer log records transfer {record.transfer_id}"
+    reason = reset_reason(where, record, has_data=has_data, missing=missing)
+    return DestinationState(last_transfer=record, version=record.transfer_id if record else None, reset_reason=reason)
+
+
 def hw_micros(ts: datetime | None) -> int | None:
     return None if ts is None else to_micros(ts)

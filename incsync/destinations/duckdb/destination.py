@@ -26,7 +26,7 @@ from incsync.config.model import ModelConfig, RecipientConfig
 from incsync.core.crashpoints import crash_point
 from incsync.core.lease import check_lease
 from incsync.core.schema_change import SchemaDiff, arrow_diff, change_metadata, incompatible_error
-from incsync.destinations.base import DELETED_AT, FULL_REFRESH, REPAIR, Destination, DestinationState, Removals, TransferRecord, reset_reason
+from incsync.destinations.base import DELETED_AT, FULL_REFRESH, REPAIR, Destination, DestinationState, Removals, TransferRecord, table_state
 from incsync.destinations.duckdb import log
 from incsync.destinations.duckdb.log import Session
 from incsync.destinations.duckdb.rows import adapt, delete_missing, duckdb_form, load_stage, remove_keys, table_schema, upsert
@@ -105,12 +105,7 @@ class DuckDBDestination(Destination):
             exists = self.has_table(con, model)
             has_data = exists and bool(con.execute(f"SELECT EXISTS (SELECT 1 FROM {self.target(model)})").fetchone()[0])
             stamp = log.owner(con, self.schema, model.model_name)
-        where = f"table {self.table_name(model)} of {self.path}"
-        missing = stamp.moved_reason(record.transfer_id if record else None) if stamp else None
-        if not missing and record is not None and record.high_watermark_micros is not None and not exists:
-            missing = f"{where} was dropped while its transfer log records transfer {record.transfer_id}"
-        reason = reset_reason(where, record, has_data=has_data, missing=missing)
-        return DestinationState(last_transfer=record, version=record.transfer_id if record else None, reset_reason=reason)
+        return table_state(f"table {self.table_name(model)} of {self.path}", record, stamp, exists=exists, has_data=has_data)
 
     def publish(
         self,

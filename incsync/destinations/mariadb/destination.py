@@ -24,7 +24,7 @@ from incsync.config.model import ModelConfig, RecipientConfig
 from incsync.core.crashpoints import crash_point
 from incsync.core.lease import check_lease
 from incsync.core.schema_change import SchemaDiff, arrow_diff, change_metadata, incompatible_error
-from incsync.destinations.base import DELETED_AT, FULL_REFRESH, REPAIR, Destination, DestinationState, Removals, TransferRecord, reset_reason
+from incsync.destinations.base import DELETED_AT, FULL_REFRESH, REPAIR, Destination, DestinationState, Removals, TransferRecord, table_state
 from incsync.destinations.mariadb import log
 from incsync.destinations.mariadb.connect import Connection, collation, connect, lock, quote, rows, run, table
 from incsync.destinations.mariadb.load import load_stage
@@ -75,12 +75,7 @@ class MariaDBDestination(Destination):
             exists = log.exists(conn, self.database, name)
             has_data = exists and bool(rows(conn, f"SELECT EXISTS (SELECT 1 FROM {table(self.database, name)})")[0][0])
             stamp = log.owner(conn, self.database, name)
-        where = f"table {self.table_name(model)}"
-        missing = stamp.moved_reason(record.transfer_id if record else None) if stamp else None
-        if not missing and record is not None and record.high_watermark_micros is not None and not exists:
-            missing = f"{where} was dropped while its transfer log records transfer {record.transfer_id}"
-        reason = reset_reason(where, record, has_data=has_data, missing=missing)
-        return DestinationState(last_transfer=record, version=record.transfer_id if record else None, reset_reason=reason)
+        return table_state(f"table {self.table_name(model)}", record, stamp, exists=exists, has_data=has_data)
 
     def publish(
         self,

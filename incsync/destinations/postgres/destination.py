@@ -32,7 +32,7 @@ from incsync.destinations.base import (
     DestinationState,
     Removals,
     TransferRecord,
-    reset_reason,
+    table_state,
 )
 from incsync.destinations.ownership import METADATA_KEY as OWNER_KEY
 from incsync.destinations.ownership import Owner, owner_of, pg_claim, pg_owner, pg_stamp
@@ -128,12 +128,8 @@ class PostgresDestination(Destination):
             self._settled.add(name)
         else:
             self._settled.discard(name)
-        record, stamp, exists = seen.record, seen.stamp, seen.exists
-        missing = stamp.moved_reason(record.transfer_id if record else None) if stamp else None
-        if not missing and record is not None and record.high_watermark_micros is not None and not exists:
-            missing = f"table {self.table_name(model)} was dropped while its transfer log records transfer {record.transfer_id}"
-        reason = reset_reason(f"table {self.table_name(model)}", record, has_data=seen.has_data, missing=missing)
-        return DestinationState(last_transfer=record, version=record.transfer_id if record else None, reset_reason=reason)
+        return table_state(f"table {self.table_name(model)}", seen.record, seen.stamp, exists=seen.exists,
+                           has_data=seen.has_data)
 
     def _columns(self, conn: psycopg.Connection, table: str) -> dict[str, str] | None:
         return table_columns(conn, self.schema, table)
