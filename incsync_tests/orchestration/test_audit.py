@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import os
 from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
@@ -201,7 +202,7 @@ def test_incsync_audit_prints_what_it_appended(spark, tmp_path: Path, dagster_in
     config.write_text(yaml.safe_dump(doc))
     failed = run(config, dagster_instance, ["acme"])
     assert not failed.success
-    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "dagster_home"))
+    assert os.environ["DAGSTER_HOME"] == str(tmp_path / "dagster_home")  # the fixture's instance: the CLI finds it
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
         assert run_command(["audit", "-c", str(config)]) == 0
