@@ -1,4 +1,4 @@
-"""A new user's path to an Iceberg table: `incsync init --destination iceberg`, `incsync transfer`, and
+"""A new user's path to an Iceberg table (and to a DuckDB file): `incsync init --destination iceberg`, `incsync transfer`, and
 pyiceberg reading the table back (DuckDB's iceberg_scan would need an extension download; pyiceberg needs none)."""
 
 from __future__ import annotations
@@ -47,3 +47,24 @@ def test_init_then_transfer_reaches_an_iceberg_table_pyiceberg_reads(tmp_path: P
         assert main(["transfer", "orders", "--recipient", "acme", "--window", "2024-01-02", "-c", str(file)]) == 0
     want = sorted((r for r in changed if r["organization_id"] == "org_1"), key=lambda r: r["id"])
     assert _iceberg_rows(tmp_path / "out" / "acme_iceberg", "acme.orders") == want
+
+
+def test_init_then_transfer_reaches_a_duckdb_file_duckdb_reads(tmp_path: Path, spark, monkeypatch: pytest.MonkeyPatch,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    """The same path to a DuckDB file: `incsync init --destination duckdb`, `incsync transfer`, and DuckDB
+    itself reading the table, as the recipient would."""
+    import duckdb
+
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "dagster_home"))
+    file = tmp_path / "incsync.yaml"
+    assert main(["init", "--source", "lake", "--destination", "duckdb", "-o", str(file)]) == 0
+    write_table(tmp_path / "data", "orders", SOURCE)
+    assert main(["validate", "-c", str(file)]) == 0
+    for window in ("2024-01-01", "2024-01-02"):
+        assert main(["transfer", "orders", "--recipient", "acme", "--window", window, "-c", str(file)]) == 0
+    out = [line.split() for line in capsys.readouterr().out.splitlines() if line.startswith("orders")]
+    assert [(l[2], l[3]) for l in out] == [("2024-01-01", "rows_transferred=2"), ("2024-01-02", "rows_transferred=1")]
+    with duckdb.connect(str(tmp_path / "out" / "acme.duckdb"), read_only=True) as con:
+        got = con.sql("SELECT * FROM main.orders ORDER BY id").to_arrow_table().to_pylist()
+    want = sorted((r for r in SOURCE if r["organization_id"] == "org_1"), key=lambda r: r["id"])
+    assert got == want
