@@ -11,7 +11,8 @@ One PostgreSQL ``orders`` table holds one tenant of ``--rows`` rows (default 10,
 Then ``--runs`` times: ``--fraction`` of the rows is changed (``--locality recent``: keys drawn among the
 newest 1 %; ``scattered``: uniform over the key space), and each tool loads the change. Optionally
 ``incsync maintain`` every ``--maintain-every`` runs, and (``--final-maintain``) once at the end with the
-destination's ``retention_hours: 0``, to show the bound. dlt gets no maintenance: it ships none.
+destination's ``retention_hours: 0``, to show the bound. dlt runs no maintenance of its own (a user
+can call delta-rs's optimize/vacuum on ``dlt.common.libs.deltalake.get_delta_tables``); none is run for it.
 
 Per run and tool: wall time; files and bytes added/removed (from the Delta log, the versions the run
 committed); files in the table; bytes on disk of the table folder (data and log); peak RSS of the tree
