@@ -15,7 +15,7 @@ from incsync.errors import ConfigError, ValidationError
 from incsync.core.sql_text import pasted_query, split_qualified
 from incsync.transfer.validate import validate_and_count
 from incsync.staging.spark import stage
-from incsync_tests.destination_support import KINDS, destination_env
+from incsync_tests.destination_support import MATRIX_KINDS, destination_env
 from incsync_tests.jdbc_support import maria_database, pg_database
 from incsync_tests.support import ts
 from incsync_tests.type_support import rows_by, transfer, write_config
@@ -23,7 +23,7 @@ from incsync_tests.type_support import rows_by, transfer, write_config
 KEY3 = ["org_id", "order_id", "line_no"]
 
 
-@pytest.fixture(params=KINDS)
+@pytest.fixture(params=MATRIX_KINDS)
 def kind(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch, spark) -> Any:
     with destination_env(request.param, monkeypatch):
         yield request.param

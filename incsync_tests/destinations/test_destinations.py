@@ -10,14 +10,14 @@ import pytest
 
 from incsync.config.tags import FULL_REFRESH_TAG, MODE_TAG
 from incsync.orchestration.definitions import build_definitions
-from incsync_tests.destination_support import KINDS, Target, destination_env, destination_spec
+from incsync_tests.destination_support import MATRIX_KINDS, Target, destination_env, destination_spec
 from incsync_tests.support import ORDERS_SCHEMA, latest_metadata, lake_config, materialize_partition, order, ts, write_table
 
 LOOKBACK = 60
 ACME = [{"id": "acme", "id_in_provider_system": "org_1", "destination": "acme_dest"}]
 
 
-@pytest.fixture(params=KINDS)
+@pytest.fixture(params=MATRIX_KINDS)
 def kind(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch, spark) -> Any:
     with destination_env(request.param, monkeypatch):
         yield request.param

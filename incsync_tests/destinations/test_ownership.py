@@ -16,13 +16,13 @@ from incsync.cli.main import run_command
 from incsync.destinations.ownership import OWNER_PROPERTY
 from incsync.errors import OwnershipError
 from incsync_tests import arrow_transfer
-from incsync_tests.destination_support import KINDS, PG_DSN_ENV, Target, destination_env, destination_spec
+from incsync_tests.destination_support import MATRIX_KINDS, PG_DSN_ENV, Target, destination_env, destination_spec
 from incsync_tests.support import lake_config, order, ts, write_table
 
 SOURCE = [order(1, "org_1", ts(1, 1)), order(2, "org_1", ts(1, 2)), order(3, "org_2", ts(1, 3)), order(4, "org_2", ts(1, 4))]
 
 
-@pytest.fixture(params=KINDS)
+@pytest.fixture(params=MATRIX_KINDS)
 def kind(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Any:
     with destination_env(request.param, monkeypatch):
         yield request.param

@@ -11,7 +11,7 @@ import pytest
 
 from incsync.config.load import load_config
 from incsync.orchestration.definitions import build_definitions
-from incsync_tests.destination_support import KINDS, PG_DSN_ENV, destination_env
+from incsync_tests.destination_support import MATRIX_KINDS, PG_DSN_ENV, destination_env
 from incsync_tests.integrity_support import (
     TYPED_ORDERS,
     config_for,
@@ -33,7 +33,7 @@ def transfer(config_path: Path, instance) -> None:
         materialize_partition(defs, instance, window=window, recipient="acme", model_key=MODEL_KEY)
 
 
-@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("kind", MATRIX_KINDS)
 def test_each_damage_lands_in_its_own_counter(kind: str, spark, dagster_instance, tmp_path: Path, monkeypatch) -> None:
     with destination_env(kind, monkeypatch), pg_database() as db:
         db.execute(TYPED_ORDERS)
@@ -107,7 +107,7 @@ def test_a_shifted_last_modified_is_stale_not_incorrect(spark, dagster_instance,
         assert result.counts["total_rows_stale"] == 0
 
 
-@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("kind", MATRIX_KINDS)
 def test_repair_moves_only_the_wrong_keys_then_verify_passes(kind: str, spark, dagster_instance, tmp_path: Path, monkeypatch) -> None:
     from incsync.transfer.repair import repair_recipient
 

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from incsync.staging.errors import ConversionError
-from incsync_tests.destination_support import KINDS, Target, destination_env
+from incsync_tests.destination_support import MATRIX_KINDS, Target, destination_env
 from incsync_tests.jdbc_support import maria_database
 from incsync_tests.type_support import arrow_schema, delta_schema, duckdb_schema, iceberg_schema, parquet_schema, pg_destination_rows, rows_by, transfer, write_config
 
@@ -34,7 +34,7 @@ INSERT = f"""SET NAMES utf8mb4; SET time_zone = '+00:00'; INSERT INTO orders VAL
   NULL, NULL, NULL, NULL, NULL, NULL);"""
 
 
-@pytest.fixture(params=KINDS)
+@pytest.fixture(params=MATRIX_KINDS)
 def kind(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch, spark) -> Any:
     with destination_env(request.param, monkeypatch):
         yield request.param

@@ -17,7 +17,7 @@ import pytest
 
 from incsync.errors import PublishError
 from incsync.staging.errors import ConversionError
-from incsync_tests.destination_support import KINDS, Target, destination_env
+from incsync_tests.destination_support import MATRIX_KINDS, Target, destination_env
 from incsync_tests.jdbc_support import pg_database
 from incsync_tests.type_support import arrow_schema, delta_schema, duckdb_schema, iceberg_schema, parquet_schema, pg_destination_rows, rows_by, transfer, write_config
 
@@ -41,7 +41,7 @@ INSERT INTO orders (id, organization_id, updated_at, n, tm, d) VALUES
  (3, 'org_2', '2024-01-01 12:00:00+00', 1, '01:00:00', 1)"""
 
 
-@pytest.fixture(params=KINDS)
+@pytest.fixture(params=MATRIX_KINDS)
 def kind(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch, spark) -> Any:
     with destination_env(request.param, monkeypatch):
         yield request.param

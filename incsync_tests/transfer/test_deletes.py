@@ -9,7 +9,7 @@ import pytest
 
 from incsync.config.load import load_config
 from incsync.orchestration.definitions import build_definitions
-from incsync_tests.destination_support import KINDS, destination_env
+from incsync_tests.destination_support import MATRIX_KINDS, destination_env
 from incsync_tests.integrity_support import TYPED_ORDERS, config_for, insert, typed_rows, verify
 from incsync_tests.jdbc_support import pg_database
 from incsync_tests.support import materialize_partition
@@ -35,7 +35,7 @@ def _rows(tmp_path: Path) -> list[dict]:
     return sorted(table.to_pylist(), key=lambda r: r["id"])
 
 
-@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("kind", MATRIX_KINDS)
 def test_hard_deletes_leave_with_the_transfer(kind: str, spark, dagster_instance, tmp_path: Path, monkeypatch) -> None:
     with destination_env(kind, monkeypatch), pg_database() as db:
         db.execute(TYPED_ORDERS)
@@ -51,7 +51,7 @@ def test_hard_deletes_leave_with_the_transfer(kind: str, spark, dagster_instance
         assert verify(config, spark, tmp_path).passed
 
 
-@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("kind", MATRIX_KINDS)
 def test_soft_deletes_stamp_the_row(kind: str, spark, dagster_instance, tmp_path: Path, monkeypatch) -> None:
     with destination_env(kind, monkeypatch), pg_database() as db:
         db.execute(TYPED_ORDERS)

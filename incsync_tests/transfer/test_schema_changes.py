@@ -14,11 +14,11 @@ import pytest
 from incsync.errors import SchemaError
 from incsync.destinations.readers import read_rows
 from incsync_tests.arrow_transfer import run
-from incsync_tests.destination_support import KINDS, Target, destination_env, destination_spec, mariadb_database
+from incsync_tests.destination_support import MATRIX_KINDS, Target, destination_env, destination_spec, mariadb_database
 from incsync_tests.schema_support import BASE, BIG, row as _row, set_type as _set
 from incsync_tests.support import lake_config, ts, write_table
 
-@pytest.fixture(params=KINDS)
+@pytest.fixture(params=MATRIX_KINDS)
 def kind(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Any:
     with destination_env(request.param, monkeypatch):
         yield request.param

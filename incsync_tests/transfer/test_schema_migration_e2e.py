@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from incsync.orchestration.definitions import build_definitions
-from incsync_tests.destination_support import KINDS, Target, destination_env, destination_spec
+from incsync_tests.destination_support import MATRIX_KINDS, Target, destination_env, destination_spec
 from incsync_tests.jdbc_support import pg_database
 from incsync_tests.support import latest_metadata, materialize_partition, ts
 
@@ -20,7 +20,7 @@ INCREMENTAL = {"incsync/mode": "incremental"}
 BIG = 5_000_000_000
 
 
-@pytest.fixture(params=KINDS)
+@pytest.fixture(params=MATRIX_KINDS)
 def kind(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Any:
     with destination_env(request.param, monkeypatch):
         yield request.param
