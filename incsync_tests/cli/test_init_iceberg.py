@@ -26,17 +26,24 @@ def _iceberg_rows(warehouse: Path, identifier: str) -> list[dict]:
     return sorted(table.scan().to_arrow().to_pylist(), key=lambda r: r["id"])
 
 
-def test_init_then_transfer_reaches_an_iceberg_table_pyiceberg_reads(tmp_path: Path, spark, monkeypatch: pytest.MonkeyPatch,
-                                                                    capsys: pytest.CaptureFixture[str]) -> None:
+def _init_and_transfer(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+                       destination: str) -> Path:
+    """`incsync init --destination DESTINATION`, `validate`, then the two windows of SOURCE for acme."""
     monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "dagster_home"))
     file = tmp_path / "incsync.yaml"
-    assert main(["init", "--source", "lake", "--destination", "iceberg", "-o", str(file)]) == 0
+    assert main(["init", "--source", "lake", "--destination", destination, "-o", str(file)]) == 0
     write_table(tmp_path / "data", "orders", SOURCE)
     assert main(["validate", "-c", str(file)]) == 0
     for window in ("2024-01-01", "2024-01-02"):
         assert main(["transfer", "orders", "--recipient", "acme", "--window", window, "-c", str(file)]) == 0
     out = [line.split() for line in capsys.readouterr().out.splitlines() if line.startswith("orders")]
     assert [(l[2], l[3]) for l in out] == [("2024-01-01", "rows_transferred=2"), ("2024-01-02", "rows_transferred=1")]
+    return file
+
+
+def test_init_then_transfer_reaches_an_iceberg_table_pyiceberg_reads(tmp_path: Path, spark, monkeypatch: pytest.MonkeyPatch,
+                                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    file = _init_and_transfer(tmp_path, monkeypatch, capsys, "iceberg")
     want = sorted((r for r in SOURCE if r["organization_id"] == "org_1"), key=lambda r: r["id"])
     assert _iceberg_rows(tmp_path / "out" / "acme_iceberg", "acme.orders") == want
 
@@ -55,15 +62,7 @@ def test_init_then_transfer_reaches_a_duckdb_file_duckdb_reads(tmp_path: Path, s
     itself reading the table, as the recipient would."""
     import duckdb
 
-    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "dagster_home"))
-    file = tmp_path / "incsync.yaml"
-    assert main(["init", "--source", "lake", "--destination", "duckdb", "-o", str(file)]) == 0
-    write_table(tmp_path / "data", "orders", SOURCE)
-    assert main(["validate", "-c", str(file)]) == 0
-    for window in ("2024-01-01", "2024-01-02"):
-        assert main(["transfer", "orders", "--recipient", "acme", "--window", window, "-c", str(file)]) == 0
-    out = [line.split() for line in capsys.readouterr().out.splitlines() if line.startswith("orders")]
-    assert [(l[2], l[3]) for l in out] == [("2024-01-01", "rows_transferred=2"), ("2024-01-02", "rows_transferred=1")]
+    _init_and_transfer(tmp_path, monkeypatch, capsys, "duckdb")
     with duckdb.connect(str(tmp_path / "out" / "acme.duckdb"), read_only=True) as con:
         got = con.sql("SELECT * FROM main.orders ORDER BY id").to_arrow_table().to_pylist()
     want = sorted((r for r in SOURCE if r["organization_id"] == "org_1"), key=lambda r: r["id"])
