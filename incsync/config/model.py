@@ -214,9 +214,10 @@ class IncsyncConfig(StrictModel):
         default=None, description="A table of recipients, read beside the `recipients` of the file."
     )
     recipients_per_run: int = Field(
-        default=256, ge=1,
+        default=1000, ge=1,
         description="Schedules, the sensor and the CLI launch one run per this many recipients of a model; "
-        "the run reads them with one query and publishes each recipient's rows to its own destination.",
+        "the run reads them with one query and publishes each recipient's rows to its own destination. "
+        "Each run pays ~20 s (a process and a local Spark JVM) before its first read.",
     )
     spark: dict[str, str] = Field(default_factory=dict, description="Extra Spark settings (spark.master, ...).")
     maintenance: MaintenanceConfig = Field(

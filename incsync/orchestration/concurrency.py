@@ -31,8 +31,8 @@ def tag_concurrency_limits(config: IncsyncConfig) -> list[dict[str, Any]]:
 
 
 MAX_CONCURRENT_RUNS = 10
-# The run queue is looked at every second, not Dagster's 5: at 10,000 recipients a cycle is 40 runs
-# of which two run at once, so each of the 20 hand-overs waited 2.5 s on average (~50 s a cycle).
+# The run queue is looked at every second, not Dagster's 5: at 10,000 recipients a cycle was 40 runs
+# (now 10) of which two run at once, so each hand-over waited 2.5 s on average.
 DEQUEUE_INTERVAL_SECONDS = 1
 # A schedule tick creates its runs (an execution plan from the code server, the run, its planned
 # partitions) with this many threads, not one after the other: 40 runs took 12.8 s in one thread.
