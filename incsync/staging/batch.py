@@ -104,6 +104,36 @@ def stage_arrow(table: pa.Table, path: Path | StoragePath, *, schema: pa.Schema 
 
 
 SLICE_ROWS = 65_536
+_UNITS = {"s": "seconds", "ms": "milliseconds", "us": "microseconds", "ns": "nanoseconds"}
+
+
+def within_by_statistics(batch: StagedBatch, column: str, *, lower: datetime | None, upper: datetime | None) -> bool:
+    """Whether every non-NULL value of the timestamp ``column`` lies in ``[lower, upper)`` (None: unbounded),
+    by the files' row-group statistics alone: no row is decoded. False when a row group has no statistics
+    or stores the column in another unit, so the caller filters the rows instead."""
+    kind = batch.schema.field(column).type
+    if not pa.types.is_timestamp(kind):
+        return False
+    lo = None if lower is None else pa.scalar(lower, kind).value
+    hi = None if upper is None else pa.scalar(upper, kind).value
+    unit = f"timeUnit={_UNITS[kind.unit]}"
+    fs = batch.filesystem
+    for file in batch.files:
+        with fs.open_input_file(str(file)) as source:
+            meta = pq.ParquetFile(source).metadata
+        leaf = next((j for j in range(meta.num_columns) if meta.schema.column(j).path == column), None)
+        if leaf is None:  # the file lacks the column: its rows read as NULL, which bounds never exclude
+            continue
+        for r in range(meta.num_row_groups):
+            group = meta.row_group(r)
+            stats = group.column(leaf).statistics
+            if group.num_rows == 0 or (stats is not None and stats.null_count == group.num_rows):
+                continue
+            if stats is None or not stats.has_min_max or stats.physical_type != "INT64" or unit not in str(stats.logical_type):
+                return False
+            if (lo is not None and stats.min_raw < lo) or (hi is not None and stats.max_raw >= hi):
+                return False
+    return True
 
 
 def filtered_batch(batch: StagedBatch, path: Path | StoragePath, where: ds.Expression | None) -> StagedBatch:

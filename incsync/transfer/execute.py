@@ -23,7 +23,7 @@ from incsync.core.lease import LEASE_ATTEMPTS
 from incsync.core.transfer_id import new_transfer_id
 from incsync.errors import IncsyncError, LeaseError, SourceError, StagingError
 from incsync.sources.jdbc.errors import root_cause
-from incsync.staging.batch import StagedBatch, filtered_batch
+from incsync.staging.batch import StagedBatch, filtered_batch, within_by_statistics
 from incsync.staging.folders import claim, remove, remove_stale_staging
 from incsync.staging.spark import stage, stage_by_tenant
 from incsync.transfer.errors import named_error
@@ -265,6 +265,11 @@ def _share_of(staged: dict[str, StagedBatch], schema: pa.Schema, span: PreparedS
         span.staging.mkdir(parents=True, exist_ok=True)
         return StagedBatch(path=span.staging, files=(), schema=schema, rows=0, bytes=0)
     lm = model.last_modified_column
+    if within_by_statistics(mine, lm, lower=span.bounds.lower, upper=span.bounds.upper):
+        # Every row is in this recipient's bounds (a backfill's share, always): its staged files serve as
+        # they are, read in place (the fan-out's claim outlives every share's publish), not copied.
+        span.staging.mkdir(parents=True, exist_ok=True)
+        return mine
     kind = mine.schema.field(lm).type
     within = (ds.field(lm) >= pa.scalar(span.bounds.lower, kind)) & (ds.field(lm) < pa.scalar(span.bounds.upper, kind))
     return filtered_batch(mine, span.staging, within | ds.field(lm).is_null())
