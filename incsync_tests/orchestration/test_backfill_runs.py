@@ -140,8 +140,9 @@ def _event_story(instance: dg.DagsterInstance, run_id: str) -> list[tuple[str, s
             story.append(("materialized", entry.asset_materialization.partition))
         elif kind in (dg.DagsterEventType.STEP_START, dg.DagsterEventType.STEP_SUCCESS, dg.DagsterEventType.STEP_FAILURE):
             story.append((kind.value, ""))
-        elif kind is None and " committed " in entry.user_message:
-            story.append(("committed", entry.user_message.split(" from window ")[1].split(" ")[0]))
+        elif kind is None and " committed " in entry.user_message:  # one line per commit of a report
+            story += [("committed", line.split(" from window ")[1].split(" ")[0])
+                      for line in entry.user_message.splitlines() if " from window " in line]
     planned = [i for i, (what, _) in enumerate(story) if what == "planned"]
     if planned:  # one batch, in the order Dagster lists the run's partitions
         story[planned[0] : planned[-1] + 1] = [("planned", key) for key in sorted(story[i][1] for i in planned)]
