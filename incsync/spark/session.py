@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from incsync.core.vendor_sql import DRIVERS
+from incsync.spark import class_archive
 from incsync.spark.cluster import driver_address
 
 JDBC_DRIVER_JARS = tuple(dict.fromkeys(driver.os_jar for driver in DRIVERS.values()))
@@ -47,6 +48,9 @@ def spark_config(
     if packages:
         conf["spark.jars.packages"] = ",".join(packages)
     conf.update(overrides or {})
+    archive = class_archive.java_options()
+    if archive and "spark.remote" not in conf:  # a local driver JVM maps the shared classes (``class_archive``)
+        conf["spark.driver.extraJavaOptions"] = f"{conf.get('spark.driver.extraJavaOptions', '')} {archive}".strip()
     if "spark.remote" in conf:  # Spark Connect: the server owns master, jars and driver settings
         conf = {k: v for k, v in conf.items() if k in ("spark.remote", "spark.app.name") or k.startswith("spark.sql.")}
     return conf
@@ -71,6 +75,7 @@ class SparkWarmUp:
         self._lock = threading.Lock()
 
     def start(self) -> SparkWarmUp:
+        class_archive.ensure_building()  # once per install, in the background: later runs' JVMs start faster
         threading.Thread(target=self._warm, name="incsync-spark-warm-up", daemon=True).start()
         return self
 
