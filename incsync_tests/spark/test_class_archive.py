@@ -89,9 +89,9 @@ def test_a_built_archive_is_mapped_by_the_next_local_session(cache: Path) -> Non
     JVM refuse to start if it cannot) and loads Spark's own classes from it."""
     env = {**os.environ, class_archive.CACHE_ENV: str(cache), class_archive.SWITCH_ENV: "auto"}
     path = class_archive.archive_path()
-    build = subprocess.run([sys.executable, "-m", "incsync.spark.class_archive", str(path)], env=env, cwd=ROOT,
+    build = subprocess.run([sys.executable, "-m", "incsync.spark.class_archive_build", str(path)], env=env, cwd=ROOT,
                            capture_output=True, text=True, timeout=300)
-    assert build.returncode == 0, build.stderr[-3000:]
+    assert build.returncode == 0, (build.stderr[-3000:], sorted(p.name for p in path.parent.iterdir()))
     assert path.is_file() and path.stat().st_size > 10_000_000
     assert sorted(p.name for p in path.parent.iterdir()) == [path.name]  # no lock, no partial file, no failure
     script = (
@@ -107,7 +107,7 @@ def test_a_built_archive_is_mapped_by_the_next_local_session(cache: Path) -> Non
         "s.stop()\n"
     )
     run = subprocess.run([sys.executable, "-c", script], env=env, cwd=ROOT, capture_output=True, text=True, timeout=300)
-    assert run.returncode == 0, run.stderr[-3000:]
+    assert run.returncode == 0, (run.stdout[-2000:], run.stderr[-3000:])
     assert "rows 7" in run.stdout
     shared = [line for line in run.stdout.splitlines() if "org.apache.spark.SparkContext " in line]
     assert shared and "source: shared objects file (top)" in shared[0], shared
