@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 from incsync.spark.class_archive import QUIET
@@ -59,6 +60,25 @@ def _workload(spark) -> None:  # noqa: ANN001 - a SparkSession
         pass
 
 
+# Another install's archive (a removed virtualenv, an older Java) is removed once this old: an install
+# that still uses it makes it again, once.
+OLD_ARCHIVE_SECONDS = 7 * 24 * 3600
+
+
+def remove_old_archives(folder: Path, *, keep: Path, now: float | None = None) -> list[str]:
+    """Remove the other installs' archives made more than OLD_ARCHIVE_SECONDS ago (~170 MB each); their names."""
+    now = time.time() if now is None else now
+    removed = []
+    for other in folder.glob("driver-*.jsa"):
+        try:
+            if other != keep and now - other.stat().st_mtime > OLD_ARCHIVE_SECONDS:
+                other.unlink()
+                removed.append(other.name)
+        except OSError:  # another process removed it, or it cannot be: it stays
+            continue
+    return sorted(removed)
+
+
 def main(argv: list[str]) -> int:
     path = Path(argv[0])
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -66,6 +86,7 @@ def main(argv: list[str]) -> int:
     try:
         build(path)
         failed.unlink(missing_ok=True)
+        remove_old_archives(path.parent, keep=path)
         return 0
     except Exception as exc:  # noqa: BLE001 - recorded for a day, so that runs do not retry it each time
         failed.write_text(f"{type(exc).__name__}: {exc}\n")

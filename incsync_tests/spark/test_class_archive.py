@@ -84,6 +84,20 @@ def test_a_failed_build_is_not_retried_for_a_day_and_a_running_one_is_left_alone
     assert not path.exists()
 
 
+def test_a_new_archive_removes_other_installs_archives_once_they_are_a_week_old(tmp_path: Path) -> None:
+    from incsync.spark.class_archive_build import OLD_ARCHIVE_SECONDS, remove_old_archives
+
+    now = time.time()
+    names = ["driver-new.jsa", "driver-recent.jsa", "driver-old.jsa", "driver-old.failed"]
+    for name in names:
+        (tmp_path / name).write_text("x")
+    week_ago = now - OLD_ARCHIVE_SECONDS - 60
+    for name in ("driver-new.jsa", "driver-old.jsa", "driver-old.failed"):
+        os.utime(tmp_path / name, (week_ago, week_ago))
+    assert remove_old_archives(tmp_path, keep=tmp_path / "driver-new.jsa", now=now) == ["driver-old.jsa"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["driver-new.jsa", "driver-old.failed", "driver-recent.jsa"]
+
+
 def test_a_built_archive_is_mapped_by_the_next_local_session(cache: Path) -> None:
     """The real thing: the builder makes the archive; a new local session maps it (``-Xshare:on`` makes the
     JVM refuse to start if it cannot) and loads Spark's own classes from it."""
