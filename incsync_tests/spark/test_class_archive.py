@@ -98,6 +98,8 @@ def test_a_new_archive_removes_other_installs_archives_once_they_are_a_week_old(
     assert sorted(p.name for p in tmp_path.iterdir()) == ["driver-new.jsa", "driver-old.failed", "driver-recent.jsa"]
 
 
+@pytest.mark.slow  # ~38 s (a JVM that dumps 170 MB of classes, then another): make test-long; in make test the
+# suite's own runs make this install's archive in the background and later JVMs map it
 def test_a_built_archive_is_mapped_by_the_next_local_session(cache: Path) -> None:
     """The real thing: the builder makes the archive; a new local session maps it (``-Xshare:on`` makes the
     JVM refuse to start if it cannot) and loads Spark's own classes from it."""
