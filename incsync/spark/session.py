@@ -49,7 +49,7 @@ def spark_config(
         conf["spark.jars.packages"] = ",".join(packages)
     conf.update(overrides or {})
     archive = class_archive.java_options()
-    if archive and "spark.remote" not in conf:  # a local driver JVM maps the shared classes (``class_archive``)
+    if archive:  # a local driver JVM maps the shared classes (``class_archive``); Spark Connect drops it below
         conf["spark.driver.extraJavaOptions"] = f"{conf.get('spark.driver.extraJavaOptions', '')} {archive}".strip()
     if "spark.remote" in conf:  # Spark Connect: the server owns master, jars and driver settings
         conf = {k: v for k, v in conf.items() if k in ("spark.remote", "spark.app.name") or k.startswith("spark.sql.")}
