@@ -230,3 +230,121 @@ def test_validate_connect_reaches_the_server_and_names_an_unset_password_variabl
     monkeypatch.delenv("INCSYNC_TEST_MARIADB_PASSWORD", raising=False)
     assert check_connectivity(load_config(config)) == [
         "destinations[acme_dest].password_env: variable INCSYNC_TEST_MARIADB_PASSWORD is not set; export the password in it"]
+
+
+RETYPED = pa.schema([("id", pa.int64()), ("organization_id", pa.string()), ("status", pa.int64()),
+                     ("amount", pa.float64()), ("updated_at", pa.timestamp("us", tz="UTC"))])
+
+
+def _retyped(ids: range, day: int) -> list[dict]:
+    return [{**order(i, "org_1", ts(1, day)), "status": i * 10} for i in ids]
+
+
+def _leftovers(target: Target) -> list[str]:
+    """Tables a swap builds or parks, and pending swaps, still in the database."""
+    found = _sql(target, "SELECT TABLE_NAME FROM information_schema.TABLES WHERE TABLE_SCHEMA = %s AND "
+                         "(TABLE_NAME LIKE '\\_incsync\\_new\\_%%' OR TABLE_NAME LIKE '\\_incsync\\_old\\_%%')",
+                 [target.destination.database])
+    return [*(t for (t,) in found), *(f"pending {m}" for (m,) in _sql(target, "SELECT model_name FROM {db}._incsync_swaps"))]
+
+
+def test_a_full_refresh_that_retypes_a_column_swaps_in_a_new_table_whole(env, tmp_path: Path) -> None:
+    import threading
+
+    old = [order(i, "org_1", ts(1, 1), status=f"s{i}") for i in range(1, 41)]
+    config = _configure(tmp_path, old)
+    run(config, "2024-01-01", scheduled=False)
+    target = Target(config)
+    _sql(target, "ALTER TABLE {db}.orders ADD COLUMN my_note TEXT")
+    _sql(target, "UPDATE {db}.orders SET my_note = CONCAT('note ', id)")
+    _sql(target, "CREATE VIEW {db}.noted AS SELECT id, status, my_note FROM {db}.orders")
+    _sql(target, "CREATE TABLE {db}.audit (id BIGINT)")
+    _sql(target, "CREATE TRIGGER {db}.orders_audit AFTER INSERT ON {db}.orders FOR EACH ROW INSERT INTO {db}.audit VALUES (NEW.id)")
+
+    new = _retyped(range(21, 61), 2)  # status text -> bigint: no widening; 20 keys gone, 20 kept, 20 new
+    whole = [sorted((str(r["id"]), str(r["status"])) for r in rows) for rows in (old, new)]
+    seen: list[list[tuple]] = []
+    done = threading.Event()
+
+    def poll() -> None:
+        while not done.is_set():
+            seen.append(sorted((str(i), str(s)) for i, s in _sql(target, "SELECT id, status FROM {db}.noted")))
+
+    reader = threading.Thread(target=poll, daemon=True)
+    write_table(tmp_path / "src", "orders", new, RETYPED)
+    reader.start()
+    try:
+        outcome = run(config, "2024-01-01", scheduled=False, full_refresh=True)
+    finally:
+        done.set()
+        reader.join(timeout=30)
+    assert seen and all(snapshot in whole for snapshot in seen), [s for s in seen if s not in whole][:1]
+    assert seen[-1] == whole[1]
+    assert (outcome.destination_metadata["mariadb_rows_written"], outcome.destination_metadata["mariadb_rows_deleted"]) == (40, 20)
+    assert _column_types(target)["status"] == "bigint(20)"
+    assert _sql(target, "SELECT id, status, my_note FROM {db}.noted WHERE id IN (21, 40, 41) ORDER BY id") == [
+        (21, 210, "note 21"), (40, 400, "note 40"), (41, 410, None)]  # the recipient's column kept for keys that stay
+    assert [{k: v for k, v in r.items() if k != "my_note"} for r in target.rows()] == sorted(new, key=lambda r: r["id"])
+    assert target.state().last_transfer == outcome.record
+    assert _leftovers(target) == []
+    _sql(target, "INSERT INTO {db}.orders (id, organization_id, status, amount, updated_at) VALUES (99, 'x', 1, 1, NOW())")
+    assert _sql(target, "SELECT id FROM {db}.audit") == [(99,)]  # the trigger was re-created on the new table
+
+
+def test_a_retyping_full_refresh_is_refused_on_a_table_in_a_foreign_key(env, tmp_path: Path) -> None:
+    config = _configure(tmp_path, SOURCE)
+    run(config, "2024-01-01", scheduled=False)
+    target = Target(config)
+    _sql(target, "CREATE TABLE {db}.lines (order_id BIGINT NOT NULL, CONSTRAINT lines_order FOREIGN KEY (order_id) "
+                 "REFERENCES {db}.orders (id))")
+    before = (target.raw_rows(), target.state())
+    write_table(tmp_path / "src", "orders", _retyped(range(1, 3), 2), RETYPED)
+    with pytest.raises(PublishError) as info:
+        run(config, "2024-01-01", scheduled=False, full_refresh=True)
+    assert str(info.value) == (
+        f"model orders, recipient acme: {target.destination.database}.orders: this full refresh changes a column's type, "
+        "which MariaDB can only do by building the table anew and swapping it in, and the table takes part in foreign key "
+        "lines_order (lines -> orders); nothing was published. Fix: drop the foreign key, run the full refresh, then add it again.")
+    assert (target.raw_rows(), target.state()) == before
+    assert _leftovers(target) == []
+
+
+@pytest.mark.parametrize("point", ["mid_publish", "mariadb_after_swap"])
+def test_a_retyping_full_refresh_killed_around_its_swap_is_whole_either_side(env, point: str, tmp_path: Path) -> None:
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from incsync.core.crashpoints import CRASH_ENV
+
+    config = _configure(tmp_path, SOURCE)
+    run(config, "2024-01-01", scheduled=False)
+    target = Target(config)
+    _sql(target, "CREATE TABLE {db}.audit (id BIGINT)")
+    _sql(target, "CREATE TRIGGER {db}.orders_audit AFTER INSERT ON {db}.orders FOR EACH ROW INSERT INTO {db}.audit VALUES (NEW.id)")
+    before = (target.raw_rows(), target.state())
+    new = _retyped(range(1, 4), 2)
+    write_table(tmp_path / "src", "orders", new, RETYPED)
+    proc = subprocess.run([sys.executable, "-m", "incsync_tests.arrow_transfer", str(config), "2024-01-01", "--full-refresh"],
+                          cwd=Path(__file__).resolve().parents[2], env={**os.environ, CRASH_ENV: point},
+                          capture_output=True, text=True, timeout=180)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr[-2000:]
+    if point == "mid_publish":  # before the swap: the old table and state, the new table left beside it
+        assert (target.raw_rows(), target.state()) == before
+        assert [t.startswith("_incsync_new_") for t in _leftovers(target)] == [True, False]
+        outcome = run(config, "2024-01-01", scheduled=False, full_refresh=True)
+        assert outcome.record.transfer_type == "FULL_REFRESH"
+    else:  # after it: the new rows, and the state already names the refresh (its log row comes with the next publish)
+        assert target.rows() == [r for r in new if r["organization_id"] == "org_1"]
+        refresh = target.state().last_transfer
+        assert refresh.transfer_type == "FULL_REFRESH" and refresh != before[1].last_transfer
+        assert sorted("pending" if t.startswith("pending") else t.split("_")[2] for t in _leftovers(target)) == ["old", "pending"]
+        outcome = run(config, "2024-01-01", scheduled=False)
+        logged = [r for (r,) in _sql(target, "SELECT transfer_id FROM {db}._incsync_transfers ORDER BY seq")]
+        assert logged[-2:] == [refresh.transfer_id, outcome.record.transfer_id]
+    assert target.rows() == [r for r in new if r["organization_id"] == "org_1"]
+    assert target.state().last_transfer == outcome.record
+    assert _leftovers(target) == []
+    _sql(target, "INSERT INTO {db}.orders (id, organization_id, status, amount, updated_at) VALUES (99, 'x', 1, 1, NOW())")
+    assert _sql(target, "SELECT id FROM {db}.audit") == [(99,)]

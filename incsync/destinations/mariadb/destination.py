@@ -8,8 +8,11 @@ before the transaction and a retry finds it done), then in one transaction upser
 last-modified tie-break (``rows``), writes the owner stamp and column registry and inserts the transfer
 record into ``<database>._incsync_transfers``. A full refresh deletes the rows the source no longer has
 and upserts the rest in that transaction: readers see the old rows until it commits, and the table keeps
-its identity (no DROP, no rename), so the views, grants and columns a recipient added survive. Text
-columns use a binary NO PAD collation, so keys that differ in case or trailing spaces stay apart.
+its identity (no DROP, no rename), so the views, grants and columns a recipient added survive. A full
+refresh that changes a column's type in a way MariaDB cannot apply in place builds the new table beside
+the live one and swaps it in with one ``RENAME TABLE`` (``swap``): readers see the old rows or the new,
+never an empty table. Text columns use a binary NO PAD collation, so keys that differ in case or trailing
+spaces stay apart.
 """
 
 from __future__ import annotations
@@ -25,11 +28,11 @@ from incsync.core.crashpoints import crash_point
 from incsync.core.lease import check_lease
 from incsync.core.schema_change import SchemaDiff, arrow_diff, change_metadata, incompatible_error
 from incsync.destinations.base import DELETED_AT, FULL_REFRESH, REPAIR, Destination, DestinationState, Removals, TransferRecord, table_state
-from incsync.destinations.mariadb import log
+from incsync.destinations.mariadb import log, swap
 from incsync.destinations.mariadb.connect import Connection, collation, connect, lock, quote, rows, run, table
 from incsync.destinations.mariadb.load import load_stage
 from incsync.destinations.mariadb.read import read_table, table_schema
-from incsync.destinations.mariadb.rows import adapt, create_table, delete_missing, remove_keys, upsert
+from incsync.destinations.mariadb.rows import alterations, create_table, delete_missing, remove_keys, upsert
 from incsync.destinations.mariadb.types import json_columns, mariadb_form
 from incsync.destinations.ownership import METADATA_KEY as OWNER_KEY
 from incsync.destinations.ownership import Owner, check_owner, owner_of, refuse_unstamped
@@ -71,7 +74,7 @@ class MariaDBDestination(Destination):
         """The last transfer, checked against the table (dropped or emptied while the log stays, or the reverse)."""
         name = model.model_name
         with connect(self.config) as conn:
-            record = log.last_record(conn, self.database, model=name, recipient=recipient.id)
+            record = _last_record(conn, self.database, model=name, recipient=recipient.id)
             exists = log.exists(conn, self.database, name)
             has_data = exists and bool(rows(conn, f"SELECT EXISTS (SELECT 1 FROM {table(self.database, name)})")[0][0])
             stamp = log.owner(conn, self.database, name)
@@ -116,6 +119,7 @@ class MariaDBDestination(Destination):
         load_stage(conn, db, batch, form, key=key, collation=binary, where=where)
         lock(conn, db, name, where=self._where(model))
         conn.commit()  # read what publishers committed while this one waited, not an older snapshot
+        swap.settle(conn, db, name)  # a swap an earlier publish left pending
         seen = log.last_record(conn, db, model=name, recipient=recipient.id)
         check_lease(model=name, recipient=recipient.id, where=self.table_name(model),
                     read=expected.last_transfer.transfer_id if expected.last_transfer else None,
@@ -127,7 +131,9 @@ class MariaDBDestination(Destination):
                                    transfer_id=record.transfer_id)
         refresh = record.transfer_type == FULL_REFRESH
         soft = removals is not None and removals.mode == "soft" and removals.rows > 0
-        deleted, stale, has_stamp = 0, [], False
+        deleted, stale, has_stamp, rebuilt = 0, [], False, False
+        # Nested columns keep their Arrow type here, so readers give their JSON back as lists and structs.
+        types = {f.name: str(batch.schema.field(f.name).type if f.name in nested else f.type) for f in form}
         if current is None:  # no rows to remove either
             create_table(conn, target, form, key=key, json=nested, collation=binary)
             drift = applied = SchemaDiff()
@@ -140,29 +146,38 @@ class MariaDBDestination(Destination):
             drift = arrow_diff(pa.schema([f for f in mine if f.name in known]), form)
             if applied.incompatible and not refresh:
                 raise incompatible_error(where, self.table_name(model), applied.incompatible, model=name, recipient=recipient.id)
-            deleted = adapt(conn, target, form, applied, key=key, json=nested, collation=binary, refresh=refresh,
-                            soft_stamp=soft and not has_stamp)
+            rebuilt = bool(applied.incompatible)
+            alter = alterations(form, applied, key=key, json=nested, collation=binary, soft_stamp=soft and not has_stamp)
+            if rebuilt:  # MariaDB cannot retype in place: build the new table beside the live one
+                swap.refuse_foreign_keys(conn, db, name, where=f"{where}: {self.table_name(model)}")
+                target, written, deleted = swap.rebuild(conn, db, model, target=target, alter=alter, columns=form.names,
+                                                        own=swap.own_columns(mine, form, known | set(gone), DELETED_AT))
+            elif alter:
+                run(conn, f"ALTER TABLE {target} {', '.join(alter)}")
             has_stamp = has_stamp or soft
             if refresh:
                 stale = [c for c in dict.fromkeys([*drift.dropped, *gone]) if c in mine.names and c not in form.names]
         conn.begin()
-        if refresh and current is not None:
+        if refresh and current is not None and not rebuilt:
             deleted += delete_missing(conn, db, target, model)
-        written = upsert(conn, db, target, model=model, columns=form.names, stale=stale,
-                         force=refresh or record.transfer_type == REPAIR)
+        if not rebuilt:
+            written = upsert(conn, db, target, model=model, columns=form.names, stale=stale,
+                             force=refresh or record.transfer_type == REPAIR)
         removed = 0
         if removals is not None:
             removed = remove_keys(conn, db, target, model=model, removals=removals, form=form, has_stamp=has_stamp,
                                   collation=binary)
-        crash_point("mid_publish")
-        if stamp_reason is not None:
-            log.stamp(conn, db, owner_of(model, recipient), reason=stamp_reason)
-        # Nested columns keep their Arrow type here, so readers give their JSON back as lists and structs.
-        types = {f.name: str(batch.schema.field(f.name).type if f.name in nested else f.type) for f in form}
-        if registered is None or registered[0] != types:
-            log.register(conn, db, name, types, fresh=current is None)
-        log.insert_record(conn, db, record)
-        conn.commit()
+        if rebuilt:  # the swap is the commit point; the bookkeeping is written pending before it
+            swap.swap(conn, db, name, record=record, types=types, registered_fresh=False,
+                      stamp=None if stamp_reason is None else (owner_of(model, recipient), stamp_reason))
+        else:
+            crash_point("mid_publish")
+            if stamp_reason is not None:
+                log.stamp(conn, db, owner_of(model, recipient), reason=stamp_reason)
+            if registered is None or registered[0] != types:
+                log.register(conn, db, name, types, fresh=current is None)
+            log.insert_record(conn, db, record)
+            conn.commit()
         metadata: dict[str, object] = {"mariadb_table": self.table_name(model), "mariadb_rows_written": written,
                                        OWNER_KEY: recipient.id}
         if refresh:
@@ -202,6 +217,7 @@ class MariaDBDestination(Destination):
         with connect(self.config) as conn:
             log.create_log(conn, self.database, collation(conn))
             lock(conn, self.database, model.model_name, where=self._where(model))
+            swap.settle(conn, self.database, model.model_name)
             conn.begin()
             previous = log.owner(conn, self.database, model.model_name)
             last = log.last_record(conn, self.database, model=model.model_name, recipient=recipient.id)
@@ -209,3 +225,9 @@ class MariaDBDestination(Destination):
                       reason=reason)
             conn.commit()
         return previous
+
+
+def _last_record(conn: Connection, database: str, *, model: str, recipient: str) -> TransferRecord | None:
+    """The last transfer: a swap that happened and is not settled yet is newer than the log's last record."""
+    return (swap.pending_record(conn, database, model=model, recipient=recipient)
+            or log.last_record(conn, database, model=model, recipient=recipient))

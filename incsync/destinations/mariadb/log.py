@@ -4,7 +4,8 @@
 is its state). ``_incsync_owners``: the owner stamps, the newest row per model wins, earlier rows are
 the log of moves. ``_incsync_columns``: the columns incsync published per model with their Arrow type
 (so a recipient's own columns are never taken for columns the source dropped, and a ``DATETIME``
-column is known to hold UTC instants). DDL commits by itself in MariaDB: these tables are created
+column is known to hold UTC instants). ``_incsync_swaps``: a full refresh's bookkeeping while its
+rebuilt table is swapped in (``swap``). DDL commits by itself in MariaDB: these tables are created
 before a publish's transaction begins; their rows change only inside it.
 """
 
@@ -17,6 +18,7 @@ from incsync.destinations.ownership import OWNERS_TABLE, Owner
 TRANSFERS = "_incsync_transfers"
 OWNERS = OWNERS_TABLE
 COLUMNS = "_incsync_columns"
+SWAPS = "_incsync_swaps"  # a full refresh's swap pending (incsync.destinations.mariadb.swap)
 
 _NAME = "VARCHAR(255) CHARACTER SET utf8mb4 COLLATE {c} NOT NULL"
 
@@ -34,6 +36,8 @@ def create_log(conn: Connection, database: str, collation: str) -> None:
     run(conn, f"CREATE TABLE IF NOT EXISTS {table(database, COLUMNS)} (model_name {name}, column_name "
               f"VARCHAR(64) CHARACTER SET utf8mb4 COLLATE {collation} NOT NULL, arrow_type VARCHAR(255) NOT NULL, "
               "in_source BOOLEAN NOT NULL, PRIMARY KEY (model_name, column_name)) ENGINE=InnoDB")
+    run(conn, f"CREATE TABLE IF NOT EXISTS {table(database, SWAPS)} (model_name {name} PRIMARY KEY, transfer_id {name}, "
+              f"recipient_id {name}, record LONGTEXT NOT NULL, bookkeeping LONGTEXT NOT NULL) ENGINE=InnoDB")
 
 
 def exists(conn: Connection, database: str, name: str) -> bool:

@@ -35,26 +35,18 @@ def create_table(conn: Connection, target: str, form: pa.Schema, *, key: tuple[s
     run(conn, f"CREATE TABLE {target} ({', '.join(body)}) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE={collation}")
 
 
-def adapt(conn: Connection, target: str, form: pa.Schema, change: SchemaDiff, *, key: tuple[str, ...], json: set[str],
-          collation: str, refresh: bool, soft_stamp: bool) -> int:
-    """Add the batch's new columns and widen in place, in one ``ALTER TABLE`` (DDL commits by itself, before
-    the publish transaction). A full refresh's incompatible type change first empties the table in a
-    transaction of its own: MariaDB cannot change a type inside one. Returns the rows that deleted."""
+def alterations(form: pa.Schema, change: SchemaDiff, *, key: tuple[str, ...], json: set[str], collation: str,
+                soft_stamp: bool) -> list[str]:
+    """The ``ALTER TABLE`` clauses that add the batch's new columns and change types: a widening in place
+    (DDL, before the publish transaction), an incompatible change on a table a full refresh rebuilds."""
     def spec(name: str) -> str:
         return _type(form, name, key=key, json=json, collation=collation)
 
     clauses = [f"ADD COLUMN {quote(c)} {spec(c)}" for c, _ in change.added]
-    clauses += [f"MODIFY COLUMN {quote(c.column)} {spec(c.column)}" for c in change.widened]
+    clauses += [f"MODIFY COLUMN {quote(c.column)} {spec(c.column)}" for c in [*change.widened, *change.incompatible]]
     if soft_stamp:
         clauses.append(f"ADD COLUMN {quote(DELETED_AT)} DATETIME(6) NULL")
-    deleted = 0
-    if change.incompatible and refresh:
-        deleted = run(conn, f"DELETE FROM {target}")
-        conn.commit()
-        clauses += [f"MODIFY COLUMN {quote(c.column)} {spec(c.column)}" for c in change.incompatible]
-    if clauses:
-        run(conn, f"ALTER TABLE {target} {', '.join(clauses)}")
-    return deleted
+    return clauses
 
 
 def _match(model: ModelConfig, a: str, b: str) -> str:
