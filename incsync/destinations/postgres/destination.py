@@ -221,7 +221,8 @@ class PostgresDestination(Destination):
             conn, model=model, recipient=recipient, batch_columns=list(wanted), wanted=wanted, record=record, where=where,
             current=seen.columns, published=seen.published)
         if direct:
-            copy_rows(conn, batch, wanted, into=self._ident(name))
+            exact = seen.columns is None or all(seen.columns.get(c, t) == t for c, t in wanted.items())
+            copy_rows(conn, batch, wanted, into=self._ident(name), exact=exact)
             crash_point("mid_publish")
             insert_record(conn, self.schema, record)
             conn.commit()
