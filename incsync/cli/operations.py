@@ -80,6 +80,7 @@ def cmd_maintain(args: argparse.Namespace) -> int:
     """Compact and vacuum the destinations now (what the `incsync_maintenance` schedule runs)."""
     from incsync.config.load import load_config
     from incsync.orchestration.instance import dagster_instance
+    from incsync.destinations.maintenance import size_text
     from incsync.orchestration.maintenance import maintain_destinations, summary
 
     file = config_path(args.config)
@@ -90,11 +91,15 @@ def cmd_maintain(args: argparse.Namespace) -> int:
         print(result.line(), flush=True)
         done.append(result)
     totals = summary(done)
-    verb = "would free" if args.dry_run else "freed"
     freed = totals["bytes_stored_before"] - totals["bytes_stored_after"]
+    # Compaction writes new files while the old ones stay for readers until the retention passes: a pass
+    # that compacts and vacuums nothing stores more than before, said so rather than as a negative "freed".
+    change = (f"freed {size_text(freed)}" if freed >= 0 else
+              f"stored {size_text(-freed)} more until the retention passes (the compacted files' old copies "
+              "stay for readers of older versions)")
     print(f"{totals['tables']} table(s) maintained ({totals['tables_skipped']} skipped): "
           f"{totals['files_compacted']} file(s) compacted, {totals['files_vacuumed']} vacuumed, "
-          f"{verb} {freed / 1e6:.1f} MB" if not args.dry_run else
+          f"{change}" if not args.dry_run else
           f"{totals['tables']} table(s) looked at (dry run): {totals['files_compacted']} file(s) to compact, "
           f"{totals['files_vacuumed']} file(s) to vacuum")
     return 0

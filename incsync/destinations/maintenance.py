@@ -31,19 +31,20 @@ class Maintained:
             return f"{self.destination} {self.table}: skipped: {self.skipped}"
         if self.dry_run:
             return (f"{self.destination} {self.table}: {self.files_compacted} file(s) to compact, "
-                    f"{self.files_vacuumed} file(s) to vacuum; {_mb(self.bytes_stored_before)} stored for "
-                    f"{_mb(self.bytes_live)} live (dry run)")
+                    f"{self.files_vacuumed} file(s) to vacuum; {size_text(self.bytes_stored_before)} stored for "
+                    f"{size_text(self.bytes_live)} live (dry run)")
         return (f"{self.destination} {self.table}: files {self.files_before} -> {self.files_after} "
                 f"({self.files_compacted} compacted), {self.files_vacuumed} vacuumed; stored "
-                f"{_mb(self.bytes_stored_before)} -> {_mb(self.bytes_stored_after)} for {_mb(self.bytes_live)} live"
+                f"{size_text(self.bytes_stored_before)} -> {size_text(self.bytes_stored_after)} for {size_text(self.bytes_live)} live"
                 + (f"; checkpoint at version {self.checkpoint_version}" if self.checkpoint_version is not None else ""))
 
     def metadata(self) -> dict[str, object]:
         return {k: v for k, v in vars(self).items() if v is not None}
 
 
-def _mb(n: int) -> str:
-    return f"{n / 1e6:.1f} MB"
+def size_text(n: int) -> str:
+    """Bytes as MB; under 1 MB as kB, so a small table's sizes do not all read 0.0 MB."""
+    return f"{n / 1e6:.1f} MB" if abs(n) >= 1e6 else f"{n / 1e3:.1f} kB"
 
 
 def stored_bytes(path: str, storage_options: dict[str, str] | None) -> int:

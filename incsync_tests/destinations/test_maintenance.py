@@ -4,6 +4,8 @@ the key order a MERGE of recent keys relies on, and no transfer publishes while 
 
 from __future__ import annotations
 
+import re
+
 import threading
 import time
 from pathlib import Path
@@ -107,6 +109,9 @@ def test_maintenance_bounds_storage_and_keeps_every_version_inside_the_retention
     assert run_command(["maintain", "-c", str(config)]) == 0
     out = capsys.readouterr().out
     assert "0 vacuumed" in out and f"checkpoint at version {newest + 1}" in out, out
+    grown = re.search(r"vacuumed, stored (\d+\.\d) [kM]B more until the retention passes \(the compacted files' old "
+                      r"copies stay for readers of older versions\)\n$", out)
+    assert grown is not None and float(grown[1]) > 0, out  # not a negative "freed"
     dt = DeltaTable(str(table))
     assert dt.version() == newest + 1 and (table / "_delta_log" / "_last_checkpoint").exists()
     for version in range(newest + 2):  # every version is inside the retention: each one still reads
@@ -121,6 +126,7 @@ def test_maintenance_bounds_storage_and_keeps_every_version_inside_the_retention
     out = capsys.readouterr().out
     stored, live = stored_bytes(str(table), None), _live(table)
     assert stored <= 1.5 * live, (stored, live, out)
+    assert re.search(r"[1-9]\d* vacuumed, freed \d+\.\d [kM]B\n$", out), out
     assert {r["id"]: r for r in target.rows()} == rows
 
     # Compaction kept the key order: 3 changes among the newest 1 % of keys rewrite at most 2 files.
