@@ -308,6 +308,19 @@ def test_a_retyping_full_refresh_is_refused_on_a_table_in_a_foreign_key(env, tmp
     assert (target.raw_rows(), target.state()) == before
     assert _leftovers(target) == []
 
+    # A key from another database names that database.
+    _sql(target, "DROP TABLE {db}.lines")
+    other = f"{target.destination.database}_bi"
+    _sql(target, f"CREATE DATABASE `{other}`")
+    try:
+        _sql(target, f"CREATE TABLE `{other}`.lines (order_id BIGINT NOT NULL, CONSTRAINT bi_order FOREIGN KEY (order_id) "
+                     "REFERENCES {db}.orders (id))")
+        with pytest.raises(PublishError, match=rf"foreign key bi_order \({other}\.lines -> orders\); nothing was published"):
+            run(config, "2024-01-01", scheduled=False, full_refresh=True)
+    finally:
+        _sql(target, f"DROP DATABASE `{other}`")
+    assert (target.raw_rows(), target.state()) == before
+
 
 @pytest.mark.parametrize("point", ["mid_publish", "mariadb_after_swap"])
 def test_a_retyping_full_refresh_killed_around_its_swap_is_whole_either_side(env, point: str, tmp_path: Path) -> None:

@@ -61,11 +61,12 @@ def _pending(conn: Connection, database: str, model: str) -> tuple[str, str, str
 
 def refuse_foreign_keys(conn: Connection, database: str, name: str, *, where: str) -> None:
     """A table in a foreign key cannot be swapped: the key would follow the parked table, or be left behind."""
-    found = rows(conn, "SELECT CONSTRAINT_NAME, TABLE_NAME, REFERENCED_TABLE_NAME FROM information_schema.REFERENTIAL_CONSTRAINTS "
-                       "WHERE CONSTRAINT_SCHEMA = %s AND (TABLE_NAME = %s OR REFERENCED_TABLE_NAME = %s) "
-                       "ORDER BY CONSTRAINT_NAME", [database, name, name])
-    if found:
-        keys = ", ".join(f"{c} ({t} -> {r})" for c, t, r in found)
+    found = rows(conn, "SELECT CONSTRAINT_SCHEMA, CONSTRAINT_NAME, TABLE_NAME, REFERENCED_TABLE_NAME "
+                       "FROM information_schema.REFERENTIAL_CONSTRAINTS WHERE (CONSTRAINT_SCHEMA = %s AND TABLE_NAME = %s) "
+                       "OR (UNIQUE_CONSTRAINT_SCHEMA = %s AND REFERENCED_TABLE_NAME = %s) ORDER BY CONSTRAINT_NAME",
+                 [database, name, database, name])
+    if found:  # a key from another database names that database
+        keys = ", ".join(f"{c} ({t if s == database else f'{s}.{t}'} -> {r})" for s, c, t, r in found)
         raise PublishError(f"{where}: this full refresh changes a column's type, which MariaDB can only do by building "
                            f"the table anew and swapping it in, and the table takes part in foreign key {keys}; nothing "
                            "was published. Fix: drop the foreign key, run the full refresh, then add it again.")
