@@ -117,23 +117,30 @@ def within_by_statistics(batch: StagedBatch, column: str, *, lower: datetime | N
     lo = None if lower is None else pa.scalar(lower, kind).value
     hi = None if upper is None else pa.scalar(upper, kind).value
     unit = f"timeUnit={_UNITS[kind.unit]}"
+    for stats in valued_statistics(batch, column):
+        if stats is None or not stats.has_min_max or stats.physical_type != "INT64" or unit not in str(stats.logical_type):
+            return False
+        if (lo is not None and stats.min_raw < lo) or (hi is not None and stats.max_raw >= hi):
+            return False
+    return True
+
+
+def valued_statistics(batch: StagedBatch, column: str) -> Iterator[pq.Statistics | None]:
+    """The statistics of ``column`` in each row group of the batch's files that holds a non-NULL value of it
+    (None: that row group has no statistics). Files without the column are skipped: their rows read as NULL."""
     fs = batch.filesystem
     for file in batch.files:
         with fs.open_input_file(str(file)) as source:
             meta = pq.ParquetFile(source).metadata
         leaf = next((j for j in range(meta.num_columns) if meta.schema.column(j).path == column), None)
-        if leaf is None:  # the file lacks the column: its rows read as NULL, which bounds never exclude
+        if leaf is None:
             continue
         for r in range(meta.num_row_groups):
             group = meta.row_group(r)
             stats = group.column(leaf).statistics
             if group.num_rows == 0 or (stats is not None and stats.null_count == group.num_rows):
                 continue
-            if stats is None or not stats.has_min_max or stats.physical_type != "INT64" or unit not in str(stats.logical_type):
-                return False
-            if (lo is not None and stats.min_raw < lo) or (hi is not None and stats.max_raw >= hi):
-                return False
-    return True
+            yield stats
 
 
 def filtered_batch(batch: StagedBatch, path: Path | StoragePath, where: ds.Expression | None) -> StagedBatch:

@@ -19,11 +19,10 @@ from dataclasses import dataclass
 import pgpq
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 from pgpq import encoders
 from pgpq import schema as pg
 
-from incsync.staging.batch import StagedBatch
+from incsync.staging.batch import StagedBatch, valued_statistics
 from incsync.core.typemap import INFINITY
 from incsync.staging.infinity import may_hold_infinity
 
@@ -123,18 +122,5 @@ def _no_extremes(batch: StagedBatch, field: pa.Field) -> bool:
     """Whether the files' row-group statistics show the column holds neither extreme (±infinity); False
     when a row group has no statistics for it."""
     least, greatest = INFINITY["date" if pa.types.is_date(field.type) else "timestamp"]
-    fs = batch.filesystem
-    for file in batch.files:
-        with fs.open_input_file(str(file)) as source:
-            meta = pq.ParquetFile(source).metadata
-        leaf = next((j for j in range(meta.num_columns) if meta.schema.column(j).path == field.name), None)
-        if leaf is None:  # the file lacks the column: NULLs
-            continue
-        for r in range(meta.num_row_groups):
-            group = meta.row_group(r)
-            stats = group.column(leaf).statistics
-            if group.num_rows == 0 or (stats is not None and stats.null_count == group.num_rows):
-                continue
-            if stats is None or not stats.has_min_max or stats.min_raw == least or stats.max_raw == greatest:
-                return False
-    return True
+    return all(stats is not None and stats.has_min_max and stats.min_raw != least and stats.max_raw != greatest
+               for stats in valued_statistics(batch, field.name))
