@@ -71,10 +71,15 @@ class ModelConfig(StrictModel):
         default=None, ge=0,
         description="Overrides the source's lookback for this model.",
     )
+    # 250,000, not DESIGN's 1,000,000: a commit's rows are what a transfer holds at once (a Delta write sorts
+    # them, a MERGE holds their keys), so a 3M-row tenant's backfill peaked 1.26-1.35x a 300k-row one's with
+    # 1M-row commits and 1.10-1.20x with 250k (benchmarks/README.md, big_tenant.py); C200 to PostgreSQL ran
+    # 47 -> 43 s (the largest tenant's commits no longer one 850k-row tail).
     max_rows_per_batch: int = Field(
-        default=1_000_000, ge=1,
+        default=250_000, ge=1,
         description="A transfer over many windows is read once and committed in batches of at most this many "
-        "rows, split at window boundaries (a window is never split).",
+        "rows, split at window boundaries (a window is never split). What a transfer holds in memory at once "
+        "follows it (docs/operations.md, Sizing memory).",
     )
     max_horizon_lag_seconds: int | None = Field(default=None, ge=0, description="Overrides the source's.")
     column_types: dict[str, str] | None = Field(

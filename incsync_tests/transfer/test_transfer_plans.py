@@ -111,6 +111,14 @@ def test_a_backfill_over_many_windows_is_one_read_and_one_commit_with_exact_wind
     assert {"recipient", "dagster/row_count", "delta_table_version", "destination_owner"} <= set(got["2024-01-04"])
 
 
+def test_commits_hold_at_most_250000_rows_by_default(tmp_path: Path) -> None:
+    """The default commit size (docs/operations.md, Sizing memory: what a transfer holds follows it)."""
+    from incsync.config.load import load_config
+
+    model = load_config(lake_config(tmp_path)).models[0]
+    assert model.max_rows_per_batch == 250_000
+
+
 def test_a_transfer_larger_than_max_rows_per_batch_commits_whole_windows_in_order(
     spark, tmp_path: Path, dagster_instance
 ) -> None:
