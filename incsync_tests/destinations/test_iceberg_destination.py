@@ -121,24 +121,57 @@ def test_a_value_iceberg_cannot_hold_fails_naming_the_column(tmp_path: Path) -> 
     assert target.destination.table(target.model) is None
 
 
-def test_maintain_compacts_expires_and_keeps_the_record(tmp_path: Path) -> None:
-    config = _configure(tmp_path, SOURCE, retention_hours=0)
+def _stored_files(target: Target) -> set[str]:
+    """The data and manifest files in the table's folder (relative paths)."""
+    folder = Path(target.destination.table(target.model).location().removeprefix("file://"))
+    return {str(f.relative_to(folder)) for f in folder.rglob("*") if f.suffix in (".parquet", ".avro")}
+
+
+def _read_by_current(target: Target) -> set[str]:
+    table = target.destination.table(target.model)
+    folder = table.location().removeprefix("file://") + "/"
+    snapshot = table.current_snapshot()
+    paths = {snapshot.manifest_list}
+    for manifest in snapshot.manifests(table.io):
+        paths.add(manifest.manifest_path)
+        paths.update(e.data_file.file_path for e in manifest.fetch_manifest_entry(table.io, discard_deleted=True))
+    return {p.removeprefix("file://").removeprefix(folder) for p in paths}
+
+
+@pytest.mark.parametrize("retention_hours", [0, 168])
+def test_maintain_compacts_expires_vacuums_past_the_retention_and_keeps_the_record(retention_hours: int, tmp_path: Path) -> None:
+    config = _configure(tmp_path, SOURCE, retention_hours=str(retention_hours))
     target = Target(config)
     run(config, "2024-01-01", scheduled=False)
     write_table(tmp_path / "src", "orders", [*SOURCE, order(5, "org_1", ts(1, 5))])
     last = run(config, "2024-01-01", scheduled=False)
+    data = next(f for f in _stored_files(target) if f.endswith(".parquet"))
+    folder = Path(target.destination.table(target.model).location().removeprefix("file://"))
+    (folder / "data" / "left-by-a-killed-publish.parquet").write_bytes((folder / data).read_bytes())
+    before = _stored_files(target)
+
+    (dry,) = target.destination.maintain([target.model], compact=True, dry_run=True)
+    assert _stored_files(target) == before and dry.dry_run  # a dry run deletes nothing
     (done,) = target.destination.maintain([target.model], compact=True, dry_run=False)
-    assert (done.files_before, done.files_after, done.files_compacted, done.files_vacuumed) == (2, 1, 2, 0)
-    assert len(_snapshots(target)) == 1  # every snapshot but the current one expired
+    assert (done.files_before, done.files_after, done.files_compacted) == (2, 1, 2)
     assert target.state().last_transfer == last.record
     assert sorted(r["id"] for r in target.rows()) == [1, 2, 5]
+    if retention_hours == 0:  # every snapshot but the current one expired; what only they read is gone, the orphan too
+        assert len(_snapshots(target)) == 1
+        assert _stored_files(target) == _read_by_current(target)
+        assert dry.files_vacuumed == 1  # while every snapshot remains, only the orphan is read by none
+        gone = before - _stored_files(target)
+        assert "data/left-by-a-killed-publish.parquet" in gone and done.files_vacuumed >= len(gone) > 1
+    else:  # inside the retention every file stays: a reader of an older snapshot still finds its files
+        assert len(_snapshots(target)) > 1 and (dry.files_vacuumed, done.files_vacuumed) == (0, 0)
+        assert before < _stored_files(target)
 
 
 def test_a_warehouse_on_s3(s3, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     bucket = s3.bucket()
     monkeypatch.setenv("ICEBERG_CATALOG", f"sqlite:///{tmp_path / 'catalog.db'}")
     config = _configure(tmp_path, SOURCE, path=f"s3://{bucket}/wh", catalog_uri_env="ICEBERG_CATALOG",
-                        storage_options=s3.options())
+                        storage_options=s3.options(), retention_hours="0")
     target = Target(config)
     run(config, "2024-01-01", scheduled=False)
     write_table(tmp_path / "src", "orders", [order(1, "org_1", ts(2, 1), status="paid"), *SOURCE[1:]])
@@ -146,6 +179,23 @@ def test_a_warehouse_on_s3(s3, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
     assert [(r["id"], r["status"]) for r in target.rows()] == [(1, "paid"), (2, "new"), (4, "new")]
     assert target.state().last_transfer == last.record
     assert target.destination.table(target.model).location() == f"s3://{bucket}/wh/incsync/orders"
+
+    # Maintenance past the retention on S3: what only expired snapshots read is deleted, the copy stays exact.
+    from incsync.storage.files import open_store
+    from incsync.storage.filesystems import resolve_options
+
+    store = open_store(f"s3://{bucket}/wh/incsync/orders", resolve_options(s3.options(), "test"))
+    stored = lambda: {store.relative(i.path) for i in store.list(recursive=True) if i.path.endswith((".parquet", ".avro"))}  # noqa: E731
+    before = stored()
+    (done,) = target.destination.maintain([target.model], compact=True, dry_run=False)
+    assert len(_snapshots(target)) == 1 and done.files_vacuumed >= len(before - stored()) > 0
+    table = target.destination.table(target.model)
+    snapshot = table.current_snapshot()  # what is left is exactly what the one remaining snapshot reads
+    read = {snapshot.manifest_list, *(m.manifest_path for m in snapshot.manifests(table.io))}
+    read |= {e.data_file.file_path for m in snapshot.manifests(table.io) for e in m.fetch_manifest_entry(table.io)}
+    assert stored() == {store.relative(p.removeprefix("s3://")) for p in read}
+    assert [(r["id"], r["status"]) for r in target.rows()] == [(1, "paid"), (2, "new"), (4, "new")]
+    assert target.state().last_transfer == last.record
 
 
 @pytest.mark.parametrize("again", [False, True], ids=["new-keys-appended", "key-read-twice-merged"])

@@ -30,6 +30,7 @@ from incsync.destinations.ownership import METADATA_KEY as OWNER_KEY
 from incsync.destinations.ownership import Owner, check_owner, now_iso, owner_of, refuse_unstamped
 from incsync.errors import IncsyncError, LeaseError, PublishError
 from incsync.staging.batch import StagedBatch
+from incsync.storage.filesystems import resolve_options
 
 PUBLISH_ATTEMPTS = 8
 
@@ -239,13 +240,16 @@ class IcebergDestination(Destination):
 
     def maintain(self, models: list[ModelConfig], *, compact: bool, dry_run: bool) -> list:
         from incsync.destinations.iceberg.maintain import maintain_table
+        from incsync.storage.files import open_store
 
         done = []
+        options = resolve_options(self.config.storage_options, f"destinations[{self.name}].storage_options")
         for model in models:
             table = self.table(model)
             if table is not None:
                 done.append(maintain_table(table, destination=self.name, name=self.identifier(model),
-                                           retention_hours=self.config.retention_hours, compact=compact, dry_run=dry_run))
+                                           retention_hours=self.config.retention_hours, compact=compact, dry_run=dry_run,
+                                           store=open_store(table.location(), options)))
         return done
 
 
