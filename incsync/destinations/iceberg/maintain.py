@@ -38,7 +38,7 @@ def _read_by_snapshots(table, store: Store) -> set[str]:
     io, keys = table.io, set()
 
     def key(path: str) -> str:
-        return store.relative(path.removeprefix("file://") if store.local else _on_fs(path))
+        return store.relative(_on_fs(path))
 
     for snapshot in table.metadata.snapshots:
         keys.add(key(snapshot.manifest_list))
@@ -49,7 +49,8 @@ def _read_by_snapshots(table, store: Store) -> set[str]:
 
 
 def _on_fs(url: str) -> str:
-    """An object-store URL as its path on the filesystem: ``bucket/key``."""
+    """A file's URL as its path on the table's filesystem: ``bucket/key`` on an object store, the local path
+    of a ``file://`` URL."""
     return url.split("://", 1)[1] if "://" in url else url
 
 

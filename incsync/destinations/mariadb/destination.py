@@ -168,7 +168,7 @@ class MariaDBDestination(Destination):
             removed = remove_keys(conn, db, target, model=model, removals=removals, form=form, has_stamp=has_stamp,
                                   collation=binary)
         if rebuilt:  # the swap is the commit point; the bookkeeping is written pending before it
-            swap.swap(conn, db, name, record=record, types=types, registered_fresh=False,
+            swap.swap(conn, db, name, record=record, types=types,
                       stamp=None if stamp_reason is None else (owner_of(model, recipient), stamp_reason))
         else:
             crash_point("mid_publish")

@@ -24,6 +24,7 @@ import hashlib
 import json
 
 import pyarrow as pa
+import pymysql
 
 from incsync.config.model import ModelConfig
 from incsync.core.crashpoints import crash_point
@@ -33,9 +34,6 @@ from incsync.destinations.mariadb.connect import SQL_MODE, Connection, quote, ro
 from incsync.destinations.mariadb.load import STAGE
 from incsync.destinations.ownership import Owner
 from incsync.errors import PublishError
-
-SWAPS = log.SWAPS
-
 
 def names(model: str) -> tuple[str, str]:
     """(fresh, parked): the new table while it is built, the old one between the swap and its drop."""
@@ -52,9 +50,9 @@ def pending_record(conn: Connection, database: str, *, model: str, recipient: st
 
 
 def _pending(conn: Connection, database: str, model: str) -> tuple[str, str, str, str] | None:
-    if not log.exists(conn, database, SWAPS):
+    if not log.exists(conn, database, log.SWAPS):
         return None
-    found = rows(conn, f"SELECT transfer_id, recipient_id, record, bookkeeping FROM {table(database, SWAPS)} "
+    found = rows(conn, f"SELECT transfer_id, recipient_id, record, bookkeeping FROM {table(database, log.SWAPS)} "
                        "WHERE model_name = %s", [model])
     return tuple(found[0]) if found else None  # type: ignore[return-value]
 
@@ -91,14 +89,14 @@ def rebuild(conn: Connection, database: str, model: ModelConfig, *, target: str,
 
 
 def swap(conn: Connection, database: str, model: str, *, record: TransferRecord, types: dict[str, str],
-         registered_fresh: bool, stamp: tuple[Owner, str] | None) -> None:
+         stamp: tuple[Owner, str] | None) -> None:
     """Commit the bookkeeping as pending, swap the fresh table in (the commit point), then settle."""
     fresh, parked = names(model)
     triggers = [{"mode": mode, "statement": statement} for mode, statement in _triggers(conn, database, model)]
-    bookkeeping = {"types": types, "fresh": registered_fresh, "triggers": triggers,
+    bookkeeping = {"types": types, "triggers": triggers,
                    "stamp": None if stamp is None else {"recipient": stamp[0].recipient, "tenant": stamp[0].tenant,
                                                         "moved": stamp[0].moved, "reason": stamp[1]}}
-    run(conn, f"REPLACE INTO {table(database, SWAPS)} (model_name, transfer_id, recipient_id, record, bookkeeping) "
+    run(conn, f"REPLACE INTO {table(database, log.SWAPS)} (model_name, transfer_id, recipient_id, record, bookkeeping) "
               "VALUES (%s, %s, %s, %s, %s)", [model, record.transfer_id, record.recipient_id, record.to_json(),
                                               json.dumps(bookkeeping)])
     conn.commit()
@@ -121,22 +119,25 @@ def settle(conn: Connection, database: str, model: str) -> None:
         run(conn, f"DROP TABLE IF EXISTS {table(database, parked)}")  # its triggers go with it
         run(conn, f"USE {quote(database)}")
         for trigger in bookkeeping["triggers"]:
-            _recreate(conn, database, model, trigger)
+            _recreate(conn, trigger)
         conn.begin()
         if bookkeeping["stamp"] is not None:
             s = bookkeeping["stamp"]
             log.stamp(conn, database, Owner(recipient=s["recipient"], tenant=s["tenant"], model=model, moved=s["moved"]),
                       reason=s["reason"])
-        log.register(conn, database, model, bookkeeping["types"], fresh=bookkeeping["fresh"])
+        log.register(conn, database, model, bookkeeping["types"], fresh=False)  # a swap replaces an existing table
         log.insert_record(conn, database, TransferRecord.from_json(record))
-        run(conn, f"DELETE FROM {table(database, SWAPS)} WHERE model_name = %s AND transfer_id = %s", [model, transfer_id])
+        run(conn, f"DELETE FROM {table(database, log.SWAPS)} WHERE model_name = %s AND transfer_id = %s", [model, transfer_id])
         conn.commit()
         return
     if found is not None:  # never swapped: the live table is as it was
-        run(conn, f"DELETE FROM {table(database, SWAPS)} WHERE model_name = %s", [model])
+        run(conn, f"DELETE FROM {table(database, log.SWAPS)} WHERE model_name = %s", [model])
         conn.commit()
-    run(conn, f"DROP TABLE IF EXISTS {table(database, fresh)}")
-    run(conn, f"DROP TABLE IF EXISTS {table(database, parked)}")
+    # What a killed rebuild or settle left: dropped only when there (DDL on every publish is not free).
+    left = rows(conn, "SELECT TABLE_NAME FROM information_schema.TABLES WHERE TABLE_SCHEMA = %s AND TABLE_NAME IN (%s, %s)",
+                [database, fresh, parked])
+    for (name,) in left:
+        run(conn, f"DROP TABLE IF EXISTS {table(database, name)}")
 
 
 def _triggers(conn: Connection, database: str, name: str) -> list[tuple[str, str]]:
@@ -151,13 +152,13 @@ def _triggers(conn: Connection, database: str, name: str) -> list[tuple[str, str
     return created
 
 
-def _recreate(conn: Connection, database: str, model: str, trigger: dict[str, str]) -> None:
+def _recreate(conn: Connection, trigger: dict[str, str]) -> None:
     """Create a trigger the swap moved to the parked table on the live one (unless a settle did already)."""
     run(conn, "SET SESSION sql_mode = %s", [trigger["mode"]])
     try:
         run(conn, trigger["statement"])
-    except Exception as exc:  # noqa: BLE001 - an existing trigger means an earlier settle made it
-        if not (getattr(exc, "args", None) and exc.args[0] == 1359):  # ER_TRG_ALREADY_EXISTS
+    except pymysql.MySQLError as exc:
+        if not exc.args or exc.args[0] != 1359:  # ER_TRG_ALREADY_EXISTS: an earlier settle made it
             raise
     finally:
         run(conn, "SET SESSION sql_mode = %s", [SQL_MODE])
