@@ -60,6 +60,17 @@ class StagedBatch:
     def table(self, columns: list[str] | None = None) -> pa.Table:
         return self.dataset().to_table(columns=columns)
 
+    def decoded_bytes(self) -> int:
+        """The rows' size once decoded, as the files' footers state it (row groups' uncompressed bytes):
+        what an engine holding the whole batch in memory (a MERGE's join) needs, give or take Arrow's
+        offsets. Reads only the footers."""
+        fs, total = self.filesystem, 0
+        for file in self.files:
+            with fs.open_input_file(str(file)) as source:
+                meta = pq.ParquetFile(source).metadata
+                total += sum(meta.row_group(i).total_byte_size for i in range(meta.num_row_groups))
+        return total
+
 
 def _conform(part: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
     """A file's batch in the batch's schema: its types, its field metadata, NULLs for a column the file lacks."""

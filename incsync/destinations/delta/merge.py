@@ -3,8 +3,13 @@ fixes of a repair or of removals (deleted, or stamped ``_incsync_deleted_at``) i
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Callable
+from typing import TypeVar
+
 import pyarrow as pa
 from deltalake import CommitProperties, DeltaTable
+from deltalake.exceptions import DeltaError
 
 from incsync.config.model import ModelConfig
 from incsync.destinations.base import DELETED_AT, Removals
@@ -13,6 +18,34 @@ from incsync.destinations.delta.cluster import cluster_range
 from incsync.errors import SchemaError
 from incsync.staging.batch import StagedBatch
 from incsync.destinations.types import changed_kinds, delta_form
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+# The memory delta-rs's MERGE may hold before it spills to disk (DataFusion's pool), beside the batch
+# itself (twice its decoded size: the join holds it). Without a bound, scattered changes to a big table
+# held the files they rewrite: 300 random keys of a 3M-row table, 29 files rewritten, peaked ~150 MB
+# above the same MERGE into a 300k-row table (benchmarks/big_tenant.py, issue 33).
+MERGE_MEMORY_FLOOR = 64 << 20
+
+
+def merge_memory(batch: StagedBatch) -> int:
+    """The MERGE's memory pool for ``batch``: the floor plus twice the batch's decoded size."""
+    return MERGE_MEMORY_FLOOR + 2 * batch.decoded_bytes()
+
+
+def _within_memory(run: Callable[[int | None], T], memory: int, *, what: str) -> T:
+    """``run(memory)``; when the engine needs more than that for a part it cannot spill, ``run(None)``
+    (no bound): a failed MERGE commits nothing, so running it again is safe, and a bound never fails a
+    transfer. DataFusion says so with "Resources exhausted"."""
+    try:
+        return run(memory)
+    except DeltaError as exc:
+        if "resources exhausted" not in str(exc).lower():
+            raise
+        log.warning("%s needed more than its %s MB memory bound (%s); running it again without the bound",
+                    what, memory >> 20, str(exc).splitlines()[0][:200])
+        return run(None)
 
 
 def _quote(column: str) -> str:
@@ -33,12 +66,18 @@ def merge(dt: DeltaTable, *, model: ModelConfig, batch: StagedBatch, props: Comm
     before = dt.version()
     on = " AND ".join(f"t.{_quote(c)} = s.{_quote(c)}" + _key_range(batch, c) for c in model.primary_key)
     clustered, said = cluster_range(dt, model=model, batch=batch)
-    metrics = (
-        dt.merge(batch_reader(batch), predicate=on + clustered, source_alias="s", target_alias="t", merge_schema=True, commit_properties=props)
-        .when_matched_update_all(predicate=_newer_or_different(batch, model, existing=dt.schema().to_arrow().names))
-        .when_not_matched_insert_all()
-        .execute()
-    )
+    newer = _newer_or_different(batch, model, existing=dt.schema().to_arrow().names)
+
+    def run(memory: int | None) -> dict[str, object]:
+        return (
+            dt.merge(batch_reader(batch), predicate=on + clustered, source_alias="s", target_alias="t", merge_schema=True,
+                     commit_properties=props, max_spill_size=memory)
+            .when_matched_update_all(predicate=newer)
+            .when_not_matched_insert_all()
+            .execute()
+        )
+
+    metrics = _within_memory(run, merge_memory(batch), what=f"the MERGE of model {model.model_name}")
     if dt.version() == before:
         # Nothing changed: still record the transfer, in a commit of its own with no data.
         dt.create_write_transaction([], mode="append", schema=dt.schema(), commit_properties=props)
@@ -74,17 +113,21 @@ def merge_fixes(
         columns[_quote(DELETED_AT)] = "NULL"  # a key back at the source is no longer deleted
     removal, upsert_only = f"s.{_quote(marker)} IS NOT NULL", f"s.{_quote(marker)} IS NULL"
     on = " AND ".join(f"t.{_quote(c)} = s.{_quote(c)}" for c in model.primary_key)
-    merger = dt.merge(source, predicate=on, source_alias="s", target_alias="t", commit_properties=props,
-                      merge_schema=soft)  # soft: the stamp column joins the table in this commit
-    if soft:
-        merger = merger.when_matched_update({_quote(DELETED_AT): f"s.{_quote(DELETED_AT)}"},
-                                            predicate=f"{removal} AND t.{_quote(DELETED_AT)} IS NULL"
-                                            if DELETED_AT in dt.schema().to_arrow().names else removal)
-    else:
-        merger = merger.when_matched_delete(predicate=removal)
+    stamped = DELETED_AT in dt.schema().to_arrow().names
     upsert = upsert_only + ("" if force else f" AND ({_newer_or_different(batch, model, existing=names)})")
+
+    def run(memory: int | None) -> None:
+        merger = dt.merge(source, predicate=on, source_alias="s", target_alias="t", commit_properties=props,
+                          merge_schema=soft, max_spill_size=memory)  # soft: the stamp column joins the table in this commit
+        if soft:
+            merger = merger.when_matched_update({_quote(DELETED_AT): f"s.{_quote(DELETED_AT)}"},
+                                                predicate=f"{removal} AND t.{_quote(DELETED_AT)} IS NULL" if stamped else removal)
+        else:
+            merger = merger.when_matched_delete(predicate=removal)
+        merger.when_matched_update(columns, predicate=upsert).when_not_matched_insert(columns, predicate=upsert_only).execute()
+
     before = dt.version()
-    merger.when_matched_update(columns, predicate=upsert).when_not_matched_insert(columns, predicate=upsert_only).execute()
+    _within_memory(run, MERGE_MEMORY_FLOOR + 2 * source.nbytes, what=f"the fixing MERGE of model {model.model_name}")
     if dt.version() == before:
         dt.create_write_transaction([], mode="append", schema=dt.schema(), commit_properties=props)
 
