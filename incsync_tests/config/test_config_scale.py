@@ -1,6 +1,6 @@
 """Every command is linear in the config (issue 29): `incsync validate`, loading the config, building the
-Dagster definitions and reporting config errors take ≤ 3 s at 10,000 recipients × 5 models, and 5 times
-the recipients cost about 5 times the time, not 25.
+Dagster definitions and reporting config errors take ≤ 3 s at 10,000 recipients × 5 models, and 10 times
+the recipients cost about 10 times the time, not 100.
 
 Times are this process's CPU seconds, the best of up to three tries: the machine is shared, and another
 process's load must not fail the test (nor hide a quadratic step, which would cost ~25× the CPU).
@@ -22,9 +22,12 @@ from incsync.errors import ConfigError
 from incsync.orchestration.definitions import build_definitions
 from incsync_tests.config_scale import config_text, recipient_id
 
-LARGE, SMALL = 10_000, 2_000
+LARGE, SMALL = 10_000, 1_000
 BUDGET_SECONDS = 3.0
-MAX_RATIO = 10.0  # linear growth gives ~5 for 5× the recipients, quadratic ~25
+# Linear growth gives 10-14 for 10× the recipients (the larger heap costs the collector a little more),
+# quadratic ~100. A 2,000-vs-10,000 pair left too little room: 10.3× was seen for linear code on a loaded
+# machine, where the small run's CPU time is the noisier one.
+MAX_RATIO = 25.0
 
 
 def _files(folder: Path, recipients: int) -> dict[str, Path]:
@@ -101,7 +104,7 @@ def test_linear_in_the_recipients(configs: dict[int, dict[str, Path]], operation
     _operation(operation, configs[10], 10)()  # imports and first calls, out of the figures
     small_operation = _operation(operation, configs[SMALL], SMALL)
     large_operation = _operation(operation, configs[LARGE], LARGE)
-    small = min(_cpu_seconds(small_operation) for _ in range(2))
+    small = min(_cpu_seconds(small_operation) for _ in range(3))
     assert small <= BUDGET_SECONDS, f"{operation}: {small:.2f} s already at {SMALL:,} recipients"
     large = float("inf")
     for _ in range(3):
