@@ -26,8 +26,10 @@ def test_the_demo_needs_java_only_and_the_tests_the_rest() -> None:
 
 
 def _make_n(target: str, *variables: str) -> str:
+    # Under `make test PYTEST_ARGS=...` the outer make's variables reach this one through MAKEFLAGS: not here.
+    env = {key: value for key, value in os.environ.items() if key not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL")}
     result = subprocess.run(["make", "-n", target, "VENV=/nonexistent-venv", *variables], cwd=ROOT, capture_output=True, text=True,
-                            timeout=60)
+                            timeout=60, env=env)
     assert result.returncode == 0, result.stderr
     return result.stdout
 
