@@ -37,7 +37,8 @@ test: $(STAMP)
 	$(BIN)/python -m pytest -q -n 2 --dist loadfile -m "not slow" $(PYTEST_ARGS)
 
 # The `slow` tests: the state machine's long profile (9-14 min, docs/invariants.md) and the end-to-end
-# runs that start servers (dagster dev, dagster-daemon on PostgreSQL, a Spark cluster, S3 through Connect).
+# runs that start servers (dagster dev, dagster-daemon on PostgreSQL, a Spark cluster, S3 through Connect,
+# the quickstart in a clean copy with `make ui`, the asset page in Chromium), MariaDB repeats of source tests.
 test-long: $(STAMP)
 	INCSYNC_HYPOTHESIS_PROFILE=long $(BIN)/python -m pytest -q -s -m slow $(PYTEST_ARGS)
 

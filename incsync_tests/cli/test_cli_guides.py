@@ -206,6 +206,7 @@ def test_chatter_goes_to_a_log_file_named_on_failure(hand_config: Path, tmp_path
     assert "BetaWarning" in text and "Setting default log level" in text  # what used to drown the terminal
 
 
+@pytest.mark.slow  # a timing check (~17 s to build the runs) that a loaded 2-core machine can fail: make test-long
 def test_transfers_lists_1000_runs_within_2_seconds(tmp_path: Path, monkeypatch, capsys) -> None:
     """1,000 runs with their materializations in a PostgreSQL-backed instance (what production uses)."""
     import yaml

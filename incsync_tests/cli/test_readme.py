@@ -15,8 +15,10 @@ import time
 import urllib.request
 from pathlib import Path
 
+import pytest
+
 from incsync.cli.main import build_parser
-from incsync.cli.demo import DEMO_PG_DSN_ENV
+from incsync.cli.demo import DEMO_PG_DSN_ENV, run_demo
 from incsync_tests.browser_support import wait_for_http
 from incsync_tests.conftest import free_port
 from incsync_tests.destination_support import postgres_database
@@ -52,6 +54,21 @@ def test_the_quickstart_is_five_commands_that_parse() -> None:
             assert argv[0] == ".venv/bin/incsync", command
             args = build_parser().parse_args(argv[1:])  # exits on a bad line
             assert (ROOT / args.config).exists(), f"{command}: {args.config} is not in the repository"
+
+
+def test_the_demo_transfers_and_verifies_every_recipient(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys, spark) -> None:
+    """What `make demo` runs, in this process (make test); the quickstart as written, in a clean copy with
+    cold processes and `make ui`, is the slow test below."""
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "elsewhere"))  # the demo points it at its own instance
+    with postgres_database() as dsn:
+        monkeypatch.setenv(DEMO_PG_DSN_ENV, dsn)
+        assert run_demo(tmp_path / "demo", rows=20_000) == 0
+    out = capsys.readouterr().out
+    assert "demo in " in out and ": 20000 orders over " in out
+    assert "destinations: acme -> delta, globex -> postgres, initech -> object_storage" in out
+    assert "\nverified: every recipient holds exactly its tenant's rows" in out, out[-2000:]
+    assert "MISMATCH" not in out and "FAILED" not in out
+    assert (tmp_path / "demo" / "ui.env").exists()
 
 
 def _clean_copy(tmp_path: Path) -> Path:
@@ -117,6 +134,7 @@ def _wait_group_gone(pgid: int, timeout: float) -> bool:
     return False
 
 
+@pytest.mark.slow  # ~60 s (a clean copy, cold CLI processes, `make ui`): make test-long; the demo itself runs in test_demo.py
 def test_the_quickstart_runs_in_a_clean_copy(tmp_path: Path) -> None:
     """Every quickstart command, run as written in a fresh copy of the repository's files: `make demo`
     (its install step taken as done, see ``_clean_copy``), the incsync commands, then `make ui` until the

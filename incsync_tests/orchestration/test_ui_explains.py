@@ -7,6 +7,7 @@ import re
 from pathlib import Path
 
 import dagster as dg
+import pytest
 
 from incsync.cli.main import main
 from incsync.orchestration.definitions import build_definitions
@@ -69,6 +70,7 @@ def test_a_transfer_records_typed_metadata_in_a_run_named_after_the_model(tmp_pa
     assert event.asset_materialization.metadata["high_watermark_exact"].value == "2024-01-01T09:00:00.000001+00:00"
 
 
+@pytest.mark.slow  # ~21 s (a webserver and Chromium): make test-long; the metadata it shows is asserted above
 def test_the_asset_page_in_a_browser_shows_the_lineage_names_and_a_partitions_metadata(tmp_path: Path, monkeypatch, spark) -> None:
     """Headless Chromium over `dagster-webserver` on an instance with one transfer done: the lineage graph
     labels the source table and the model differently, and the partition's page shows its exact metadata

@@ -9,6 +9,7 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
 import yaml
 
 from incsync.spark.server import start_server, stop_server
@@ -46,6 +47,7 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
+@pytest.mark.slow  # ~17 s (a Connect server of its own): make test-long; Connect runs in make test through test_spark_connect.py and the worker
 def test_jdbc_read_and_check_through_spark_connect(tmp_path: Path, monkeypatch) -> None:
     secret = "connect-s3cret-value"
     monkeypatch.setenv("DB_PASSWORD", secret)
