@@ -73,6 +73,15 @@ def test_a_runs_materializations_reach_postgres_storage_in_batches(tmp_path: Pat
         records = instance.fetch_materializations(MODEL, limit=100).records
         got.extend(sorted((r.asset_materialization.partition, r.asset_materialization.metadata["rows_transferred"].value)
                           for r in records))
+        # Each event (~3 KB) is compressed with lz4 where the server has it, not with PostgreSQL's default pglz.
+        with instance.event_log_storage._connect() as conn:  # noqa: SLF001
+            methods = {method for (method,) in conn.exec_driver_sql(
+                "SELECT DISTINCT pg_column_compression(event) FROM event_logs WHERE dagster_event_type = 'ASSET_MATERIALIZATION'")}
+            lz4 = conn.exec_driver_sql(
+                "SELECT coalesce(bool_or('lz4' = ANY(enumvals)), false) FROM pg_settings WHERE name = 'default_toast_compression'").scalar()
+            planned_default = conn.exec_driver_sql("SHOW default_toast_compression").scalar()
+        assert methods == ({"lz4"} if lz4 else {"pglz"}), methods
+        assert planned_default == "pglz"  # another connection keeps the server's default
 
     statements = _six_windows_on_postgres(tmp_path, check)
     assert got == [(f"acme|{day}", 1) for day in DAYS]

@@ -47,14 +47,33 @@ def store_planned_on_postgres(instance: dg.DagsterInstance, run_id: str, events:
     return True
 
 
+# Whether a server compresses large values with lz4 (PostgreSQL >= 14 built with it), by storage.
+_LZ4: dict[int, bool] = {}
+
+
 def store_rows_on_postgres(storage: Any, rows: list[dict[str, Any]], last: Any) -> None:
     """Rows of one asset's materializations without tags (``dagster_compat.events``), stored as
     dagster-postgres stores a batch of materializations: one multi-row insert, then the asset's row
-    from the last event (``last``, its ``EventLogEntry``)."""
+    from the last event (``last``, its ``EventLogEntry``).
+
+    An event is ~3.7 KB of JSON, past the size where PostgreSQL compresses a value (TOAST); its default
+    method, pglz, made storing a backfill's events about a quarter slower than lz4 (139,200 events:
+    9.5-10.2 s against 7.6 s, November 2026), so where the server has lz4 this connection uses it
+    (``default_toast_compression``, a session setting; the column and every reader are unchanged: each
+    value records its own method)."""
     from dagster._core.storage.event_log.schema import SqlEventLogStorageTable
 
     table = SqlEventLogStorageTable
     with storage._connect() as conn:  # noqa: SLF001 - see the module's docstring
+        lz4 = _LZ4.get(id(storage))
+        if lz4 is None:
+            lz4 = _LZ4[id(storage)] = bool(conn.exec_driver_sql(
+                "SELECT coalesce(bool_or('lz4' = ANY(enumvals)), false) FROM pg_settings WHERE name = 'default_toast_compression'"
+            ).scalar())
+        if lz4:
+            # this connection only: dagster-postgres closes it after use (NullPool); were it pooled, the
+            # setting would only choose how later large values on it are compressed
+            conn.exec_driver_sql("SET default_toast_compression = lz4")
         ids = [int(row_id) for (row_id,) in conn.execute(table.insert().returning(table.c.id, sort_by_parameter_order=True), rows)]
     with storage.index_transaction() as conn:
         storage._store_asset_event(conn, last, ids[-1])  # noqa: SLF001
