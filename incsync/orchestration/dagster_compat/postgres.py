@@ -47,8 +47,8 @@ def store_planned_on_postgres(instance: dg.DagsterInstance, run_id: str, events:
     return True
 
 
-# Whether a server compresses large values with lz4 (PostgreSQL >= 14 built with it), by storage.
-_LZ4: dict[int, bool] = {}
+# Whether a server compresses large values with lz4 (PostgreSQL >= 14 built with it), by storage URL.
+_LZ4: dict[str, bool] = {}
 
 
 def store_rows_on_postgres(storage: Any, rows: list[dict[str, Any]], last: Any) -> None:
@@ -65,9 +65,9 @@ def store_rows_on_postgres(storage: Any, rows: list[dict[str, Any]], last: Any) 
 
     table = SqlEventLogStorageTable
     with storage._connect() as conn:  # noqa: SLF001 - see the module's docstring
-        lz4 = _LZ4.get(id(storage))
+        lz4 = _LZ4.get(storage.postgres_url)
         if lz4 is None:
-            lz4 = _LZ4[id(storage)] = bool(conn.exec_driver_sql(
+            lz4 = _LZ4[storage.postgres_url] = bool(conn.exec_driver_sql(
                 "SELECT coalesce(bool_or('lz4' = ANY(enumvals)), false) FROM pg_settings WHERE name = 'default_toast_compression'"
             ).scalar())
         if lz4:
