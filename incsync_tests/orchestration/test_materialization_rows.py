@@ -134,3 +134,56 @@ def test_a_template_that_does_not_reproduce_serdes_is_never_used(tmp_path: Path,
     assert texts == [serialize_value(e) for e in entries]
     assert [e.asset_materialization.metadata["rows_transferred"].value for e in entries] == [0, -1, 2**62, 7, 77777777777000004, 1]
     assert caplog.text.count("materializations of shipped are serialized by Dagster's serdes") == 1
+
+
+MANY = [f"w{i:03d}" for i in range(40)]
+
+
+class _ReportingMany(dg.ConfigurableIOManager):
+    def handle_output(self, context: dg.OutputContext, obj: int) -> None:
+        materializations = [dg.AssetMaterialization(asset_key=context.asset_key, partition=key,
+                                                    metadata={"rows_transferred": dg.MetadataValue.int(i)})
+                            for i, key in enumerate(MANY)]
+        materialization_reporter(context)(materializations)  # one report: eight batches of five
+
+    def load_input(self, context: dg.InputContext) -> None:
+        return None
+
+
+@dg.asset(partitions_def=dg.StaticPartitionsDefinition(MANY), io_manager_key="reporting")
+def many() -> int:
+    return 1
+
+
+def test_a_reports_batches_reach_postgres_in_parallel_and_the_last_holds_the_highest_id(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import threading
+
+    import incsync.orchestration.dagster_compat as compat
+    import incsync.orchestration.dagster_compat.postgres as pg
+
+    monkeypatch.setenv("DAGSTER_EVENT_BATCH_SIZE", "1000")
+    monkeypatch.setattr(compat, "_ROWS_PER_INSERT", 5)
+    inserts: list[tuple[str, str, str]] = []  # (thread, first partition, last partition)
+    insert = pg._insert
+
+    def recorded(storage: Any, rows: list[dict[str, Any]]) -> list[int]:
+        inserts.append((threading.current_thread().name, rows[0]["partition"], rows[-1]["partition"]))
+        return insert(storage, rows)
+
+    monkeypatch.setattr(pg, "_insert", recorded)
+    with _instance("postgres", tmp_path) as instance:
+        result = dg.materialize([many], instance=instance, resources={"reporting": _ReportingMany()}, raise_on_error=True,
+                                tags={DEFER_ASSET_EVENTS_TAG: "true", "dagster/asset_partition_range_start": MANY[0],
+                                      "dagster/asset_partition_range_end": MANY[-1]})
+        records = instance.fetch_materializations(many.key, limit=100).records
+        assert sorted(r.asset_materialization.partition for r in records) == MANY
+        assert sorted(r.asset_materialization.metadata["rows_transferred"].value for r in records) == list(range(40))
+        newest = max(records, key=lambda r: r.storage_id)
+        assert newest.asset_materialization.partition == MANY[-1]  # the last batch went in after the others
+        latest = instance.get_latest_materialization_event(many.key)  # the asset's row, from the last event
+        assert (latest.run_id, latest.asset_materialization.partition) == (result.run_id, MANY[-1])
+        assert instance.get_materialized_partitions(many.key) == set(MANY)
+    assert sorted((first, last) for _, first, last in inserts) == [(MANY[i], MANY[i + 4]) for i in range(0, 40, 5)]
+    assert inserts[-1][1:] == (MANY[35], MANY[39]) and not inserts[-1][0].startswith("incsync-event-insert")
+    assert {thread for thread, _, _ in inserts[:-1]} <= {f"incsync-event-insert_{i}" for i in range(pg.PARALLEL_INSERTS)}

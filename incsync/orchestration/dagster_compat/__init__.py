@@ -139,20 +139,25 @@ def materialization_reporter(context: dg.OutputContext) -> Callable[[Sequence[dg
     step = context.step_context
     storage = step.instance.event_log_storage
     store = getattr(storage, "store_materialization_rows", None)
-    if store is None and is_postgres_event_log(storage):
-        def store(rows: list[dict[str, Any]], last: Any) -> None:
-            store_rows_on_postgres(storage, rows, last)
-    if store is None:
+    store_all: Callable[[list[tuple[list[dict[str, Any]], Any]]], None]
+    if store is not None:  # incsync's SQLite event log: one writer, batch after batch
+        def store_all(batches: list[tuple[list[dict[str, Any]], Any]]) -> None:
+            for batch in batches:
+                store(*batch)
+    elif is_postgres_event_log(storage):
+        def store_all(batches: list[tuple[list[dict[str, Any]], Any]]) -> None:
+            store_rows_on_postgres(storage, batches)
+    else:
         return lambda materializations: report_materialized(context, materializations)
     rows = MaterializationRows(step, context.asset_key)
 
     def report(materializations: Sequence[dg.AssetMaterialization]) -> None:
-        for at in range(0, len(materializations), _ROWS_PER_INSERT):
-            part = materializations[at : at + _ROWS_PER_INSERT]
-            if any(m.tags for m in part):  # tags are indexed in their own table: Dagster's path
-                report_materialized(context, part)
-                continue
-            store(*rows.rows(part))
+        if any(m.tags for m in materializations):  # tags are indexed in their own table: Dagster's path
+            for at in range(0, len(materializations), _ROWS_PER_INSERT):
+                report_materialized(context, materializations[at : at + _ROWS_PER_INSERT])
+            return
+        store_all([rows.rows(materializations[at : at + _ROWS_PER_INSERT])
+                   for at in range(0, len(materializations), _ROWS_PER_INSERT)])
 
     return report
 
