@@ -7,7 +7,7 @@ each one, so a Dagster upgrade that changes it fails there, not silently in a tr
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import dagster as dg
@@ -139,13 +139,13 @@ def materialization_reporter(context: dg.OutputContext) -> Callable[[Sequence[dg
     step = context.step_context
     storage = step.instance.event_log_storage
     store = getattr(storage, "store_materialization_rows", None)
-    store_all: Callable[[list[tuple[list[dict[str, Any]], Any]]], None]
+    store_all: Callable[[Iterator[tuple[list[dict[str, Any]], Any]]], None]
     if store is not None:  # incsync's SQLite event log: one writer, batch after batch
-        def store_all(batches: list[tuple[list[dict[str, Any]], Any]]) -> None:
+        def store_all(batches: Iterator[tuple[list[dict[str, Any]], Any]]) -> None:
             for batch in batches:
                 store(*batch)
     elif is_postgres_event_log(storage):
-        def store_all(batches: list[tuple[list[dict[str, Any]], Any]]) -> None:
+        def store_all(batches: Iterator[tuple[list[dict[str, Any]], Any]]) -> None:
             store_rows_on_postgres(storage, batches)
     else:
         return lambda materializations: report_materialized(context, materializations)
@@ -156,8 +156,8 @@ def materialization_reporter(context: dg.OutputContext) -> Callable[[Sequence[dg
             for at in range(0, len(materializations), _ROWS_PER_INSERT):
                 report_materialized(context, materializations[at : at + _ROWS_PER_INSERT])
             return
-        store_all([rows.rows(materializations[at : at + _ROWS_PER_INSERT])
-                   for at in range(0, len(materializations), _ROWS_PER_INSERT)])
+        store_all(rows.rows(materializations[at : at + _ROWS_PER_INSERT])  # made as they are stored
+                  for at in range(0, len(materializations), _ROWS_PER_INSERT))
 
     return report
 

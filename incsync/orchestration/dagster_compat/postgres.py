@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Iterable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from typing import Any
 
 import dagster as dg
@@ -59,21 +59,29 @@ _POOL: ThreadPoolExecutor | None = None
 _POOL_LOCK = threading.Lock()
 
 
-def store_rows_on_postgres(storage: Any, batches: Sequence[tuple[list[dict[str, Any]], Any]]) -> None:
+def store_rows_on_postgres(storage: Any, batches: Iterable[tuple[list[dict[str, Any]], Any]]) -> None:
     """Batches of rows of one asset's materializations without tags (``dagster_compat.events``, each
     with its last row's ``EventLogEntry``), stored as dagster-postgres stores a batch of
     materializations: a multi-row insert, then the asset's row from the last event.
 
-    All batches but the last are inserted ``PARALLEL_INSERTS`` at a time; the last one after them, so
+    Each batch but the last is inserted as soon as the next one is made, ``PARALLEL_INSERTS`` at a time
+    (the server works while this thread serializes the next batch); the last one after them all, so
     its last row holds the report's highest id, and the asset's row is updated once, from it, as
     dagster-postgres does after a batch."""
-    if not batches:
+    pending: list[Future[list[int]]] = []
+    previous: tuple[list[dict[str, Any]], Any] | None = None
+    try:
+        for batch in batches:
+            if previous is not None:
+                pending.append(_pool().submit(_insert, storage, previous[0]))
+            previous = batch
+    finally:
+        wait(pending)  # every insert started has ended before this returns or raises
+    for future in pending:
+        future.result()  # the first failed insert's error
+    if previous is None:
         return
-    if len(batches) > 1:
-        pool = _pool()
-        for future in [pool.submit(_insert, storage, rows) for rows, _last in batches[:-1]]:
-            future.result()
-    rows, last = batches[-1]
+    rows, last = previous
     ids = _insert(storage, rows)
     with storage.index_transaction() as conn:
         storage._store_asset_event(conn, last, ids[-1])  # noqa: SLF001 - see the module's docstring
