@@ -20,7 +20,6 @@ from incsync.config.model import IncsyncConfig, ModelConfig, RecipientConfig
 from incsync.config.load import load_config
 from incsync.config.sources import LakeSourceConfig
 from incsync.destinations.registry import Destination, build_destination
-from incsync.destinations.readers import read_rows
 from incsync.sources.base import Source
 
 KINDS = ("delta", "postgres", "object_storage", "duckdb", "iceberg", "mariadb")
@@ -147,7 +146,7 @@ class Target:
 
     def raw_rows(self) -> list[dict[str, Any]]:
         """Every row a reader sees (object storage: once per committed transfer that carried it)."""
-        table = read_rows(self.destination, model=self.model, recipient=self.recipient)
+        table = self.destination.read_rows(model=self.model, recipient=self.recipient)
         return sorted(table.to_pylist(), key=_row_key)
 
     def rows(self) -> list[dict[str, Any]]:

@@ -195,3 +195,77 @@ def test_the_tests_mirror_the_packages() -> None:
     folders = sorted({p.relative_to(tests).parts[0] for p in tests.rglob("test_*.py") if p.parent != tests})
     assert sorted(set(folders) - {"faults"}) == sorted(LAYERS)
     assert sorted(p.name for p in tests.glob("test_*.py")) == ["test_house.py"]
+
+
+# One destination contract: every kind's special cases live in its own folder, so outside
+# ``destinations/`` (and the kinds' config models) no code names a kind, tests a kind's class or reaches
+# into a destination's private members.
+DESTINATION_HOME = ("destinations/", "config/destinations.py")
+
+
+def _destination_kinds() -> set[str]:
+    from incsync.destinations.registry import KINDS
+
+    return set(KINDS)
+
+
+def _destination_classes() -> set[str]:
+    import incsync.config.destinations as configs
+    from incsync.destinations.registry import KINDS
+
+    classes = {target.partition(":")[2] for target in KINDS.values()}
+    return classes | {name for name in vars(configs) if name.endswith("DestinationConfig")}
+
+
+def _names_a_kind(node: ast.AST, kinds: set[str]) -> bool:
+    if isinstance(node, ast.Constant):
+        return node.value in kinds
+    if isinstance(node, ast.Tuple | ast.List | ast.Set):
+        return any(_names_a_kind(e, kinds) for e in node.elts)
+    return False
+
+
+def destination_switches(source: str, *, kinds: set[str], classes: set[str]) -> list[str]:
+    """Each comparison of a ``kind`` with a destination kind's name, ``isinstance`` on a destination class
+    (or its config model) and private member of a destination in ``source``, as ``line: code``."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Compare):
+            sides = [node.left, *node.comparators]
+            if any(ast.unparse(s).split(".")[-1] == "kind" for s in sides) and any(_names_a_kind(s, kinds) for s in sides):
+                found.append(f"{node.lineno}: {ast.unparse(node)}")
+        elif isinstance(node, ast.Call) and ast.unparse(node.func) == "isinstance" and len(node.args) == 2:
+            named = {n.id if isinstance(n, ast.Name) else n.attr for n in ast.walk(node.args[1]) if isinstance(n, ast.Name | ast.Attribute)}
+            if named & classes:
+                found.append(f"{node.lineno}: {ast.unparse(node)}")
+        elif isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__"):
+            owner = ast.unparse(node.value).split(".")[-1].split("(")[0]
+            if owner in ("destination", "dest", "target_destination") or owner.endswith("_destination"):
+                found.append(f"{node.lineno}: {ast.unparse(node)}")
+    return found
+
+
+def test_the_destination_switch_finder_finds_each_form() -> None:
+    source = (
+        "if destination.kind == 'postgres': pass\n"
+        "if config.kind in ('duckdb', 'iceberg'): pass\n"
+        "if isinstance(d, DeltaDestination | ObjectStorageDestination): pass\n"
+        "if isinstance(c, PostgresDestinationConfig): pass\n"
+        "with self.destination._connect() as conn: pass\n"
+        "if kind in ('union_tag_invalid',): pass\n"
+        "if source.vendor == 'postgres': pass\n"
+        "if destination.capabilities.infinities: pass\n"
+    )
+    found = destination_switches(source, kinds=_destination_kinds(), classes=_destination_classes())
+    assert [line.split(":")[0] for line in found] == ["1", "2", "3", "4", "5"], found
+
+
+def test_no_destination_kind_switch_outside_the_destinations() -> None:
+    kinds, classes = _destination_kinds(), _destination_classes()
+    found = [
+        f"{path.relative_to(PACKAGE)}:{line}"
+        for path in sorted(PACKAGE.rglob("*.py"))
+        if not str(path.relative_to(PACKAGE)).startswith(DESTINATION_HOME)
+        for line in destination_switches(path.read_text(), kinds=kinds, classes=classes)
+    ]
+    assert found == []

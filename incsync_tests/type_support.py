@@ -55,10 +55,9 @@ def transfer(config_path: Path, spark: Any, window: str = "2024-01-01", recipien
 
 def arrow_schema(config_path: Path) -> dict[str, str]:
     """Column -> Arrow type of the recipient's copy as its reader gives it back."""
-    from incsync.destinations.readers import read_rows
 
     target = Target(config_path)
-    return {f.name: str(f.type) for f in read_rows(target.destination, model=target.model, recipient=target.recipient).schema}
+    return {f.name: str(f.type) for f in target.destination.read_rows(model=target.model, recipient=target.recipient).schema}
 
 
 def rows_by(config_path: Path, *key: str) -> list[dict[str, Any]]:

@@ -5,13 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from incsync.config.model import IncsyncConfig
-from incsync.config.destinations import (
-    DeltaDestinationConfig,
-    ObjectStorageDestinationConfig,
-    PostgresDestinationConfig,
-)
 from incsync.config.sources import JdbcSourceConfig, LakeSourceConfig
+from incsync.destinations.registry import build_destination
 from incsync.errors import ConfigError, IncsyncError
+from incsync.storage.reach import storage_problems
 
 
 def check_connectivity(config: IncsyncConfig) -> list[str]:
@@ -24,64 +21,26 @@ def check_connectivity(config: IncsyncConfig) -> list[str]:
     problems: list[str] = []
     for source in config.sources:
         if isinstance(source, LakeSourceConfig) and source.format != "table" and is_url(source.path):
-            problems.extend(_storage_problems(f"sources[{source.name}]", str(source.path), source.storage_options))
+            problems.extend(storage_problems(f"sources[{source.name}]", str(source.path), source.storage_options))
         elif isinstance(source, LakeSourceConfig) and source.format != "table" and not Path(
             local_path(source.path or "")
         ).is_dir():
             problems.append(f"sources[{source.name}].path: folder {source.path} does not exist; create it or fix the path")
     if is_url(config.staging_dir):
-        problems.extend(_storage_problems("staging_dir", str(config.staging_dir), config.staging_storage_options, key=""))
+        problems.extend(storage_problems("staging_dir", str(config.staging_dir), config.staging_storage_options, key=""))
     for destination in config.destinations:
-        if isinstance(destination, PostgresDestinationConfig):
-            from incsync.destinations.postgres.destination import PostgresDestination
-
-            try:
-                PostgresDestination(destination).check()
-            except ConfigError as exc:
-                problems.extend(exc.problems)
-            except IncsyncError as exc:
-                problems.append(" ".join(str(exc).split()))
-        if destination.kind in ("duckdb", "iceberg", "mariadb", "mysql"):
-            from incsync.destinations.registry import build_destination
-
-            try:
-                build_destination(destination).check()  # type: ignore[attr-defined]
-            except ConfigError as exc:  # an unset password variable
-                problems.extend(exc.problems)
-            except IncsyncError as exc:
-                problems.append(" ".join(str(exc).split()))
-        if isinstance(destination, DeltaDestinationConfig | ObjectStorageDestinationConfig) and is_url(destination.path):
-            problems.extend(_storage_problems(f"destinations[{destination.name}]", destination.path, destination.storage_options))
-        # A local Delta or object-storage destination whose folders do not exist yet is fine: the first
-        # transfer creates them.
+        try:  # each kind's own check: reachable, credentials accepted (a local folder needs none)
+            build_destination(destination).check()
+        except ConfigError as exc:  # an unset password variable, an unlistable URL
+            problems.extend(exc.problems)
+        except IncsyncError as exc:
+            problems.append(" ".join(str(exc).split()))
     schema_problems, checked = connect_schema_problems(config)
     problems.extend(schema_problems)
     jdbc = {s.name for s in config.sources if isinstance(s, JdbcSourceConfig)} - checked
     if jdbc:
         problems.extend(check_jdbc_sources(config, jdbc))
     return problems
-
-
-def _storage_problems(where: str, url: str, options: dict[str, str], *, key: str = ".path") -> list[str]:
-    """The location listed once through the storage layer: reachable, and the credentials accepted."""
-    from incsync.storage.filesystems import resolve_options
-    from incsync.storage.files import open_store
-
-    import pyarrow.fs as pafs
-
-    option = "staging_storage_options" if not key else f"{where}.storage_options"
-    try:
-        store = open_store(url, resolve_options(options, f"{where}.storage_options"))
-        bucket = store.root.split("/", 1)[0]
-        if store.fs.get_file_info(bucket).type == pafs.FileType.NotFound:
-            return [f"{where}{key}: {url}: bucket {bucket} does not exist (or {option} cannot see it); create it or fix the URL"]
-        store.list()
-    except ConfigError as exc:
-        return exc.problems
-    except OSError as exc:
-        reason = " ".join(str(exc).split())[:300]
-        return [f"{where}{key}: {url} cannot be listed ({reason}); check the URL, {option} and the credentials"]
-    return []
 
 
 def _jdbc_spark(config: IncsyncConfig):  # noqa: ANN202 - SparkSession, imported lazily

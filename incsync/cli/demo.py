@@ -207,14 +207,13 @@ def verify(config_file: Path, source: pa.Table) -> list[str]:
 
     from incsync.config.load import load_config
     from incsync.destinations.registry import build_destination
-    from incsync.destinations.readers import current_rows
 
     config = load_config(config_file)
     model = config.model("orders")
     problems = []
     for recipient in config.recipients:
         destination = build_destination(config.destination(recipient.destination))
-        got = current_rows(destination, model=model, recipient=recipient).select(["id", "status", "updated_at"])
+        got = destination.current_rows(model=model, recipient=recipient).select(["id", "status", "updated_at"])
         want = source.filter(pc.equal(source["organization_id"], recipient.id_in_provider_system))
         want = want.select(["id", "status", "updated_at"])
         if sorted(got.to_pylist(), key=lambda r: r["id"]) != sorted(want.to_pylist(), key=lambda r: r["id"]):

@@ -14,17 +14,16 @@ from incsync.paths import config_path
 
 
 def cmd_janitor(args: argparse.Namespace) -> int:
-    from incsync.config.destinations import ObjectStorageDestinationConfig
     from incsync.config.load import load_config
-    from incsync.destinations.object_storage.janitor import janitor
+    from incsync.destinations.object_storage.janitor import janitor, janitored
 
     file = config_path(args.config)
     config = load_config(file)
-    targets = [d for d in config.destinations if isinstance(d, ObjectStorageDestinationConfig)]
+    targets = janitored(config.destinations)
     if args.destination:
         targets = [d for d in targets if d.name == args.destination]
         if not targets:
-            known = ", ".join(d.name for d in config.destinations if isinstance(d, ObjectStorageDestinationConfig))
+            known = ", ".join(d.name for d in janitored(config.destinations))
             raise ConfigError(str(file), [f'--destination: "{args.destination}" is not an object_storage destination; known: [{known}]'])
     verb = "would remove" if args.dry_run else "removed"
     for destination in targets:

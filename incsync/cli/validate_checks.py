@@ -17,7 +17,6 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from incsync.config.model import IncsyncConfig, ModelConfig, RecipientConfig
-from incsync.config.destinations import PostgresDestinationConfig
 from incsync.config.sources import JdbcSourceConfig, LakeSourceConfig
 from incsync.config.products import subscribers
 
@@ -32,9 +31,10 @@ def unset_variables(config: IncsyncConfig) -> list[str]:
             warnings.append(f"sources[{i}].password_env: variable {source.password_env} is not set here; "
                             f"export {source.password_env}=... wherever transfers run")
     for i, destination in enumerate(config.destinations):
-        if isinstance(destination, PostgresDestinationConfig) and destination.dsn_env not in os.environ:
-            warnings.append(f"destinations[{i}].dsn_env: variable {destination.dsn_env} is not set here; "
-                            f"export {destination.dsn_env}=postgresql://... wherever transfers run")
+        for field, variable, example in destination.required_variables():
+            if variable not in os.environ:
+                warnings.append(f"destinations[{i}].{field}: variable {variable} is not set here; "
+                                f"export {variable}={example} wherever transfers run")
     return warnings
 
 

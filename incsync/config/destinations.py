@@ -3,14 +3,44 @@ Apache Iceberg tables or a MariaDB/MySQL database (``kind`` chooses)."""
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from pathlib import Path
+from typing import Annotated, ClassVar, Literal
 
 from pydantic import ConfigDict, Field
 
 from incsync.config.base import StrictModel
+from incsync.config.locations import LOOPBACK, Location, folder_or_url, postgres_location, resolved_path
 
 
-class DeltaDestinationConfig(StrictModel):
+class Placed(StrictModel):
+    """What every destination model says of where it writes: a comparable location (``validate`` compares
+    destinations by it, never by name) and a description without a secret (the transfer log's)."""
+
+    # Several recipients may share one location (their keys apart by design): object-storage prefixes.
+    shares_location: ClassVar[bool] = False
+
+    def location(self, base: Path, *, folders: dict[str, str] | None = None) -> Location:
+        """Where it writes; relative paths are taken against ``base`` (the config file's folder)."""
+        key = folder_or_url(self.path, base, folders=folders)  # type: ignore[attr-defined]  # the path kinds'
+        return Location("path", key, key)
+
+    def location_note(self) -> str | None:
+        """Why comparing this location could only be partial (an unset DSN variable), or None."""
+        return None
+
+    def described(self) -> str:
+        return str(self.path)  # type: ignore[attr-defined]  # the path kinds'
+
+    def required_variables(self) -> list[tuple[str, str, str]]:
+        """(field, variable, an example value) of each environment variable a transfer here needs set."""
+        return []
+
+    def drop_hint(self, model: str, recipient: str) -> str:
+        """How the provider drops one recipient's copy of ``model`` by hand."""
+        return f"drop table {model} there"
+
+
+class DeltaDestinationConfig(Placed):
     """One Delta Lake table per model under ``path`` (``<path>/<model>``)."""
 
     name: str = Field(description="Destination name, referenced by recipients.")
@@ -36,8 +66,11 @@ class DeltaDestinationConfig(StrictModel):
         "fails; files older than that are deleted (vacuum).",
     )
 
+    def drop_hint(self, model: str, recipient: str) -> str:
+        return f"delete the Delta table folder {self.path.rstrip('/')}/{model}"
 
-class PostgresDestinationConfig(StrictModel):
+
+class PostgresDestinationConfig(Placed):
     """A PostgreSQL schema; the DSN comes from an environment variable."""
 
     name: str = Field(description="Destination name, referenced by recipients.")
@@ -50,8 +83,23 @@ class PostgresDestinationConfig(StrictModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
+    def location(self, base: Path, *, folders: dict[str, str] | None = None) -> Location:
+        return postgres_location(self.dsn_env, self.schema_name)  # (server, port, database, schema) from the DSN
 
-class ObjectStorageDestinationConfig(StrictModel):
+    def location_note(self) -> str | None:
+        return postgres_location(self.dsn_env, self.schema_name).note
+
+    def described(self) -> str:
+        return f"schema {self.schema_name} (DSN in ${self.dsn_env})"
+
+    def required_variables(self) -> list[tuple[str, str, str]]:
+        return [("dsn_env", self.dsn_env, "postgresql://...")]
+
+    def drop_hint(self, model: str, recipient: str) -> str:
+        return f'run DROP TABLE "{self.schema_name}"."{model}" there'
+
+
+class ObjectStorageDestinationConfig(Placed):
     """Parquet files plus manifests under a prefix."""
 
     name: str = Field(description="Destination name, referenced by recipients.")
@@ -85,8 +133,15 @@ class ObjectStorageDestinationConfig(StrictModel):
         "older ones are deleted (vacuum).",
     )
 
+    shares_location: ClassVar[bool] = True  # one prefix, keys per recipient
 
-class DuckDBDestinationConfig(StrictModel):
+    def drop_hint(self, model: str, recipient: str) -> str:
+        root = self.path.rstrip("/")
+        return (f"delete {root}/{model}/recipient={recipient}/ and the manifests of recipient {recipient} under "
+                f"{root}/_manifests/{model}/")
+
+
+class DuckDBDestinationConfig(Placed):
     """A DuckDB database file: one table per model in `schema`, the transfer log beside them."""
 
     name: str = Field(description="Destination name, referenced by recipients.")
@@ -100,8 +155,18 @@ class DuckDBDestinationConfig(StrictModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
+    def location(self, base: Path, *, folders: dict[str, str] | None = None) -> Location:
+        key = resolved_path(self.path, base, _folders=folders)  # one file may hold several schemas: (file, schema)
+        return Location("duckdb", f"{key}::{self.schema_name}", f"DuckDB file {key} schema {self.schema_name}")
 
-class IcebergDestinationConfig(StrictModel):
+    def described(self) -> str:
+        return f"{self.path} schema {self.schema_name}"
+
+    def drop_hint(self, model: str, recipient: str) -> str:
+        return f'run DROP TABLE "{self.schema_name}"."{model}" there'
+
+
+class IcebergDestinationConfig(Placed):
     """Apache Iceberg tables through pyiceberg: one table per model in `namespace` of a SQL (or REST) catalog."""
 
     name: str = Field(description="Destination name, referenced by recipients.")
@@ -132,8 +197,15 @@ class IcebergDestinationConfig(StrictModel):
         "time travel reaches back this far.",
     )
 
+    def location(self, base: Path, *, folders: dict[str, str] | None = None) -> Location:
+        # A copy is a (catalog, namespace); the default catalog lives in the warehouse.
+        catalog = self.catalog_uri_env
+        key = f"env:{catalog}" if catalog else folder_or_url(self.path, base, folders=folders)
+        shown = f"Iceberg catalog {'$' + catalog if catalog else key} namespace {self.namespace}"
+        return Location("iceberg", f"{key}::{self.namespace}", shown)
 
-class MariaDBDestinationConfig(StrictModel):
+
+class MariaDBDestinationConfig(Placed):
     """A MariaDB (or MySQL) database: one InnoDB table per model, the transfer log beside them; the password
     comes from an environment variable."""
 
@@ -148,6 +220,20 @@ class MariaDBDestinationConfig(StrictModel):
     )
     database: str = Field(description="The recipient's database (created when missing); one recipient's copy.")
     max_concurrent_transfers: int = Field(default=1, ge=1, description="At most this many runs publish here at once.")
+
+    def location(self, base: Path, *, folders: dict[str, str] | None = None) -> Location:
+        host = "localhost" if self.host.lower() in LOOPBACK else self.host.lower()  # a database is a copy
+        key = f"{host}:{self.port}/{self.database}"
+        return Location("mariadb", key, f"mariadb://{key}")
+
+    def described(self) -> str:
+        return f"mariadb://{self.host}:{self.port}/{self.database}"
+
+    def required_variables(self) -> list[tuple[str, str, str]]:
+        return [("password_env", self.password_env, "...")] if self.password_env else []
+
+    def drop_hint(self, model: str, recipient: str) -> str:
+        return f"run DROP TABLE `{self.database}`.`{model}` there"
 
 
 DestinationConfig = Annotated[

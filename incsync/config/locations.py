@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from incsync.config.destinations import DestinationConfig
 
 _SCHEME_ALIASES = {"s3a": "s3", "s3n": "s3", "abfs": "abfss", "wasb": "wasbs", "gcs": "gs"}
-_LOOPBACK = {"", "localhost", "127.0.0.1", "::1", "[::1]"}
+LOOPBACK = {"", "localhost", "127.0.0.1", "::1", "[::1]"}
 
 
 @dataclass(frozen=True)
@@ -65,7 +65,7 @@ def storage_url(url: str) -> str:
     return f"{scheme}://{parts.netloc.lower()}{prefix.rstrip('/')}"
 
 
-def _postgres(dsn_env: str, schema: str) -> Location:
+def postgres_location(dsn_env: str, schema: str) -> Location:
     dsn = os.environ.get(dsn_env)
     if dsn is None:
         return Location(
@@ -82,7 +82,7 @@ def _postgres(dsn_env: str, schema: str) -> Location:
             note=f"${dsn_env} is not a PostgreSQL connection string, so it was compared by variable name and schema only",
         )
     host = str(info.get("host") or info.get("hostaddr") or os.environ.get("PGHOST", "")).lower()
-    host = "localhost" if host in _LOOPBACK or host.startswith("/") else host  # a socket folder is this machine
+    host = "localhost" if host in LOOPBACK or host.startswith("/") else host  # a socket folder is this machine
     port = str(info.get("port") or os.environ.get("PGPORT") or "5432")
     user = info.get("user") or os.environ.get("PGUSER") or ""
     database = str(info.get("dbname") or os.environ.get("PGDATABASE") or user)
@@ -91,29 +91,12 @@ def _postgres(dsn_env: str, schema: str) -> Location:
 
 def location(destination: DestinationConfig, base: Path, *, _folders: dict[str, str] | None = None) -> Location:
     """Where ``destination`` writes; relative paths are taken against ``base`` (the config file's folder)."""
-    if destination.kind == "postgres":
-        return _postgres(destination.dsn_env, destination.schema_name)  # type: ignore[union-attr]
-    if destination.kind in ("mariadb", "mysql"):  # a database is a copy: tables are named after models
-        host = destination.host.lower()  # type: ignore[union-attr]
-        host = "localhost" if host in _LOOPBACK else host
-        key = f"{host}:{destination.port}/{destination.database}"  # type: ignore[union-attr]
-        return Location("mariadb", key, f"mariadb://{key}")
-    path = destination.path  # type: ignore[union-attr]
-    if destination.kind == "iceberg":  # a copy is a (catalog, namespace); the default catalog lives in the warehouse
-        catalog = destination.catalog_uri_env  # type: ignore[union-attr]
-        key = f"env:{catalog}" if catalog else storage_url(path) if "://" in path and not path.startswith("file:") else \
-            resolved_path(path, base, _folders=_folders)
-        namespace = destination.namespace  # type: ignore[union-attr]
-        return Location("iceberg", f"{key}::{namespace}", f"Iceberg catalog {'$' + catalog if catalog else key} namespace {namespace}")
-    if destination.kind == "duckdb":  # one file may hold several schemas: a copy is a (file, schema)
-        key = resolved_path(path, base, _folders=_folders)
-        schema = destination.schema_name  # type: ignore[union-attr]
-        return Location("duckdb", f"{key}::{schema}", f"DuckDB file {key} schema {schema}")
-    if "://" in path and not path.startswith("file:"):
-        key = storage_url(path)
-    else:
-        key = resolved_path(path, base, _folders=_folders)
-    return Location("path", key, key)
+    return destination.location(base, folders=_folders)
+
+
+def folder_or_url(path: str, base: Path, *, folders: dict[str, str] | None = None) -> str:
+    """A storage URL normalised, or a local path resolved against ``base``."""
+    return storage_url(path) if "://" in path and not path.startswith("file:") else resolved_path(path, base, _folders=folders)
 
 
 def shared_location_problems(cfg: IncsyncConfig, base: Path) -> list[str]:
@@ -128,11 +111,11 @@ def shared_location_problems(cfg: IncsyncConfig, base: Path) -> list[str]:
 def location_notes(cfg: IncsyncConfig, base: Path) -> list[str]:
     """What the comparison could not see (e.g. an unset DSN variable), for `incsync validate` to print.
 
-    Only PostgreSQL locations carry notes, so paths are not resolved again for them.
+    Only locations read from the environment carry notes, so no path is resolved again for them.
     """
     used = {r.destination for r in cfg.recipients}
-    located = (location(d, base) for d in cfg.destinations if d.kind == "postgres" and d.name in used)
-    return sorted({loc.note for loc in located if loc.note})
+    notes = (d.location_note() for d in cfg.destinations if d.name in used)
+    return sorted({note for note in notes if note})
 
 
 def _parents(key: str) -> list[str]:
@@ -168,7 +151,7 @@ def _compare(cfg: IncsyncConfig, base: Path) -> list[str]:
     for (kind, key), group in by_key.items():
         first, loc = group[0]
         for other, _ in group[1:]:
-            if first.kind == other.kind == "object_storage":
+            if first.kind == other.kind and first.shares_location:
                 continue  # one prefix, keys per recipient by design
             clash(first, other, loc.shown, "writes to the same location as")
         if kind == "path":

@@ -129,16 +129,7 @@ def model_schedules(config: IncsyncConfig, model: ModelConfig) -> list[tuple[str
 def kept_copy(config: IncsyncConfig, recipient: RecipientConfig, model: str) -> str:
     """What happens to the copy of a recipient that stopped receiving ``model``, and how to drop it."""
     destination = config.destination(recipient.destination)
-    kind, path = destination.kind, getattr(destination, "path", None)
-    if kind == "delta":
-        how = f"delete the Delta table folder {path.rstrip('/')}/{model}"
-    elif kind == "object_storage":
-        how = (f"delete {path.rstrip('/')}/{model}/recipient={recipient.id}/ and the manifests of recipient "
-               f"{recipient.id} under {path.rstrip('/')}/_manifests/{model}/")
-    elif (schema := getattr(destination, "schema_name", None)) is not None:
-        how = f'run DROP TABLE "{schema}"."{model}" there'
-    else:
-        how = f"drop table {model} there"
+    how, kind = destination.drop_hint(model, recipient.id), destination.kind
     return (f"recipient {recipient.id} no longer receives model {model}: incsync stops transferring it and keeps its "
             f"copy in destination {destination.name} ({kind}); to drop the copy, {how} (subscribing again re-syncs it "
             "from the start)")

@@ -21,6 +21,7 @@ bucket differs and is compared row by row, in Python, on typed values.
 from __future__ import annotations
 
 import enum
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -265,3 +266,22 @@ def arrow_buckets(key_text: pa.Array, buckets: int) -> np.ndarray:
 
 def arrow_hashes(row_text: pa.Array) -> np.ndarray:
     return md5_numbers(row_text, digits=16)
+
+
+@dataclass
+class Fingerprints:
+    """Per bucket: rows in scope, the sum of their hashes modulo 2**64 and (source) rows newer than the HW."""
+
+    counts: dict[int, int] = field(default_factory=dict)
+    sums: dict[int, int] = field(default_factory=dict)
+    pending: dict[int, int] = field(default_factory=dict)
+
+    def add(self, bucket: int, count: int, total: int, pending: int = 0) -> None:
+        if count:
+            self.counts[bucket] = count
+            self.sums[bucket] = total & MASK64
+        if pending:
+            self.pending[bucket] = pending
+
+    def same(self, other: Fingerprints, bucket: int) -> bool:
+        return self.counts.get(bucket, 0) == other.counts.get(bucket, 0) and self.sums.get(bucket, 0) == other.sums.get(bucket, 0)

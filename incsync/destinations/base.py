@@ -1,95 +1,110 @@
-"""The protocol every destination implements: read state, publish a staged batch with its record."""
+"""The contract every destination kind implements, and what it declares about itself.
+
+A kind declares its ``Capabilities`` once; the engine, the CLI and the conformance suite read those, never
+the kind's name. Beyond publishing (``read_state``, ``publish``, ``maintain``), a kind says where a reader
+finds a copy (``location``), reads it back as that reader sees it (``read_rows``, ``current_rows``), names
+its stored columns (``stored_schema``) and compares them with a batch's (``drift``), checks that it can be reached (``check``) and may hash its
+rows itself for verify (``row_hashes``). Adding a kind is its config model, its folder, one line of the
+registry and one row of the conformance suite's table (docs/architecture.md).
+"""
 
 from __future__ import annotations
 
-import json
 from abc import ABC, abstractmethod
-from dataclasses import asdict, dataclass, field
-from datetime import datetime
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 import pyarrow as pa
 
-from incsync.core.bounds import from_micros, to_micros
+from incsync.config.destinations import DestinationConfig
 from incsync.config.model import ModelConfig, RecipientConfig
+from incsync.core.canonical import Fingerprints, Kind
+from incsync.core.schema_change import SchemaDiff
+from incsync.destinations.records import (
+    DELETED_AT,
+    FULL_REFRESH,
+    INCREMENTAL,
+    REPAIR,
+    DestinationState,
+    Removals,
+    TransferRecord,
+    hw_micros,
+    reset_reason,
+    table_state,
+)
 from incsync.staging.batch import StagedBatch
 
-INCREMENTAL = "INCREMENTAL"
-FULL_REFRESH = "FULL_REFRESH"
-REPAIR = "REPAIR"  # re-transfers keys verify found wrong: their rows replace the destination's whatever their dates
-DELETED_AT = "_incsync_deleted_at"
+if TYPE_CHECKING:
+    from incsync.destinations.maintenance import Maintained
+    from incsync.destinations.ownership import Owner
 
 
 @dataclass(frozen=True)
-class Removals:
-    """Keys to take out of a destination in the same commit as a batch: deleted (hard) or stamped
-    ``_incsync_deleted_at`` (soft)."""
+class Capabilities:
+    """What one destination kind can do. A capability it lacks has its reason in ``lacks``, for the docs
+    and the conformance suite, which generates each contract's tests for the kinds that keep it."""
 
-    keys: pa.Table  # the primary key columns
-    mode: str = "hard"
-    at: datetime | None = None
+    # Rows are replaced per key with the last-modified tie-break; without: an append log readers reduce.
+    upserts: bool = True
+    # ``publish(new_keys=True)`` may append: the caller knows the table holds none of the batch's keys.
+    appends_new_keys: bool = False
+    # Holds PostgreSQL's ±infinity dates and timestamps as they are; other kinds refuse such a batch.
+    infinities: bool = False
+    # A view the recipient built on its table survives a full refresh.
+    recipient_views: bool = True
+    # One writer at a time (a file lock): ``max_concurrent_transfers`` is 1 whatever the config says.
+    one_writer: bool = False
+    # The SQL dialect in which the copy hashes its own rows for verify (``row_hashes``); None: read as Arrow.
+    native_hashing: str | None = None
+    # ``maintain`` compacts and vacuums something; without, a server reclaims space itself.
+    maintained: bool = False
+    # ``transfer_ownership`` moves a copy to another recipient.
+    ownership_moves: bool = True
+    lacks: tuple[tuple[str, str], ...] = ()  # (capability, why this kind lacks it)
 
-    @property
-    def rows(self) -> int:
-        return self.keys.num_rows
-
-
-@dataclass(frozen=True)
-class TransferRecord:
-    """What a destination commits together with the data of one transfer."""
-
-    transfer_id: str
-    model_name: str
-    recipient_id: str
-    window_start: str
-    window_end: str
-    lower_bound: str
-    upper_bound: str
-    rows_transferred: int
-    delta_rows_transferred: int
-    high_watermark_micros: int | None
-    transfer_type: str
-    fingerprint: str
-    lookback_seconds: int
-    committed_at: str
-    extra: dict[str, str] = field(default_factory=dict)
-
-    @property
-    def high_watermark(self) -> datetime | None:
-        return None if self.high_watermark_micros is None else from_micros(self.high_watermark_micros)
-
-    def to_json(self) -> str:
-        return json.dumps(asdict(self), sort_keys=True)
-
-    @classmethod
-    def from_json(cls, text: str) -> TransferRecord:
-        return cls(**json.loads(text))
+    def why_not(self, capability: str) -> str | None:
+        """None when the kind has ``capability``; else why not."""
+        if getattr(self, capability):
+            return None
+        return dict(self.lacks).get(capability, f"{capability}: not supported")
 
 
 @dataclass(frozen=True)
-class DestinationState:
-    """The last committed transfer of (model, recipient), if any."""
+class Location:
+    """Where a reader finds one recipient's copy of one model."""
 
-    last_transfer: TransferRecord | None = None
-    version: str | None = None  # an opaque token the publish checks to refuse stale writers
-    # Set when the destination's data and its transfer log disagree (data dropped, emptied or deleted while
-    # the log stays, or the log gone while data stays): the next transfer re-syncs from the recipient's start.
-    reset_reason: str | None = None
+    shown: str  # for people: a path, a relation, a file and schema (never a secret)
+    path: str | None = None  # the copy's folder or table root when its files are a reader's way in; None: a database
 
-    @property
-    def high_watermark(self) -> datetime | None:
-        return self.last_transfer.high_watermark if self.last_transfer else None
+
+class RowHashes(Protocol):
+    """A copy that hashes its own rows in SQL for verify (``Capabilities.native_hashing``): one recipient's
+    copy of one model, soft-deleted rows left out, the keys in ``skip`` too."""
+
+    skip: list[str]
+
+    def columns(self) -> dict[str, Kind]: ...
+
+    def row_estimate(self) -> int: ...
+
+    def fingerprints(self, kinds: dict[str, Kind], compared: list[str], *, buckets: int, checked: int,
+                     native: bool = False) -> Fingerprints: ...
+
+    def rows(self, kinds: dict[str, Kind], *, buckets: int, which: list[int]) -> list[dict[str, Any]]: ...
 
 
 class Destination(ABC):
-    """One recipient's destination; publish is all-or-nothing (write-ahead-publish)."""
+    """One destination: recipients' copies of models in one store; every publish is all-or-nothing."""
 
-    kind: str
+    kind: ClassVar[str]
+    capabilities: ClassVar[Capabilities] = Capabilities()
+    config: DestinationConfig
     name: str
-    maintained = False  # whether ``maintain`` has anything to do
-    # Whether ``publish`` takes ``new_keys=True``: the caller knows the table holds none of the batch's
-    # keys (the later commits of a recipient's first backfill), so an append may stand for the upsert.
-    appends_new_keys = False
+
+    @property
+    def max_concurrent_transfers(self) -> int:
+        """How many runs may publish here at once (per-destination run tag limit and slot)."""
+        return 1 if self.capabilities.one_writer else self.config.max_concurrent_transfers
 
     @abstractmethod
     def read_state(self, *, model: ModelConfig, recipient: RecipientConfig) -> DestinationState:
@@ -105,50 +120,57 @@ class Destination(ABC):
         record: TransferRecord,
         expected: DestinationState,
         removals: Removals | None = None,
+        new_keys: bool = False,
     ) -> dict[str, object]:
         """Make the batch and its record visible at once; return extra metadata (e.g. table version).
 
         A ``FULL_REFRESH`` record replaces the recipient's rows instead of merging into them; a ``REPAIR``
         record's rows replace the destination's rows of the same keys. ``removals`` go in the same commit.
-        Raises LeaseError when the state moved since ``expected`` was read.
+        ``new_keys``: the table holds none of the batch's keys, so a kind that ``appends_new_keys`` may
+        append; others ignore it. Raises LeaseError when the state moved since ``expected`` was read.
         """
 
-    def maintain(self, models: list[ModelConfig], *, compact: bool, dry_run: bool) -> list[Any]:
-        """Compact and vacuum what the models' copies occupy here (``incsync maintain``); a list of
-        ``Maintained``, one per table or prefix. Nothing to do by default: a PostgreSQL server reclaims
-        the space of updated rows itself (autovacuum)."""
+    @abstractmethod
+    def location(self, *, model: ModelConfig, recipient: RecipientConfig) -> Location:
+        """Where a reader finds the recipient's copy of the model."""
+
+    @abstractmethod
+    def read_rows(self, *, model: ModelConfig, recipient: RecipientConfig) -> pa.Table:
+        """Every row a reader of the copy sees (an append log: every appended row); empty before the first transfer."""
+
+    def current_rows(self, *, model: ModelConfig, recipient: RecipientConfig) -> pa.Table:
+        """What the copy holds now: for an append log, each key's newest row."""
+        return self.read_rows(model=model, recipient=recipient)
+
+    def stored_schema(self, *, model: ModelConfig, recipient: RecipientConfig) -> dict[str, str] | None:
+        """The copy's columns and their types as the store names them; None before the first transfer."""
+        table = self.read_rows(model=model, recipient=recipient)
+        return {f.name: str(f.type) for f in table.schema} or None
+
+    @abstractmethod
+    def drift(self, *, model: ModelConfig, recipient: RecipientConfig, staged: pa.Schema) -> SchemaDiff | None:
+        """How a batch with schema ``staged`` differs from the stored copy; None before the first transfer."""
+
+    def check(self) -> None:
+        """Reach the store once (``incsync validate --connect``); raise ConfigError or an IncsyncError naming
+        the setting and the fix. A local folder the first transfer creates needs no check."""
+
+    def row_hashes(self, *, model: ModelConfig, recipient: RecipientConfig) -> RowHashes | None:
+        """The copy's own SQL hashing for verify, or None (the default): verify reads ``current_rows``."""
+        return None
+
+    def maintain(self, models: list[ModelConfig], *, compact: bool, dry_run: bool) -> list[Maintained]:
+        """Compact and vacuum what the models' copies occupy here (``incsync maintain``); one ``Maintained``
+        per table or prefix. Nothing to do by default: a database server reclaims updated rows' space itself."""
         return []
 
-    def transfer_ownership(self, *, model: ModelConfig, recipient: RecipientConfig, reason: str) -> object | None:
-        """Stamp ``recipient`` as the owner of the model's table or prefix (an explicit move, logged in the
-        destination); return the previous owner, if any."""
+    def transfer_ownership(self, *, model: ModelConfig, recipient: RecipientConfig, reason: str) -> Owner | None:
+        """Stamp ``recipient`` as the owner of the model's copy (an explicit move, logged in the destination);
+        return the previous owner, if any."""
         raise NotImplementedError(f"{self.kind} destinations cannot transfer ownership")
 
 
-def reset_reason(where: str, record: TransferRecord | None, *, has_data: bool, missing: str | None = None) -> str | None:
-    """Why ``where`` must be re-synced from the start, or None when its data and transfer log agree.
-
-    A log whose high watermark is set promises rows; data without a log of this recipient cannot be continued.
-    """
-    if missing:
-        return f"destination_reset: {missing}"
-    if record is not None and record.high_watermark_micros is not None and not has_data:
-        return (f"destination_reset: {where} holds no rows, but its transfer log records transfer {record.transfer_id} "
-                f"up to {record.high_watermark.isoformat()}")  # type: ignore[union-attr]
-    if record is None and has_data:
-        return f"destination_reset: {where} holds rows but no transfer record of this recipient"
-    return None
-
-
-def table_state(where: str, record: TransferRecord | None, stamp: Any, *, exists: bool, has_data: bool) -> DestinationState:
-    """The state of a copy kept in a SQL table: its newest ``record``, checked against the owner ``stamp``
-    (an ``Owner``: a move since that record), the table's existence and whether it holds a row."""
-    missing = stamp.moved_reason(record.transfer_id if record else None) if stamp else None
-    if not missing and record is not None and record.high_watermark_micros is not None and not exists:
-        missing = f"{where} was dropped while its transfer log records transfer {record.transfer_id}"
-    reason = reset_reason(where, record, has_data=has_data, missing=missing)
-    return DestinationState(last_transfer=record, version=record.transfer_id if record else None, reset_reason=reason)
-
-
-def hw_micros(ts: datetime | None) -> int | None:
-    return None if ts is None else to_micros(ts)
+__all__ = [
+    "DELETED_AT", "FULL_REFRESH", "INCREMENTAL", "REPAIR", "Capabilities", "Destination", "DestinationState",
+    "Location", "Removals", "RowHashes", "TransferRecord", "hw_micros", "reset_reason", "table_state",
+]

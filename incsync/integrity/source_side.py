@@ -5,7 +5,6 @@ exactly as a transfer stages them)."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -13,7 +12,7 @@ from typing import TYPE_CHECKING
 from incsync.core.bounds import EPOCH, UTC, Bounds
 from incsync.config.model import ModelConfig, RecipientConfig
 from incsync.core.canonical import (
-    MASK64,
+    Fingerprints,
     Kind,
     kind_from_pg,
     kind_from_spark,
@@ -33,25 +32,6 @@ if TYPE_CHECKING:
 
 FAR_FUTURE = datetime(9000, 1, 1, tzinfo=UTC)
 EVERYTHING = Bounds(lower=EPOCH, upper=FAR_FUTURE, lookback_seconds=0, reason="verify")
-
-
-@dataclass
-class Fingerprints:
-    """Per bucket: rows in scope, the sum of their hashes modulo 2**64 and (source) rows newer than the HW."""
-
-    counts: dict[int, int] = field(default_factory=dict)
-    sums: dict[int, int] = field(default_factory=dict)
-    pending: dict[int, int] = field(default_factory=dict)
-
-    def add(self, bucket: int, count: int, total: int, pending: int = 0) -> None:
-        if count:
-            self.counts[bucket] = count
-            self.sums[bucket] = total & MASK64
-        if pending:
-            self.pending[bucket] = pending
-
-    def same(self, other: Fingerprints, bucket: int) -> bool:
-        return self.counts.get(bucket, 0) == other.counts.get(bucket, 0) and self.sums.get(bucket, 0) == other.sums.get(bucket, 0)
 
 
 class SourceSide:

@@ -133,7 +133,8 @@ def verify_recipient(
         destination_rows=estimate,
     )
     dst.skip_keys(src.pending_keys(src_kinds, start=start, hw=hw, limit=MAX_PENDING_KEYS))
-    native = source.vendor == "postgres" and destination.kind == "postgres"  # one engine: its own faster hash
+    # Source and copy in one engine: both may use its own faster hash.
+    native = destination.capabilities.native_hashing == source.vendor
     with ThreadPoolExecutor(max_workers=2) as pool:
         src_fp_f = pool.submit(src.fingerprints, src_kinds, compared or sorted(src_kinds), buckets=buckets,
                                checked=checked, start=start, hw=hw, native=native)

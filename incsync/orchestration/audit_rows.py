@@ -166,15 +166,6 @@ def freshness_rows(config: IncsyncConfig, state: dict[str, list[int]], *, now: d
     return out
 
 
-def location(destination: Any) -> str:
-    """Where a destination writes, without a secret: a path or a schema (a DSN is only its variable's name)."""
-    if destination.kind == "postgres":
-        return f"schema {destination.schema_name} (DSN in ${destination.dsn_env})"
-    if destination.kind == "duckdb":
-        return f"{destination.path} schema {destination.schema_name}"
-    return str(destination.path)
-
-
 def destination_rows(config: IncsyncConfig, *, at: datetime) -> tuple[list[dict[str, Any]], str]:
     """Which recipient receives which model on which destination, and the snapshot's fingerprint (``at`` aside)."""
     rows = []
@@ -184,7 +175,7 @@ def destination_rows(config: IncsyncConfig, *, at: datetime) -> tuple[list[dict[
         for m in sorted(config.models, key=lambda m: m.model_name):
             if receives(config, r, m.model_name):
                 rows.append({"snapshot_at": at, "recipient": r.id, "model": m.model_name, "destination": d.name,
-                             "kind": d.kind, "location": location(d), "enabled": r.enabled,
+                             "kind": d.kind, "location": d.described(), "enabled": r.enabled,
                              "tier": tier.name if tier else None,
                              "products": None if r.products is None else ",".join(r.products)})
     return rows, fingerprint({"rows": [{k: v for k, v in row.items() if k != "snapshot_at"} for row in rows]})

@@ -193,15 +193,8 @@ def _windows_text(keys: list[str]) -> str:
 
 
 def destination_path(request: TransferRequest) -> str | None:
-    """Where the recipient's copy of the model is: a Delta table, an object-storage folder (None: a database)."""
-    root = getattr(getattr(request.destination, "config", None), "path", None)
-    if not root:
-        return None
-    model, recipient = request.model.model_name, request.recipient.id
-    kind = getattr(request.destination, "kind", "")
-    if kind == "iceberg":  # pyiceberg's default table location in the warehouse
-        return f"{root.rstrip('/')}/{request.destination.config.namespace}/{model}"  # type: ignore[attr-defined]
-    return f"{root.rstrip('/')}/{model}" + (f"/recipient={recipient}" if kind == "object_storage" else "")
+    """Where the recipient's copy of the model is when it is files (a Delta table, an object-storage folder)."""
+    return request.destination.location(model=request.model, recipient=request.recipient).path
 
 
 MAX_TAG_VALUE = 255

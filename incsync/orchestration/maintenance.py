@@ -42,7 +42,7 @@ def maintain_destinations(
     try:
         for target in targets:
             built = build_destination(target)
-            if not built.maintained:
+            if not built.capabilities.maintained:
                 continue
             backend = backend or instance_backend(instance, holder)
             with holding_all(destination_slot(target), backend, holder=holder, notify=say):

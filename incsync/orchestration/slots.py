@@ -214,7 +214,7 @@ def run_holding(requests: Sequence[Any], *, run_id: str, instance: Any, log: Any
 
     A run that has to wait says so in its log and on stderr, where the command line's user sees it.
     """
-    destinations = {c.name: c for r in requests for c in [getattr(r.destination, "config", None)] if c is not None}
+    destinations = {r.destination.name: r.destination.config for r in requests}
     sources = {c.name: c for r in requests for c in [getattr(r.source, "config", None)] if c is not None}
     if not requests or not destinations:
         yield

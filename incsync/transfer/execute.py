@@ -236,8 +236,7 @@ def _destination_limits(prepared: Sequence[PreparedSpan]) -> dict[str, threading
     for span in prepared:
         destination = span.first.destination
         if destination.name not in limits:
-            limit = getattr(getattr(destination, "config", None), "max_concurrent_transfers", 1)
-            limits[destination.name] = threading.Semaphore(max(1, int(limit)))
+            limits[destination.name] = threading.Semaphore(destination.max_concurrent_transfers)
     return limits
 
 

@@ -35,7 +35,7 @@ def publish_span(span: PreparedSpan, batch: StagedBatch, *, on_commit: OnCommit)
     # One pass over the last-modified column (NULLs refused first); then the other checks of the whole span.
     counts = count_windows(batch, windows, model=model, recipient_id=recipient.id,
                            delta_after_micros=None if threshold is None else to_micros(threshold))
-    if destination.kind != "postgres":  # PostgreSQL's own ±infinity: only a PostgreSQL destination holds it
+    if not destination.capabilities.infinities:  # PostgreSQL's own ±infinity: only a kind that holds it as it is
         refuse_infinities(batch, model=model.model_name, recipient=recipient.id, key=list(model.primary_key),
                           destination=recipient.destination, kind=destination.kind)
     splits = [range(len(windows))] if span.reason else plan_batches(counts.rows, model.max_rows_per_batch)
@@ -50,7 +50,7 @@ def publish_span(span: PreparedSpan, batch: StagedBatch, *, on_commit: OnCommit)
     # A recipient's first transfer split in commits (a big tenant's backfill) writes only keys the table
     # cannot hold yet, when no key occurs twice in the read: a destination may append instead of merging.
     new_keys = (len(splits) > 1 and state.last_transfer is None and state.reset_reason is None and removals is None
-                and destination.appends_new_keys and keys_unique(batch, model.primary_key))
+                and destination.capabilities.appends_new_keys and keys_unique(batch, model.primary_key))
     for k, indexes in enumerate(splits):
         lo, hi = indexes.start, indexes.stop - 1
         is_first, is_last = k == 0, k == len(splits) - 1
@@ -155,8 +155,7 @@ def publish_with_retries(
                 log.warning("transfer %s: its commit to %s landed before the connection was lost", record.transfer_id, destination.name)
                 return {"publish_attempts": tries}
         return destination.publish(model=model, recipient=recipient, batch=batch, record=record, expected=expected,
-                                   **({"removals": removals} if removals is not None else {}),
-                                   **({"new_keys": True} if new_keys else {}))
+                                   removals=removals, new_keys=new_keys)
 
     with on_side(DESTINATION, destination.name):
         metadata = with_retries(

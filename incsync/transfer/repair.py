@@ -107,7 +107,7 @@ def repair_recipient(
         )
         destination = build_destination(config.destination(recipient.destination))
         try:
-            if destination.kind != "postgres":  # PostgreSQL's own ±infinity: only a PostgreSQL destination holds it
+            if not destination.capabilities.infinities:  # PostgreSQL's own ±infinity: only a kind that holds it as it is
                 refuse_infinities(batch, model=model.model_name, recipient=recipient.id, key=list(model.primary_key),
                                   destination=recipient.destination, kind=destination.kind)
             destination.publish(model=model, recipient=recipient, batch=batch, record=record, expected=state, removals=removals)

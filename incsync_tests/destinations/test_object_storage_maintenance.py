@@ -19,7 +19,6 @@ from incsync.cli.main import run_command
 from incsync.config.load import load_config
 from incsync.destinations.object_storage.manifests import committed_manifests
 from incsync.destinations.object_storage.reader import read_manifests
-from incsync.destinations.readers import current_rows
 from incsync_tests import arrow_transfer
 from incsync_tests.destination_support import Target
 from incsync_tests.support import lake_config, order, ts, write_table
@@ -264,7 +263,7 @@ def test_verify_and_repair_agree_after_maintenance_and_deletes_continue(spark, t
     [again] = _maintain(config)  # a new snapshot applies the delete file; vacuum takes what it superseded
     # compacted: the first snapshot's file and the transfer's; vacuumed: those two and the delete file.
     assert (again.files_compacted, again.files_vacuumed, again.files_after) == (2, 3, 1)
-    assert [r["id"] for r in current_rows(target.destination, model=model, recipient=recipient).to_pylist()] == \
+    assert [r["id"] for r in target.destination.current_rows(model=model, recipient=recipient).to_pylist()] == \
         [r["id"] for r in _expected(3) if r["id"] not in (5, BASE + 2)]
     assert verify().passed
 

@@ -29,12 +29,11 @@ def _transfer(config: Path, instance, windows: tuple[str, ...]) -> None:
 
 def _copy(config_path: Path) -> tuple[list[int], list[int]]:
     """The destination's ids, and those stamped _incsync_deleted_at."""
-    from incsync.destinations.readers import current_rows
     from incsync.destinations.registry import build_destination
 
     config = load_config(config_path)
     dest = build_destination(config.destination("acme_dest"))
-    rows = current_rows(dest, model=config.model("orders"), recipient=config.recipient("acme")).to_pylist()
+    rows = dest.current_rows(model=config.model("orders"), recipient=config.recipient("acme")).to_pylist()
     return sorted(r["id"] for r in rows), sorted(r["id"] for r in rows if r.get("_incsync_deleted_at") is not None)
 
 

@@ -19,7 +19,6 @@ import yaml
 
 from incsync.config.load import load_config
 from incsync.core.bounds import UTC
-from incsync.destinations.readers import current_rows
 from incsync.destinations.registry import build_destination
 from incsync.orchestration.audit import ASSET_KEY, JOB_NAME, SCHEDULE_NAME, TABLES, owner, table_model
 from incsync.orchestration.definitions import build_definitions
@@ -78,7 +77,7 @@ def drop_transfers(config: Path) -> None:
 def table(config: Path, name: str) -> list[dict[str, Any]]:
     cfg = load_config(config)
     destination = build_destination(cfg.destination("warehouse"))
-    rows = current_rows(destination, model=table_model(name), recipient=owner(cfg)).to_pylist()
+    rows = destination.current_rows(model=table_model(name), recipient=owner(cfg)).to_pylist()
     key = TABLES[name][1]
     return sorted(({k: v for k, v in r.items() if not k.startswith("_incsync")} for r in rows),
                   key=lambda r: tuple(str(r[k]) for k in key))

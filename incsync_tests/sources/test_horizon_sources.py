@@ -21,7 +21,6 @@ import pytest
 from incsync.core.bounds import UTC
 from incsync.config.load import load_config
 from incsync.destinations.registry import build_destination
-from incsync.destinations.readers import read_rows
 from incsync.core.windows import window_key_for
 from incsync.sources.registry import build_source
 from incsync.transfer.execute import run_transfer
@@ -71,7 +70,7 @@ class Runner:
         return run_transfer(request, staging_root=self.staging)
 
     def ids(self) -> list[int]:
-        table = read_rows(self.destination, model=self.model, recipient=self.recipient)
+        table = self.destination.read_rows(model=self.model, recipient=self.recipient)
         return sorted(table.column("id").to_pylist())
 
 
@@ -306,7 +305,7 @@ def test_a_future_dated_row_never_moves_the_hw_past_the_extraction(spark, tmp_pa
         future = "now() + interval '10 seconds'" if vendor == "postgres" else "NOW(6) + INTERVAL 10 SECOND"
         db.execute(f"INSERT INTO orders VALUES (2, 'org_1', {future})")
         first = run.tick().record
-        [row2] = [r for r in read_rows(run.destination, model=run.model, recipient=run.recipient).to_pylist() if r["id"] == 2]
+        [row2] = [r for r in run.destination.read_rows(model=run.model, recipient=run.recipient).to_pylist() if r["id"] == 2]
         due = row2["updated_at"]
         assert datetime.now(UTC) < due - timedelta(seconds=1), "the machine is too slow for this test's 10 s"
         assert first.extra["future_dated_rows"] == "1"

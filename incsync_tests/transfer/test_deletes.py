@@ -27,11 +27,10 @@ def _run(config: Path, instance, *, tags: dict[str, str] | None = None, raise_on
 
 def _rows(tmp_path: Path) -> list[dict]:
     from incsync.destinations.registry import build_destination
-    from incsync.destinations.readers import current_rows
 
     config = load_config(tmp_path / "incsync.yaml")
     dest = build_destination(config.destination("acme_dest"))
-    table = current_rows(dest, model=config.model("orders"), recipient=config.recipient("acme"))
+    table = dest.current_rows(model=config.model("orders"), recipient=config.recipient("acme"))
     return sorted(table.to_pylist(), key=lambda r: r["id"])
 
 

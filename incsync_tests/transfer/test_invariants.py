@@ -35,7 +35,6 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 
 from incsync.config.load import load_config
 from incsync.destinations.registry import build_destination
-from incsync.destinations.readers import read_rows
 from incsync.errors import ValidationError
 from incsync.core.horizon import LOOKBACK_ONLY, TRANSACTIONS, SourceHorizon
 from incsync.core.windows import grid_start, window_key_for
@@ -410,7 +409,7 @@ class TransferMachine(RuleBasedStateMachine):
     def visible(self, rid: str) -> tuple[dict[int, Row], Any]:
         """What a reader of the recipient's Delta table sees, and the destination's state."""
         dest = self.destinations[rid]
-        table = read_rows(dest, model=self.model, recipient=self.recipients[rid])
+        table = dest.read_rows(model=self.model, recipient=self.recipients[rid])
         rows = {}
         for r in table.to_pylist():
             assert r["id"] not in rows, f"{rid}: key {r['id']} twice in the destination"

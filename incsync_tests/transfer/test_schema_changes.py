@@ -12,7 +12,6 @@ import pyarrow as pa
 import pytest
 
 from incsync.errors import SchemaError
-from incsync.destinations.readers import read_rows
 from incsync_tests.arrow_transfer import run
 from incsync_tests.destination_support import MATRIX_KINDS, Target, destination_env, destination_spec, mariadb_database
 from incsync_tests.schema_support import BASE, BIG, row as _row, set_type as _set
@@ -43,7 +42,7 @@ def _type(target: Target, column: str) -> str:
     if target.kind == "postgres":
         with target.destination._connect() as conn:
             return target.destination._columns(conn, "orders")[column]
-    return str(read_rows(target.destination, model=target.model, recipient=target.recipient).schema.field(column).type)
+    return str(target.destination.read_rows(model=target.model, recipient=target.recipient).schema.field(column).type)
 
 
 def _wide(kind: str) -> str:
@@ -133,14 +132,14 @@ def test_delta_widening_with_a_dropped_column_keeps_replaced_rows_values_like_a_
 
 
 def test_validate_connect_drift_line_for_each_destination(kind: str, tmp_path: Path) -> None:
-    from incsync.cli.drift import describe, destination_drift
+    from incsync.cli.drift import describe
 
     config = _config(tmp_path, kind, [_row(1, 1)])
     target = Target(config)
     staged = _set(BASE, "code", pa.int64()).append(pa.field("note", pa.string()))
-    assert destination_drift(target.destination, model=target.model, recipient=target.recipient, staged=staged) is None
+    assert target.destination.drift(model=target.model, recipient=target.recipient, staged=staged) is None
     run(config, "2024-01-01", scheduled=False)
-    diff = destination_drift(target.destination, model=target.model, recipient=target.recipient, staged=staged)
+    diff = target.destination.drift(model=target.model, recipient=target.recipient, staged=staged)
     old, note = ("text", "text") if kind == "postgres" else ("string", "string")
     assert describe(diff, model=target.model, recipient=target.recipient) == (
         f"models.orders (recipient acme): source schema drift: added note {note}; changed code {old}→bigint; the next "

@@ -8,7 +8,6 @@ before anything is committed, naming the column, both types and the fix, until a
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 from urllib.parse import unquote
@@ -17,14 +16,18 @@ import pyarrow as pa
 from deltalake import CommitProperties, DeltaTable, write_deltalake
 from deltalake.exceptions import CommitFailedError, TableNotFoundError
 
-from incsync.config.model import ModelConfig, RecipientConfig
 from incsync.config.destinations import DeltaDestinationConfig
+from incsync.config.model import ModelConfig, RecipientConfig
+from incsync.core.lease import check_lease
+from incsync.core.schema_change import SchemaDiff, arrow_diff, change_metadata, incompatible_error
 from incsync.destinations.base import (
     FULL_REFRESH,
     INCREMENTAL,
     REPAIR,
+    Capabilities,
     Destination,
     DestinationState,
+    Location,
     Removals,
     TransferRecord,
     reset_reason,
@@ -32,27 +35,20 @@ from incsync.destinations.base import (
 from incsync.destinations.delta.cluster import ordered
 from incsync.destinations.delta.maintain import file_sizes, maintain_table, rewritten
 from incsync.destinations.delta.merge import merge, merge_fixes
-from incsync.destinations.maintenance import Maintained
+from incsync.destinations.delta.owner import claim, stamp, stamped_owner
 from incsync.destinations.delta.rewrite import rewrite
-from incsync.destinations.delta.state import RECORD_KEY, find_record, transactions, app_id as delta_app_id
+from incsync.destinations.delta.state import app_id as delta_app_id
+from incsync.destinations.delta.state import RECORD_KEY, find_record, transactions
+from incsync.destinations.maintenance import Maintained
 from incsync.destinations.ownership import METADATA_KEY as OWNER_KEY
-from incsync.destinations.ownership import (
-    OWNER_PROPERTY,
-    OWNERSHIP_LOG_KEY,
-    Owner,
-    check_owner,
-    now_iso,
-    owner_of,
-    refuse_unstamped,
-)
-from incsync.errors import LeaseError, PublishError
-from incsync.core.lease import check_lease
-from incsync.core.schema_change import arrow_diff, change_metadata, incompatible_error
-from incsync.staging.batch import StagedBatch
-from incsync.storage.filesystems import resolve_options
-from incsync.storage.files import open_store
-from incsync.storage.names import is_url, local_path
+from incsync.destinations.ownership import OWNER_PROPERTY, OWNERSHIP_LOG_KEY, Owner, now_iso, owner_of
 from incsync.destinations.types import delta_form
+from incsync.errors import LeaseError, PublishError
+from incsync.staging.batch import StagedBatch
+from incsync.storage.files import open_store
+from incsync.storage.filesystems import resolve_options
+from incsync.storage.names import is_url, local_path
+from incsync.storage.reach import check_storage
 
 # Commits of other recipients to the same table make a publish re-check its lease and try again.
 PUBLISH_ATTEMPTS = 8
@@ -66,8 +62,12 @@ class DeltaDestination(Destination):
     """Table ``<path>/<model_name>`` holds one recipient's copy of one model."""
 
     kind = "delta"
-    maintained = True
-    appends_new_keys = True  # an append streams, where a MERGE joins the batch with every file its keys span
+    capabilities = Capabilities(
+        appends_new_keys=True,  # an append streams, where a MERGE joins the batch with every file its keys span
+        recipient_views=False, maintained=True,
+        lacks=(("recipient_views", "a Delta table has no views of its own; readers' engines hold them"),
+               ("infinities", "Delta timestamps and dates have no infinity")),
+    )
 
     def __init__(self, config: DeltaDestinationConfig):
         self.config = config
@@ -82,6 +82,26 @@ class DeltaDestination(Destination):
 
     def _table(self, model: ModelConfig) -> DeltaTable | None:
         return self._table_at(self.table_path(model))
+
+    def location(self, *, model: ModelConfig, recipient: RecipientConfig) -> Location:
+        path = self.table_path(model)
+        return Location(shown=path, path=path)
+
+    def read_rows(self, *, model: ModelConfig, recipient: RecipientConfig) -> pa.Table:
+        dt = self._table(model)  # the recipient owns the whole table
+        return dt.to_pyarrow_table() if dt is not None else pa.table({})
+
+    def stored_schema(self, *, model: ModelConfig, recipient: RecipientConfig) -> dict[str, str] | None:
+        dt = self._table(model)
+        return None if dt is None else {f.name: str(f.type) for f in pa.schema(dt.schema().to_arrow())}
+
+    def drift(self, *, model: ModelConfig, recipient: RecipientConfig, staged: pa.Schema) -> SchemaDiff | None:
+        dt = self._table(model)
+        return None if dt is None else arrow_diff(pa.schema(dt.schema().to_arrow()), staged)
+
+    def check(self) -> None:
+        if is_url(self.config.path):
+            check_storage(f"destinations[{self.name}]", self.config.path, self.config.storage_options)
 
     def read_state(self, *, model: ModelConfig, recipient: RecipientConfig) -> DestinationState:
         """The last transfer, checked against the table's data (DESIGN: a reset destination is re-synced)."""
@@ -137,7 +157,7 @@ class DeltaDestination(Destination):
             if dt is None:
                 self._create(path, delta_form(batch.schema), me, transfer_id=record.transfer_id)
                 continue
-            if self._claim(dt, me, model=model, recipient=recipient, transfer_id=record.transfer_id):
+            if claim(dt, me, model=model, recipient=recipient, transfer_id=record.transfer_id, where=self._where(model)):
                 continue  # the adoption stamp committed a version of its own: publish against the new one
             self._check_lease(dt, model=model, recipient=recipient, expected=expected)
             change = arrow_diff(pa.schema(dt.schema().to_arrow()), delta_form(batch.schema))
@@ -230,40 +250,8 @@ class DeltaDestination(Destination):
         except TableNotFoundError:
             return None
 
-    def _claim(
-        self, dt: DeltaTable, me: Owner, *, model: ModelConfig, recipient: RecipientConfig, transfer_id: str
-    ) -> bool:
-        """Refuse a table of another recipient; stamp an unstamped one whose log names only ``me``.
-
-        Returns True when it committed the adoption stamp (the caller must reload the table).
-        """
-        raw = dt.metadata().configuration.get(OWNER_PROPERTY)
-        if raw is not None:
-            check_owner(Owner.from_json(raw), me, where=self._where(model))
-            return False
-        named = {r.recipient_id for r in _records(dt.history())}
-        if dt.transaction_version(app_id(model, recipient)) is not None:
-            named.add(recipient.id)
-        others = sorted(named - {recipient.id})
-        if others or recipient.id not in named:
-            raise refuse_unstamped(me, where=self._where(model), others=others)
-        try:
-            self._stamp(dt, me, previous=None, reason=f"adopted by transfer {transfer_id}: its log names only {recipient.id}")
-        except CommitFailedError:
-            pass  # another writer committed first: the caller reloads and checks again
-        return True
-
-    def _stamp(self, dt: DeltaTable, owner: Owner, *, previous: Owner | None, reason: str) -> None:
-        log = {"owner": owner.to_json(), "previous": previous.to_json() if previous else None, "reason": reason, "at": now_iso()}
-        dt.alter.set_table_properties(
-            {OWNER_PROPERTY: owner.to_json()}, raise_if_not_exists=False,
-            commit_properties=CommitProperties(custom_metadata={OWNERSHIP_LOG_KEY: json.dumps(log)}, max_commit_retries=0),
-        )
-
     def owner(self, model: ModelConfig) -> Owner | None:
-        dt = self._table(model)
-        raw = dt.metadata().configuration.get(OWNER_PROPERTY) if dt is not None else None
-        return None if raw is None else Owner.from_json(raw)
+        return stamped_owner(self._table(model))
 
     def transfer_ownership(self, *, model: ModelConfig, recipient: RecipientConfig, reason: str) -> Owner | None:
         dt = self._table(model)
@@ -272,7 +260,7 @@ class DeltaDestination(Destination):
         previous = self.owner(model)
         last = self._state(dt, model=model, recipient=recipient).last_transfer
         new = replace(owner_of(model, recipient), moved=last.transfer_id if last else "")
-        self._stamp(dt, new, previous=previous, reason=reason)
+        stamp(dt, new, previous=previous, reason=reason)
         return previous
 
     def _check_lease(
@@ -286,13 +274,6 @@ class DeltaDestination(Destination):
         was = expected.last_transfer.transfer_id if expected.last_transfer else None
         now = current.last_transfer.transfer_id if current.last_transfer else None
         check_lease(model=model.model_name, recipient=recipient.id, where=self.table_path(model), read=was, now=now)
-
-
-def _records(history: list[dict]) -> Iterator[TransferRecord]:
-    for commit in history:
-        raw = commit.get(RECORD_KEY)
-        if raw is not None:
-            yield TransferRecord.from_json(raw if isinstance(raw, str) else json.dumps(raw))
 
 
 def _same_columns(current: pa.Schema, incoming: pa.Schema) -> bool:

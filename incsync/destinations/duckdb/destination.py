@@ -26,7 +26,18 @@ from incsync.config.model import ModelConfig, RecipientConfig
 from incsync.core.crashpoints import crash_point
 from incsync.core.lease import check_lease
 from incsync.core.schema_change import SchemaDiff, arrow_diff, change_metadata, incompatible_error
-from incsync.destinations.base import DELETED_AT, FULL_REFRESH, REPAIR, Destination, DestinationState, Removals, TransferRecord, table_state
+from incsync.destinations.base import (
+    DELETED_AT,
+    FULL_REFRESH,
+    REPAIR,
+    Capabilities,
+    Destination,
+    DestinationState,
+    Location,
+    Removals,
+    TransferRecord,
+    table_state,
+)
 from incsync.destinations.duckdb import log
 from incsync.destinations.duckdb.log import Session
 from incsync.destinations.duckdb.rows import adapt, delete_missing, duckdb_form, load_stage, remove_keys, table_schema, upsert
@@ -51,6 +62,10 @@ class DuckDBDestination(Destination):
     """Table ``<schema>.<model_name>`` of the file ``path`` holds one recipient's copy."""
 
     kind = "duckdb"
+    capabilities = Capabilities(one_writer=True, lacks=(
+        ("maintained", "DuckDB reclaims a file's free blocks itself"),
+        ("infinities", "incsync refuses ±infinity for every kind but PostgreSQL"),
+    ))
 
     def __init__(self, config: DuckDBDestinationConfig):
         self.config = config
@@ -116,6 +131,7 @@ class DuckDBDestination(Destination):
         record: TransferRecord,
         expected: DestinationState,
         removals: Removals | None = None,
+        new_keys: bool = False,  # an upsert here costs what an append would
     ) -> dict[str, object]:
         where = f"model {model.model_name}, recipient {recipient.id}"
         with self.connect() as con:
@@ -191,7 +207,16 @@ class DuckDBDestination(Destination):
         reason = f"adopted by transfer {transfer_id}: its log names only {recipient.id}" if logged else f"first transfer {transfer_id}"
         log.stamp(con, self.schema, me, reason=reason)
 
-    def drift(self, *, model: ModelConfig, staged: pa.Schema) -> SchemaDiff | None:
+    def location(self, *, model: ModelConfig, recipient: RecipientConfig) -> Location:
+        return Location(shown=f'{self.path} "{self.schema}"."{model.model_name}"')
+
+    def read_rows(self, *, model: ModelConfig, recipient: RecipientConfig) -> pa.Table:
+        with self.connect() as con:  # the recipient owns the file's table
+            if not self.has_table(con, model):
+                return pa.table({})
+            return con.sql(f"SELECT * FROM {self.target(model)}").to_arrow_table()
+
+    def drift(self, *, model: ModelConfig, recipient: RecipientConfig, staged: pa.Schema) -> SchemaDiff | None:
         """What a publish of a batch with schema ``staged`` would find (``incsync validate --connect``);
         None before the first transfer."""
         with self.connect() as con:

@@ -21,7 +21,19 @@ from incsync.config.model import ModelConfig, RecipientConfig
 from incsync.core.crashpoints import crash_point
 from incsync.core.lease import check_lease
 from incsync.core.schema_change import SchemaDiff, arrow_diff, change_metadata, incompatible_error
-from incsync.destinations.base import DELETED_AT, FULL_REFRESH, INCREMENTAL, REPAIR, Destination, DestinationState, Removals, TransferRecord, reset_reason
+from incsync.destinations.base import (
+    DELETED_AT,
+    FULL_REFRESH,
+    INCREMENTAL,
+    REPAIR,
+    Capabilities,
+    Destination,
+    DestinationState,
+    Location,
+    Removals,
+    TransferRecord,
+    reset_reason,
+)
 from incsync.destinations.iceberg import catalog as cat
 from incsync.destinations.iceberg import files
 from incsync.destinations.iceberg.rows import upsert
@@ -39,8 +51,12 @@ class IcebergDestination(Destination):
     """Table ``<namespace>.<model_name>`` of the catalog holds one recipient's copy of one model."""
 
     kind = "iceberg"
-    maintained = True
-    appends_new_keys = True  # a first backfill's later commits skip reading the files their keys could be in
+    capabilities = Capabilities(
+        appends_new_keys=True,  # a first backfill's later commits skip reading the files their keys could be in
+        recipient_views=False, maintained=True,
+        lacks=(("recipient_views", "an Iceberg table has no views of its own; readers' engines and catalogs hold them"),
+               ("infinities", "Iceberg timestamps and dates have no infinity")),
+    )
 
     def __init__(self, config: IcebergDestinationConfig):
         self.config = config
@@ -220,7 +236,15 @@ class IcebergDestination(Destination):
         reason = f"adopted by transfer {transfer_id}: its log names only {recipient.id}"
         table.transaction().set_properties({cat.OWNER_PROPERTY: me.to_json(), **self._ownership_log(me, None, reason)}).commit_transaction()
 
-    def drift(self, *, model: ModelConfig, staged: pa.Schema) -> SchemaDiff | None:
+    def location(self, *, model: ModelConfig, recipient: RecipientConfig) -> Location:
+        root = self.config.path.rstrip("/")  # pyiceberg's default table location in the warehouse
+        return Location(shown=f"{self.config.path} {self.identifier(model)}", path=f"{root}/{self.config.namespace}/{model.model_name}")
+
+    def read_rows(self, *, model: ModelConfig, recipient: RecipientConfig) -> pa.Table:
+        table = self.table(model)  # the current snapshot as pyiceberg reads it
+        return table.scan().to_arrow() if table is not None else pa.table({})
+
+    def drift(self, *, model: ModelConfig, recipient: RecipientConfig, staged: pa.Schema) -> SchemaDiff | None:
         table = self.table(model)
         return None if table is None else arrow_diff(_without_stamp(files.arrow_schema(table.schema())), iceberg_form(staged))
 

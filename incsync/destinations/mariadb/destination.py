@@ -27,7 +27,18 @@ from incsync.config.model import ModelConfig, RecipientConfig
 from incsync.core.crashpoints import crash_point
 from incsync.core.lease import check_lease
 from incsync.core.schema_change import SchemaDiff, arrow_diff, change_metadata, incompatible_error
-from incsync.destinations.base import DELETED_AT, FULL_REFRESH, REPAIR, Destination, DestinationState, Removals, TransferRecord, table_state
+from incsync.destinations.base import (
+    DELETED_AT,
+    FULL_REFRESH,
+    REPAIR,
+    Capabilities,
+    Destination,
+    DestinationState,
+    Location,
+    Removals,
+    TransferRecord,
+    table_state,
+)
 from incsync.destinations.mariadb import log, swap
 from incsync.destinations.mariadb.connect import Connection, collation, connect, lock, quote, rows, run, table
 from incsync.destinations.mariadb.load import load_stage
@@ -48,6 +59,10 @@ class MariaDBDestination(Destination):
     """Table ``<database>.<model_name>`` holds one recipient's copy; ``<database>._incsync_transfers`` its log."""
 
     kind = "mariadb"
+    capabilities = Capabilities(lacks=(
+        ("maintained", "InnoDB reclaims updated rows' space itself"),
+        ("infinities", "incsync refuses ±infinity for every kind but PostgreSQL"),
+    ))
 
     def __init__(self, config: MariaDBDestinationConfig):
         self.config = config
@@ -65,7 +80,10 @@ class MariaDBDestination(Destination):
     def _where(self, model: ModelConfig) -> str:
         return f"MariaDB table {self.table_name(model)} (destination {self.name})"
 
-    def read(self, model: ModelConfig) -> pa.Table:
+    def location(self, *, model: ModelConfig, recipient: RecipientConfig) -> Location:
+        return Location(shown=f"`{self.database}`.`{model.model_name}`")
+
+    def read_rows(self, *, model: ModelConfig, recipient: RecipientConfig) -> pa.Table:
         """Every row of the model's table (empty before the first transfer): what a reader of the copy sees."""
         with connect(self.config) as conn:
             return read_table(conn, self.database, model.model_name)
@@ -89,6 +107,7 @@ class MariaDBDestination(Destination):
         record: TransferRecord,
         expected: DestinationState,
         removals: Removals | None = None,
+        new_keys: bool = False,  # an upsert here costs what an append would
     ) -> dict[str, object]:
         where = f"model {model.model_name}, recipient {recipient.id}"
         with connect(self.config, local_files=True) as conn:
@@ -201,7 +220,7 @@ class MariaDBDestination(Destination):
             raise refuse_unstamped(me, where=self._where(model), others=others)
         return f"adopted by transfer {transfer_id}: its log names only {recipient.id}" if logged else f"first transfer {transfer_id}"
 
-    def drift(self, *, model: ModelConfig, staged: pa.Schema) -> SchemaDiff | None:
+    def drift(self, *, model: ModelConfig, recipient: RecipientConfig, staged: pa.Schema) -> SchemaDiff | None:
         """What a publish of a batch with schema ``staged`` would find (``incsync validate --connect``);
         None before the first transfer."""
         with connect(self.config) as conn:

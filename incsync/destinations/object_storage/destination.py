@@ -35,35 +35,45 @@ from incsync.core.crashpoints import crash_point
 from incsync.destinations.base import (
     FULL_REFRESH,
     REPAIR,
+    Capabilities,
     Destination,
     DestinationState,
+    Location,
     Removals,
     TransferRecord,
     reset_reason,
 )
+from incsync.destinations.object_storage.reader import latest_versions, read_manifested, reader_schema
 from incsync.destinations.maintenance import Maintained
 from incsync.destinations.object_storage.manifests import (
     TransferLog,
     committed_manifests,
     new_manifest,
-    schema_from_text,
     sha256_checksum,
 )
 from incsync.destinations.ownership import METADATA_KEY as OWNER_KEY
-from incsync.destinations.ownership import OWNER_FILE, Owner, check_owner, now_iso, owner_of
+from incsync.destinations.object_storage.owner import read_stamp, write_stamp
+from incsync.destinations.ownership import Owner, check_owner, owner_of
 from incsync.errors import PublishError
 from incsync.storage.filesystems import resolve_options
 from incsync.core.lease import lost_lease
 from incsync.core.schema_change import SchemaDiff, arrow_diff, change_metadata, incompatible_error
 from incsync.staging.batch import StagedBatch
 from incsync.storage.files import open_store
+from incsync.storage.names import is_url
+from incsync.storage.reach import check_storage
 
 
 class ObjectStorageDestination(Destination):
     """Parquet + manifests under a prefix: a local folder, ``file://`` or an object store (``s3://``, ...)."""
 
     kind = "object_storage"
-    maintained = True
+    capabilities = Capabilities(
+        upserts=False, recipient_views=False, maintained=True,
+        lacks=(("upserts", "append-only: each transfer adds Parquet files under a manifest; readers take each key's newest row"),
+               ("recipient_views", "a prefix of files has no views; readers' engines hold them"),
+               ("infinities", "Parquet timestamps and dates have no infinity")),
+    )
 
     def __init__(self, config: ObjectStorageDestinationConfig):
         self.config = config
@@ -75,6 +85,32 @@ class ObjectStorageDestination(Destination):
 
     def _prefix(self, model: ModelConfig, recipient: RecipientConfig) -> str:
         return f"{model.model_name}/recipient={recipient.id}"
+
+    def location(self, *, model: ModelConfig, recipient: RecipientConfig) -> Location:
+        path = f"{self.root.rstrip('/')}/{self._prefix(model, recipient)}"
+        return Location(shown=path, path=path)
+
+    def read_rows(self, *, model: ModelConfig, recipient: RecipientConfig) -> pa.Table:
+        """Every row of the recipient's committed manifests: an append log, so a key may occur once per transfer."""
+        return read_manifested(self.store, model.model_name, recipient.id, private=self.config.disable_manifest)
+
+    def current_rows(self, *, model: ModelConfig, recipient: RecipientConfig) -> pa.Table:
+        table = self.read_rows(model=model, recipient=recipient)
+        if table.num_rows == 0:
+            return table
+        return latest_versions(table, list(model.primary_key), model.last_modified_column)
+
+    def stored_schema(self, *, model: ModelConfig, recipient: RecipientConfig) -> dict[str, str] | None:
+        schema = reader_schema(self.log, self.store, model.model_name, recipient.id)
+        return None if schema is None else {f.name: str(f.type) for f in schema}
+
+    def drift(self, *, model: ModelConfig, recipient: RecipientConfig, staged: pa.Schema) -> SchemaDiff | None:
+        previous = reader_schema(self.log, self.store, model.model_name, recipient.id)
+        return None if previous is None else arrow_diff(previous, staged)
+
+    def check(self) -> None:
+        if is_url(self.config.path):
+            check_storage(f"destinations[{self.name}]", self.config.path, self.config.storage_options)
 
     def _data_keys(self, model: ModelConfig, recipient: RecipientConfig) -> set[str]:
         """The Parquet keys under the recipient's prefix, in one listing."""
@@ -115,6 +151,7 @@ class ObjectStorageDestination(Destination):
         record: TransferRecord,
         expected: DestinationState,
         removals: Removals | None = None,
+        new_keys: bool = False,  # an upsert here costs what an append would
     ) -> dict[str, object]:
         with self.log.lock(model.model_name, recipient.id):
             current = self.read_state(model=model, recipient=recipient)
@@ -122,7 +159,7 @@ class ObjectStorageDestination(Destination):
                 now = current.last_transfer.transfer_id if current.last_transfer else None
                 was = expected.last_transfer.transfer_id if expected.last_transfer else None
                 raise lost_lease(model=model.model_name, recipient=recipient.id, where=self.root, read=was, now=now)
-            previous = self._reader_schema(model, recipient)
+            previous = reader_schema(self.log, self.store, model.model_name, recipient.id)
             refresh = record.transfer_type == FULL_REFRESH
             change = SchemaDiff() if previous is None else arrow_diff(previous, batch.schema)
             if change.incompatible and not refresh:
@@ -139,7 +176,7 @@ class ObjectStorageDestination(Destination):
             check_owner(stamp, me, where=self._where(model, recipient))
             try:
                 if stamp is None:  # first transfer (or one written before stamps): stamped before its manifest
-                    self._stamp(me, previous=None, reason=f"first transfer {record.transfer_id}")
+                    write_stamp(self.store, me, previous=None, reason=f"first transfer {record.transfer_id}")
                 return {**self._publish(model=model, recipient=recipient, batch=batch, record=record,
                                         sequence=int(expected.version or 0) + 1, reader_schema=combined,
                                         schema_metadata=metadata, removals=removals), OWNER_KEY: recipient.id}
@@ -148,19 +185,6 @@ class ObjectStorageDestination(Destination):
                     f"model {model.model_name}, recipient {recipient.id}: writing to {self.root} failed and no manifest "
                     f"was written, so readers see nothing of this transfer: {exc}"
                 ) from exc
-
-    def _reader_schema(self, model: ModelConfig, recipient: RecipientConfig) -> pa.Schema | None:
-        """What a reader of (model, recipient)'s committed manifests gets; None before the first."""
-        newest = self.log.newest(model.model_name, recipient.id)
-        if newest is None:
-            return None
-        if "reader_schema" in newest:
-            return schema_from_text(newest["reader_schema"])
-        # Manifests from before reader_schema: unify their files' schemas once.
-        manifests = committed_manifests(self.store, model.model_name, recipient.id, private=self.config.disable_manifest)
-        schemas = [pq.read_schema(self.store.path(f["data_file_key"]), filesystem=self.store.fs)
-                   for m in manifests for f in m["files"]]
-        return pa.unify_schemas(schemas, promote_options="permissive") if schemas else None
 
     def _live_files(self, model: ModelConfig, recipient: RecipientConfig, newest: dict) -> list[str]:
         """The data files a reader of (model, recipient) reads: the newest manifest's, plus those the
@@ -177,27 +201,11 @@ class ObjectStorageDestination(Destination):
         manifests = committed_manifests(self.store, model.model_name, recipient.id, private=self.config.disable_manifest)
         return [f["data_file_key"] for m in manifests for f in m["files"]]
 
-    def _stamp_path(self, model: str, recipient: str) -> str:
-        return f"{model}/recipient={recipient}/{OWNER_FILE}"
-
     def _where(self, model: ModelConfig, recipient: RecipientConfig) -> str:
         return f"object-storage prefix {self.store.uri(self._prefix(model, recipient))} (destination {self.name})"
 
     def owner(self, model: ModelConfig, recipient: RecipientConfig) -> Owner | None:
-        try:
-            return Owner.from_json(self.store.read_text(self._stamp_path(model.model_name, recipient.id)))
-        except FileNotFoundError:
-            return None
-
-    def _stamp(self, owner: Owner, *, previous: Owner | None, reason: str) -> None:
-        path = self._stamp_path(owner.model, owner.recipient)
-        try:
-            history = json.loads(self.store.read_text(path)).get("history", [])
-        except FileNotFoundError:
-            history = []
-        history.append({"owner": json.loads(owner.to_json()), "previous": json.loads(previous.to_json()) if previous else None,
-                        "reason": reason, "at": now_iso()})
-        self.store.write(path, json.dumps({**json.loads(owner.to_json()), "history": history}, indent=1))
+        return read_stamp(self.store, model.model_name, recipient.id)
 
     def maintain(self, models: list[ModelConfig], *, compact: bool, dry_run: bool,
                  now: datetime | None = None) -> list[Maintained]:
@@ -225,7 +233,7 @@ class ObjectStorageDestination(Destination):
             previous = self.owner(model, recipient)
             last = self.log.newest(model.model_name, recipient.id)
             new = replace(owner_of(model, recipient), moved=last["transfer_record"]["transfer_id"] if last else "")
-            self._stamp(new, previous=previous, reason=reason)
+            write_stamp(self.store, new, previous=previous, reason=reason)
         return previous
 
     def _publish(

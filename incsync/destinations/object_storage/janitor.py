@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pyarrow.fs as pafs
 
+from incsync.config.destinations import DestinationConfig, ObjectStorageDestinationConfig
 from incsync.destinations.object_storage.manifests import TransferLog, open_prefix
 from incsync.storage.files import Store
 
@@ -53,3 +54,8 @@ def janitor(
         for key in doomed:
             store.delete(key)
     return sorted(Path(store.path(k)) for k in doomed) if store.local else sorted(store.uri(k) for k in doomed)
+
+
+def janitored(destinations: list[DestinationConfig]) -> list[ObjectStorageDestinationConfig]:
+    """The destinations the janitor passes over: object-storage prefixes (the files no manifest lists)."""
+    return [d for d in destinations if isinstance(d, ObjectStorageDestinationConfig)]

@@ -71,6 +71,7 @@ class TransferLog:
 
     def __init__(self, store: Store, *, private: bool = False):
         self.store = store
+        self.private = private
         self.base = PRIVATE_RECORDS if private else MANIFESTS
         self.prefix = "transfer_" if private else "manifest_"
 

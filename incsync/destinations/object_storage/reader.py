@@ -10,7 +10,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from incsync.destinations.base import DELETED_AT
-from incsync.destinations.object_storage.manifests import committed_manifests, open_prefix, schema_from_text
+from incsync.destinations.object_storage.manifests import TransferLog, committed_manifests, open_prefix, schema_from_text
 from incsync.core.schema_change import conform
 from incsync.storage.files import Store
 
@@ -95,3 +95,16 @@ def latest_versions(table: pa.Table, primary_key: list[str], last_modified_colum
                                (order, "descending")]).drop_columns([order])
     keys = ranked.select(primary_key).to_pylist()
     return ranked.take([i for i, key in enumerate(keys) if i == 0 or key != keys[i - 1]])
+
+
+def reader_schema(log: TransferLog, store: Store, model: str, recipient: str) -> pa.Schema | None:
+    """What a reader of (model, recipient)'s committed manifests gets; None before the first."""
+    newest = log.newest(model, recipient)
+    if newest is None:
+        return None
+    if "reader_schema" in newest:
+        return schema_from_text(newest["reader_schema"])
+    # Manifests from before reader_schema: unify their files' schemas once.
+    manifests = committed_manifests(store, model, recipient, private=log.private)
+    schemas = [pq.read_schema(store.path(f["data_file_key"]), filesystem=store.fs) for m in manifests for f in m["files"]]
+    return pa.unify_schemas(schemas, promote_options="permissive") if schemas else None

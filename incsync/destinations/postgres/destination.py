@@ -21,15 +21,20 @@ import psycopg
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict
 
-from incsync.config.model import ModelConfig, RecipientConfig
+import pyarrow as pa
+
 from incsync.config.destinations import PostgresDestinationConfig
+from incsync.config.model import ModelConfig, RecipientConfig
 from incsync.core.crashpoints import crash_point
+from incsync.core.lease import check_lease
+from incsync.core.schema_change import SchemaDiff
 from incsync.destinations.base import (
     FULL_REFRESH,
     INCREMENTAL,
-    REPAIR,
+    Capabilities,
     Destination,
     DestinationState,
+    Location,
     Removals,
     TransferRecord,
     table_state,
@@ -40,12 +45,12 @@ from incsync.destinations.postgres.facts import publish_careful, publish_seen, r
 from incsync.destinations.postgres.load import STAGE, copy_rows, create_stage
 from incsync.destinations.postgres.log import create_log, insert_record, last_record, logged_recipients
 from incsync.destinations.postgres.pool import connection
-from incsync.destinations.postgres.rows import create_table, remove_keys, upsert
-from incsync.destinations.postgres.schema import Evolution, Published, evolve, register, table_columns
+from incsync.destinations.postgres.rows import remove_keys
+from incsync.destinations.postgres.schema import Evolution, table_columns
 from incsync.destinations.postgres.types import pg_type
+from incsync.destinations.postgres.verify import PostgresRowHashes
+from incsync.destinations.postgres.write import read_table, stored_drift, write_statement
 from incsync.errors import ConfigError, LeaseError, OwnershipError, PublishError, SchemaError
-from incsync.core.lease import check_lease
-from incsync.core.schema_change import SchemaDiff
 from incsync.staging.batch import StagedBatch
 
 
@@ -70,7 +75,10 @@ class PostgresDestination(Destination):
     """Table ``<schema>.<model_name>`` holds one recipient's copy; ``<schema>._incsync_transfers`` its log."""
 
     kind = "postgres"
-    appends_new_keys = True  # a COPY into the table itself: half the server's work of stage + INSERT ... ON CONFLICT
+    capabilities = Capabilities(
+        appends_new_keys=True,  # a COPY into the table itself: half the server's work of stage + INSERT ... ON CONFLICT
+        infinities=True, native_hashing="postgres", lacks=(("maintained", "the server's autovacuum reclaims space"),),
+    )
 
     def __init__(self, config: PostgresDestinationConfig):
         self.config = config
@@ -112,6 +120,24 @@ class PostgresDestination(Destination):
 
     def table_name(self, model: ModelConfig) -> str:
         return f"{self.schema}.{model.model_name}"
+
+    def location(self, *, model: ModelConfig, recipient: RecipientConfig) -> Location:
+        return Location(shown=f'"{self.schema}"."{model.model_name}"')
+
+    def read_rows(self, *, model: ModelConfig, recipient: RecipientConfig) -> pa.Table:
+        with self._connect() as conn:  # the recipient owns the schema's table
+            return read_table(conn, self.schema, model.model_name)
+
+    def stored_schema(self, *, model: ModelConfig, recipient: RecipientConfig) -> dict[str, str] | None:
+        with self._connect(autocommit=True) as conn:
+            return self._columns(conn, model.model_name)
+
+    def drift(self, *, model: ModelConfig, recipient: RecipientConfig, staged: pa.Schema) -> SchemaDiff | None:
+        with self._connect(autocommit=True) as conn:
+            return stored_drift(conn, self.schema, model.model_name, staged)
+
+    def row_hashes(self, *, model: ModelConfig, recipient: RecipientConfig) -> PostgresRowHashes:
+        return PostgresRowHashes(self, model=model, recipient=recipient)
 
     def read_state(self, *, model: ModelConfig, recipient: RecipientConfig) -> DestinationState:
         """The last transfer, checked against the table (dropped or emptied while the log stays, or the reverse).
@@ -217,8 +243,8 @@ class PostgresDestination(Destination):
         if direct and not (seen.columns is None or (new_keys and record.transfer_type == INCREMENTAL)):
             direct = False  # the table exists and may hold the batch's keys: upsert from the stage
             copy_rows(conn, batch, wanted, into=STAGE)
-        statement, deleted, evolution = self._write(
-            conn, model=model, recipient=recipient, batch_columns=list(wanted), wanted=wanted, record=record, where=where,
+        statement, deleted, evolution = write_statement(
+            conn, self.schema, model=model, recipient=recipient, batch_columns=list(wanted), wanted=wanted, record=record, where=where,
             current=seen.columns, published=seen.published)
         if direct:
             exact = seen.columns is None or all(seen.columns.get(c, t) == t for c, t in wanted.items())
@@ -241,37 +267,6 @@ class PostgresDestination(Destination):
             insert_record(conn, self.schema, record)
             conn.commit()
         return cursor.rowcount, deleted, evolution, 0
-
-    def _write(
-        self, conn: psycopg.Connection, *, model: ModelConfig, recipient: RecipientConfig, batch_columns: list[str],
-        wanted: dict[str, str], record: TransferRecord, where: str, current: dict[str, str] | None,
-        published: Published | None,
-    ) -> tuple[sql.Composed, int, Evolution]:
-        """Adapt the table (``current``: its columns now, None without one), then return the upsert of the
-        staged rows; a full refresh first deletes the rows it lacks.
-
-        A full refresh's upsert also empties the columns the source dropped (a recipient's own columns
-        keep their values). Returns (the upsert, rows deleted, what adapting the table did).
-        """
-        name = model.model_name
-        target = self._ident(name)
-        refresh = record.transfer_type == FULL_REFRESH
-        force = refresh or record.transfer_type == REPAIR  # the batch's rows win whatever their dates
-        if current is None:
-            create_table(conn, target, model=model, wanted=wanted)
-            register(conn, schema=self.schema, model=name, wanted=wanted, fresh=True)
-            evolution = Evolution(drift=SchemaDiff(), applied=SchemaDiff())
-        else:
-            evolution = evolve(conn, schema=self.schema, table=name, current=current, wanted=wanted, published=published,
-                               refresh=refresh, where=where, model=name, recipient=recipient.id)
-        deleted = evolution.deleted
-        if refresh and current is not None:
-            conn.execute(sql.SQL("ANALYZE {}").format(STAGE))
-            matches = sql.SQL(" AND ").join(sql.SQL("s.{c} = t.{c}").format(c=sql.Identifier(c)) for c in model.primary_key)
-            gone = sql.SQL("DELETE FROM {target} AS t WHERE NOT EXISTS (SELECT 1 FROM {stage} AS s WHERE {m})")
-            deleted += conn.execute(gone.format(target=target, stage=STAGE, m=matches)).rowcount
-        stale = list(evolution.stale) if refresh else []
-        return upsert(target, model=model, batch_columns=batch_columns, stale=stale, force=force), deleted, evolution
 
     def _where(self, model: ModelConfig) -> str:
         return f"PostgreSQL table {self.table_name(model)} (destination {self.name})"

@@ -1,11 +1,11 @@
-"""The destination conformance suite's one table: what each destination kind supports, and why not.
+"""The destination conformance suite's one table: each destination kind and what the suite needs to test it.
 
-Every test of ``incsync_tests/destinations/conformance`` runs once per kind listed here. A kind that
-cannot keep a contract says so in its row, with the reason, and the tests that need it are not
-generated for it (``kinds_with``); ``test_every_kind_declares_its_capabilities`` keeps the table whole.
-A new destination kind adds one row here, its spec and environment in ``destination_support`` and a
-reader in ``incsync.destinations.readers``; the hooks below (a recipient's view, damage done behind
-incsync's back, the stored type of a column) are what the suite asks of a kind beyond the protocol.
+Every test of ``incsync_tests/destinations/conformance`` runs once per kind listed here. What a kind
+supports is read from its own declaration (``Destination.capabilities``); a contract it cannot keep has its
+reason there, and the tests that need it are not generated for it (``kinds_with``);
+``test_every_kind_declares_its_capabilities`` keeps the table whole. A new destination kind adds one row
+here and its spec and environment in ``destination_support``; the hooks below (a recipient's view, damage
+done behind incsync's back) are what the suite asks of a kind beyond the contract.
 """
 
 from __future__ import annotations
@@ -15,8 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-
-from incsync.destinations.readers import read_rows
+from incsync.destinations.registry import destination_class
 from incsync_tests.destination_support import PG_DSN_ENV, Target
 
 Rows = list[dict[str, Any]]
@@ -27,8 +26,6 @@ class Kind:
     """One destination kind's row of the table. ``None`` means supported; a string is why it is not."""
 
     name: str
-    upserts: str | None = None  # rows replaced per key with the last-modified tie-break; no-op re-runs
-    recipient_views: str | None = None  # a view the recipient built on the table survives a full refresh
     # (crash point, whether the transfer is committed when the process dies there)
     crash_points: tuple[tuple[str, bool], ...] = (("after_staging", False), ("mid_publish", False), ("after_publish", True))
     text_type: str = "string"  # how the destination names a text column in schema metadata
@@ -36,21 +33,27 @@ class Kind:
     owner_where: str = ""  # how an ownership refusal names the copy ({shared}: the shared folder's path)
     exact_types: dict[str, str] = field(default_factory=dict)  # column of the round trip -> why its form differs
 
+    @property
+    def upserts(self) -> str | None:
+        """None when rows are replaced per key with the last-modified tie-break; else why not."""
+        return destination_class(self.name).capabilities.why_not("upserts")
+
+    @property
+    def recipient_views(self) -> str | None:
+        """None when a view the recipient built on the table survives a full refresh; else why not."""
+        return destination_class(self.name).capabilities.why_not("recipient_views")
+
 
 KINDS_TABLE: tuple[Kind, ...] = (
-    Kind("delta", recipient_views="a Delta table has no views of its own; readers' engines hold them",
-         owner_where="Delta table {shared}/orders (destination dest)"),
+    Kind("delta", owner_where="Delta table {shared}/orders (destination dest)"),
     Kind("postgres", text_type="text", wide_int_type="bigint", owner_where="PostgreSQL table acme.orders (destination dest)"),
     Kind(
         "object_storage",
-        upserts="append-only: each transfer adds Parquet files under a manifest; readers take each key's newest row",
-        recipient_views="a prefix of files has no views; readers' engines hold them",
         crash_points=(("after_staging", False), ("mid_publish", False), ("after_manifest", True), ("after_publish", True)),
         owner_where="object-storage prefix {shared}/orders/recipient=acme (destination dest)",
     ),
     Kind("duckdb", owner_where="DuckDB table main.orders of {shared}.duckdb (destination dest)"),
-    Kind("iceberg", recipient_views="an Iceberg table has no views of its own; readers' engines and catalogs hold them",
-         wide_int_type="int64", owner_where="Iceberg table incsync.orders (destination dest)"),
+    Kind("iceberg", wide_int_type="int64", owner_where="Iceberg table incsync.orders (destination dest)"),
     Kind("mariadb", owner_where="MariaDB table {database}.orders (destination dest)"),
 )
 KINDS = tuple(k.name for k in KINDS_TABLE)
@@ -64,10 +67,9 @@ def kinds_with(capability: str) -> list[str]:
 
 def stored_type(target: Target, column: str) -> str:
     """The column's type as the destination stores it."""
-    if target.kind == "postgres":
-        with target.destination._connect() as conn:
-            return target.destination._columns(conn, target.model.model_name)[column]
-    return str(read_rows(target.destination, model=target.model, recipient=target.recipient).schema.field(column).type)
+    stored = target.destination.stored_schema(model=target.model, recipient=target.recipient)
+    assert stored is not None, f"{target.kind}: no table yet"
+    return stored[column]
 
 
 def create_view(target: Target) -> None:
