@@ -73,7 +73,7 @@ class ModelConfig(StrictModel):
     )
     # 250,000, not DESIGN's 1,000,000: a commit's rows are what a transfer holds at once (a Delta write sorts
     # them, a MERGE holds their keys), so a 3M-row tenant's backfill peaked 1.26-1.35x a 300k-row one's with
-    # 1M-row commits and 1.10-1.20x with 250k (benchmarks/README.md, big_tenant.py); C200 to PostgreSQL ran
+    # 1M-row commits and 1.10-1.20x with 250k (benchmarks/HISTORY.md, big_tenant.py); C200 to PostgreSQL ran
     # 47 -> 43 s (the largest tenant's commits no longer one 850k-row tail).
     max_rows_per_batch: int = Field(
         default=250_000, ge=1,
