@@ -1,15 +1,18 @@
 """DuckDB destination, what is its own beyond the conformance suite: the column types it creates
-(docs/types.md), a recipient's view through a widening, and the one-writer file lock."""
+(docs/types.md), a recipient's view through a widening, the one-writer file lock and a path that cannot
+be the database file."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pytest
 
+from incsync.core.blame import Blame, Party, blame
 from incsync.errors import PublishError
 from incsync_tests.arrow_transfer import run
 from incsync_tests.destination_support import Target, destination_spec
@@ -19,10 +22,11 @@ from incsync_tests.support import lake_config, order, ts, write_table
 SOURCE = [order(1, "org_1", ts(1, 1)), order(2, "org_1", ts(1, 2)), order(3, "org_2", ts(1, 3)), order(4, "org_1", ts(2, 10))]
 
 
-def _configure(root: Path, rows: list[dict], schema: pa.Schema | None = None) -> Path:
+def _configure(root: Path, rows: list[dict], schema: pa.Schema | None = None, **destination: Any) -> Path:
     write_table(root / "src", "orders", rows, **({"schema": schema} if schema is not None else {}))
     return lake_config(root, recipients=[{"id": "acme", "id_in_provider_system": "org_1", "destination": "acme_dest"}],
-                       destinations=[destination_spec("duckdb")], model={"columns": None, "lookback_seconds": 0})
+                       destinations=[{**destination_spec("duckdb"), **destination}],
+                       model={"columns": None, "lookback_seconds": 0})
 
 
 def _describe(target: Target) -> dict[str, str]:
@@ -88,3 +92,40 @@ def test_a_duckdb_file_another_process_holds_open_fails_the_publish_naming_the_f
         holder.wait(timeout=30)
     assert target.state() == before
     assert run(config, "2024-01-02", scheduled=False).record.rows_transferred == 1
+
+
+@pytest.mark.parametrize("path", ["./not-a-folder/acme.duckdb", "./not-a-folder/deeper/acme.duckdb"],
+                         ids=["folder", "grandparent"])
+def test_a_file_where_the_duckdb_files_folder_should_be_names_the_destination_and_the_fix(
+        tmp_path: Path, path: str) -> None:
+    (tmp_path / "not-a-folder").write_text("a file of the recipient's")
+    config = _configure(tmp_path, SOURCE, path=path)
+
+    with pytest.raises(PublishError) as info:
+        run(config, "2024-01-01", scheduled=False)
+
+    file = tmp_path / path
+    assert str(info.value) == (
+        f"destination acme_dest: cannot create the DuckDB file {file}: {tmp_path / 'not-a-folder'} is a file, "
+        "where a folder should be; the recipient moves that file away, or the provider sets the destination's "
+        "`path` elsewhere")
+    assert blame(info.value) == Blame(Party.RECIPIENT, (
+        "destination acme_dest: a file stands where the destination's folder should be: the recipient must move it "
+        "away, or the provider points the destination elsewhere"))
+    assert (tmp_path / "not-a-folder").read_text() == "a file of the recipient's"
+
+
+def test_a_folder_where_the_duckdb_file_should_be_names_the_destination_and_the_fix(tmp_path: Path) -> None:
+    (tmp_path / "acme.duckdb").mkdir()
+    config = _configure(tmp_path, SOURCE, path="./acme.duckdb")
+
+    with pytest.raises(PublishError) as info:
+        run(config, "2024-01-01", scheduled=False)
+
+    assert str(info.value) == (
+        f"destination acme_dest: the DuckDB file {tmp_path / 'acme.duckdb'} is a folder; the recipient moves that "
+        "folder away, or the provider sets the destination's `path` to a database file")
+    assert blame(info.value) == Blame(Party.RECIPIENT, (
+        "destination acme_dest: a folder stands where the destination's file should be: the recipient must move it "
+        "away, or the provider points the destination elsewhere"))
+    assert list((tmp_path / "acme.duckdb").iterdir()) == []
