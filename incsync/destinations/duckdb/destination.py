@@ -6,7 +6,7 @@ ADD COLUMN, ALTER COLUMN TYPE for a widening), upserts with the last-modified ti
 transfer record into ``<schema>._incsync_transfers``. A full refresh deletes the rows the source no longer
 has and upserts the rest in that transaction: the table keeps its identity (no DROP, no rename), so views
 a recipient built on it survive. DuckDB lets one process write a file at a time: the destination's
-``max_concurrent_transfers`` stays 1.
+``max_concurrent_transfers`` stays 1, and a reader's lock is waited for (``file``).
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ class DuckDBDestination(Destination):
 
     @contextlib.contextmanager
     def _open(self) -> Iterator[Session]:
-        con = file.connect(self.path, destination=self.name)
+        con = file.connect(self.path, destination=self.name, lock_timeout=self.config.lock_timeout_seconds)
         try:
             session = Session(con)
             session.execute("SET TimeZone = 'UTC'")

@@ -1,14 +1,28 @@
-"""Opening a DuckDB destination's file: its folder made, and a path that cannot be the file named with its fix."""
+"""Opening a DuckDB destination's file: its folder made, a path that cannot be the file named with its fix,
+and the file's lock waited for while another process (a recipient's reader) holds it.
+
+DuckDB locks a file per process: while a reader holds it open, even read-only, no other process may open it
+to write. A reader that polls holds it for moments, so the open is tried again with backoff for up to
+``lock_timeout_seconds``; nothing is written before the open succeeds, so a wait holds no partial state.
+"""
 
 from __future__ import annotations
 
+import logging
 import os
+import random
 import threading
+import time
 from pathlib import Path
 
 import duckdb
 
 from incsync.errors import PublishError
+
+log = logging.getLogger(__name__)
+
+FIRST_DELAY = 0.05
+MAX_DELAY = 1.0
 
 # One connection to a file at a time in this process: DuckDB's Python client, opening a file from two
 # threads at once, can lose the table function that scans Arrow data ("python_arrow_scan does not exist").
@@ -35,17 +49,35 @@ def make_folder(path: str, *, destination: str) -> None:
         ) from exc
 
 
-def connect(path: str, *, destination: str) -> duckdb.DuckDBPyConnection:
-    """A connection that may write ``path``."""
-    try:
-        return duckdb.connect(path)
-    except duckdb.Error as exc:
-        if _locked(exc):
-            raise PublishError(
-                f"destination {destination}: cannot open DuckDB file {path}: {exc}. Another process holds the file "
-                "open: DuckDB lets one process open a file to write, so readers must close it (or read a copy) while "
-                "transfers run.") from exc
-        raise _refused(path, destination, exc) from exc
+def connect(path: str, *, destination: str, lock_timeout: float) -> duckdb.DuckDBPyConnection:
+    """A connection that may write ``path``, waiting up to ``lock_timeout`` seconds for another process's lock."""
+    started = time.monotonic()
+    delay = FIRST_DELAY
+    while True:
+        try:
+            con = duckdb.connect(path)
+        except duckdb.Error as exc:
+            if not _locked(exc):
+                raise _refused(path, destination, exc) from exc
+            left = started + lock_timeout - time.monotonic()
+            if left <= 0:
+                raise PublishError(
+                    f"destination {destination}: cannot open the DuckDB file {path} to write: another process held it "
+                    f"open for the {lock_timeout:g} s this transfer waited (lock_timeout_seconds) ({exc}); readers "
+                    "must close the file while transfers run (or read a copy), or raise the destination's "
+                    "lock_timeout_seconds"
+                ) from exc
+            if delay == FIRST_DELAY:
+                log.info("destination %s: another process holds %s open; waiting up to %g s for it", destination,
+                         path, lock_timeout)
+            # Jittered, so the tries do not fall into step with a reader that polls at a fixed period.
+            time.sleep(min(left, random.uniform(delay / 2, delay)))
+            delay = min(delay * 2, MAX_DELAY)
+            continue
+        if delay != FIRST_DELAY:
+            log.info("destination %s: opened %s after waiting %.1f s for another process", destination, path,
+                     time.monotonic() - started)
+        return con
 
 
 def _locked(exc: duckdb.Error) -> bool:
