@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 import typing
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +32,8 @@ ROOT = Path(__file__).resolve().parents[2]
 RECIPIENTS_TABLE = """CREATE TABLE public.incsync_recipients (
     id text PRIMARY KEY, id_in_provider_system text NOT NULL, destination text NOT NULL, enabled boolean,
     tags jsonb, products text[], default_full_refresh_min_start_time_epoch bigint)"""
-# Environment variables the file names; none of them is read while the definitions load.
+# The variables the file names. Only the source's password is read (for the recipients table; the test server
+# trusts local connections); loading the definitions reads none.
 ENV = {"APP_DB_PASSWORD": "unused-with-trust-auth", "GLOBEX_DSN": "postgresql://127.0.0.1:5432/globex",
        "INITECH_SIGNING_KEY": "/nonexistent/key.pem", "HOOLI_CATALOG_URI": "sqlite:////nonexistent/catalog.db",
        "UMBRELLA_PASSWORD": "unused", "OPS_WEBHOOK": "http://127.0.0.1:9/hook"}
@@ -163,7 +165,7 @@ def test_the_file_sets_every_key_the_reference_lists(tmp_path: Path) -> None:
 
 
 @pytest.fixture
-def every_key_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):  # noqa: ANN201 - yields the file
+def every_key_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     for name, value in ENV.items():
         monkeypatch.setenv(name, value)
     write_table(tmp_path / "lake", "orders", [order(1, "org_1", ts(1))])
