@@ -20,6 +20,7 @@ from incsync.orchestration.dagster_compat import (
     add_partition_metadata,
     defers_asset_events,
     event_log_storage_config,
+    load_as_code_location,
     report_materialized,
     report_planned,
     report_run_orphaned,
@@ -41,6 +42,22 @@ class _RecordingIOManager(dg.ConfigurableIOManager):
 @dg.asset(partitions_def=DAYS, io_manager_key="recording")
 def counted(context) -> dict[str, int]:  # noqa: ANN001 - Dagster reads the annotation itself
     return {key: ord(key) for key in context.partition_keys}
+
+
+def test_loading_as_a_code_location_refuses_what_dagster_refuses_and_building_them_does_not() -> None:
+    """An asset's op is named after its key and shares one namespace with the jobs: `Definitions(...)` builds,
+    the code location does not load. Clean definitions load."""
+
+    @dg.asset(key="log")
+    def log() -> None: ...
+
+    @dg.multi_asset(name="append_log", specs=[dg.AssetSpec("log")])
+    def renamed() -> None: ...
+
+    clash = dg.Definitions(assets=[log], jobs=[dg.define_asset_job("log", selection=["log"])])
+    with pytest.raises(dg.DagsterInvalidDefinitionError, match="Conflicting definitions found in repository with name 'log'"):
+        load_as_code_location(clash)
+    load_as_code_location(dg.Definitions(assets=[renamed], jobs=[dg.define_asset_job("log", selection=["log"])]))
 
 
 def test_each_partition_of_a_range_run_gets_its_own_metadata(dagster_instance) -> None:

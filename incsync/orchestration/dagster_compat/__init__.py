@@ -38,6 +38,7 @@ __all__ = [
     "defers_asset_events",
     "event_log_storage_config",
     "instance_postgres_url",
+    "load_as_code_location",
     "materialization_reporter",
     "report_materialized",
     "report_planned",
@@ -62,6 +63,18 @@ RUN_FAILURE_REASON_TAG: str = _tags.RUN_FAILURE_REASON_TAG
 WORKER_LOST_REASONS: frozenset[str] = frozenset(
     r.value for r in (RunFailureReason.START_TIMEOUT, RunFailureReason.RUN_WORKER_RESTART, RunFailureReason.UNEXPECTED_TERMINATION)
 )
+
+
+def load_as_code_location(defs: dg.Definitions) -> None:
+    """Load ``defs`` as a code location's server does before `dagster dev`, the daemon or `dagster definitions
+    validate` can use them, raising Dagster's own error where they would fail: every job resolved and every
+    name checked (``Definitions.validate_loadable``: one namespace for jobs, ops and graphs), partition
+    mappings checked, then the repository's snapshot built (``RepositorySnap.from_def``, what
+    ``dagster._core.remote_representation.code_location.InProcessCodeLocation`` serves)."""
+    from dagster._core.remote_representation.external_data import RepositorySnap
+
+    dg.Definitions.validate_loadable(defs)
+    RepositorySnap.from_def(defs.get_repository_def())
 
 
 def report_run_orphaned(instance: dg.DagsterInstance, run: dg.DagsterRun, message: str) -> None:
