@@ -61,7 +61,7 @@ def every_key(db: PgDatabase) -> dict[str, Any]:
              "storage_options": {"allow_http": "true"}, "signing_key_env": "INITECH_SIGNING_KEY",
              "max_concurrent_transfers": 2, "target_file_size": 1_048_576, "retention_hours": 48},
             {"name": "hooli_duckdb", "kind": "duckdb", "path": "./out/hooli.duckdb", "schema": "shared",
-             "max_concurrent_transfers": 1},
+             "max_concurrent_transfers": 1, "lock_timeout_seconds": 10},
             {"name": "hooli_iceberg", "kind": "iceberg", "path": "./out/iceberg", "namespace": "hooli", "catalog": "sql",
              "catalog_uri_env": "HOOLI_CATALOG_URI", "storage_options": {"s3.region": "eu-west-1"},
              "max_concurrent_transfers": 2, "retention_hours": 72},
