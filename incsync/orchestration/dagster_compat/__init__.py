@@ -43,6 +43,7 @@ __all__ = [
     "report_materialized",
     "report_planned",
     "report_run_orphaned",
+    "run_reaction",
     "store_events_in_batches",
     "tune_sqlite_storage",
 ]
@@ -84,6 +85,15 @@ def report_run_orphaned(instance: dg.DagsterInstance, run: dg.DagsterRun, messag
     instance.report_run_failed(run, message, JobFailureData(error=None, failure_reason=RunFailureReason.UNEXPECTED_TERMINATION))
     if instance.event_log_storage.supports_global_concurrency_limits:
         instance.event_log_storage.free_concurrency_slots_for_run(run.run_id)
+
+
+def run_reaction(run: dg.DagsterRun) -> Any:
+    """What a sensor yields for a failed run it acted on (a ``DagsterRunReaction``), as Dagster's run-status
+    sensors do: the daemon writes "Sensor <name> acted on run status FAILURE of run <id>" into the run's
+    events and records the tick as a success naming the run. A plain sensor has no public way to."""
+    from dagster._core.definitions.run_request import DagsterRunReaction
+
+    return DagsterRunReaction(dagster_run=run, run_status=dg.DagsterRunStatus.FAILURE)
 
 
 def add_partition_metadata(context: dg.OutputContext, metadata: Mapping[str, Mapping[str, Any]]) -> None:
