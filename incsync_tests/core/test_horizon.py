@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from incsync.core.bounds import UTC, floor_to_second, new_high_watermark
+from incsync.core.bounds import UTC, compute_bounds, delta_threshold, floor_to_second, new_high_watermark
 from incsync.core.horizon import (
     LOOKBACK_ONLY,
     OFF,
@@ -145,6 +145,37 @@ def test_a_row_of_a_transaction_open_at_extraction_is_read_next_time(previous, o
     cap = horizon_cap(SourceHorizon(extraction_start=start, mode=TRANSACTIONS, oldest_open=oldest, max_lag_seconds=86_400)).cap
     hw = new_high_watermark(previous, max(batch, default=None), cap)
     assert hw is not None and floor_to_second(hw) - timedelta(seconds=lookback) <= oldest
+
+
+HOUR = 3_600_000_000
+
+
+@given(
+    start_us=st.integers(0, HOUR - 1),
+    previous_us=st.none() | st.integers(0, HOUR - 1),
+    batch_us=st.lists(st.integers(-300_000_000, HOUR - 1), max_size=6),
+    lookback=st.integers(0, 300),
+)
+def test_rows_dated_ahead_never_hide_rows_written_after_the_extraction(start_us, previous_us, batch_us, lookback) -> None:
+    """The open window [T0, T0 + 1 h) is read by a scheduled run whose extraction starts at ``start``; the
+    batch may hold rows dated after it (the future). The new HW stays at or below ``start``, so the next
+    scheduled run of the window reads every row written from then on (dated ``start`` or later) and reads
+    the future rows again; they are newer than the HW, so they count in ``delta_rows_transferred`` again."""
+    start = T0 + timedelta(microseconds=start_us)
+    previous = None if previous_us is None else T0 + timedelta(microseconds=min(previous_us, start_us))  # an earlier run's
+    batch = [T0 + timedelta(microseconds=u) for u in batch_us]
+    cap = horizon_cap(SourceHorizon(extraction_start=start, mode=LOOKBACK_ONLY)).cap
+    hw = new_high_watermark(previous, max(batch, default=None), cap)
+    assert hw is None or hw <= start
+    following = compute_bounds(
+        window_start=T0, window_end=T0 + timedelta(hours=1), grid_start=T0 - timedelta(days=1),
+        recipient_start=T0 - timedelta(days=1), high_watermark=hw, lookback_seconds=lookback, scheduled=True,
+    )
+    assert following.lower <= start < following.upper  # a row written now, dated now, is read
+    threshold = delta_threshold(hw)
+    for row in (r for r in batch if r > start):  # dated ahead: read again, and counted as new again
+        assert following.lower <= row < following.upper
+        assert threshold is None or row > threshold
 
 
 def test_future_dated_rows_are_counted_from_the_staged_batch(tmp_path: Path) -> None:
