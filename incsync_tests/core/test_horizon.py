@@ -221,8 +221,26 @@ def test_mysql_horizon_row() -> None:
     now_us = int(at(100).timestamp() * 1e6)
     got = mysql_horizon({"now_us": now_us, "oldest_age_us": 30_000_000}, max_lag_seconds=3600)
     assert (got.mode, got.oldest_open) == (TRANSACTIONS, at(70))
-    assert got.extraction_start == at(100) - INNODB_TRX_CACHE  # innodb_trx is a cache up to 100 ms old
+    assert got.extraction_start == at(100)
+    assert horizon_cap(got).cap == at(70)
+    young = mysql_horizon({"now_us": now_us, "oldest_age_us": 50_000}, max_lag_seconds=3600)
+    assert horizon_cap(young).cap == at(100) - INNODB_TRX_CACHE  # innodb_trx is a cache up to 100 ms old
     both = mysql_horizon({"now_us": now_us, "oldest_age_us": 90_000_000, "held_age_us": 20_000_000}, max_lag_seconds=60)
     assert (both.oldest_open, both.oldest_within_lag, horizon_cap(both).cap) == (at(10), at(80), at(80))
     idle = mysql_horizon({"now_us": now_us, "oldest_age_us": None}, max_lag_seconds=3600)
     assert idle.oldest_open is None and horizon_cap(idle).cap == at(99.9)
+
+
+def test_a_mysql_row_committed_just_before_the_extraction_is_not_future_dated(tmp_path: Path) -> None:
+    """InnoDB lists transactions from a cache up to 100 ms old, so the HW stays 100 ms behind the clock;
+    the rows of those 100 ms are still dated in the past, not ahead of the extraction."""
+    from incsync.core.horizon import FUTURE_DATED_ROWS, HELD_BACK_SECONDS, horizon_record
+    from incsync.sources.jdbc.horizon import mysql_horizon
+
+    got = mysql_horizon({"now_us": int(at(100).timestamp() * 1e6), "oldest_age_us": None}, max_lag_seconds=3600)
+    cap = horizon_cap(got)
+    table = pa.table({"id": [1, 2], "updated_at": pa.array([at(99.95), at(100.5)], type=pa.timestamp("us", tz="UTC"))})
+    facts = horizon_record(got, cap, previous=None, batch=stage(table, tmp_path / "batch"), column="updated_at", batch_max=at(100.5))
+    assert (facts[FUTURE_DATED_ROWS], facts[HELD_BACK_SECONDS]) == ("1", "0.600000")
+    assert (got.extraction_start, cap.cap) == (at(100), at(99.9))
+    assert new_high_watermark(None, at(100.5), cap.cap) == at(99.9)
