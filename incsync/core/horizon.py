@@ -1,4 +1,4 @@
-"""The safe horizon (DESIGN "One transfer", step 6): how far the HW may move after one extraction.
+"""The safe horizon (docs/design.md#safe-horizon): how far the HW may move after one extraction.
 
 A row written by a transaction still open at extraction is invisible to it, yet may be dated as early
 as that transaction's start (PostgreSQL's ``now()``). The HW therefore never passes the start of the

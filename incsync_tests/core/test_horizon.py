@@ -1,4 +1,4 @@
-"""The safe horizon's arithmetic (DESIGN "One transfer", step 6): the HW cap, its lag limit, the counts."""
+"""The safe horizon's arithmetic (docs/design.md#safe-horizon): the HW cap, its lag limit, the counts."""
 
 from __future__ import annotations
 

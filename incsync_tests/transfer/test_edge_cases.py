@@ -226,7 +226,7 @@ def test_empty_window_through_dagster_reports_the_unchanged_watermark(
     assert result.success
     meta = latest_metadata(dagster_instance)
     # A scheduled run of windows after the HW reads what changed since it (floor(HW) - lookback): row 1
-    # again, counted in the run's first window, and "new" against the HW floored to its second (DESIGN step 6).
+    # again, counted in the run's first window, and "new" against the HW floored to its second (docs/design.md#counts).
     assert (meta["rows_transferred"], meta["delta_rows_transferred"]) == (1, 1)
     assert meta["high_watermark"] == ts(1, 10, 0, 0, 250_000).timestamp()
     assert meta["high_watermark_epoch_seconds"] == JAN1_EPOCH + 36_000
@@ -307,7 +307,7 @@ def test_late_rows_inside_the_lookback_are_caught_and_beyond_it_missed(spark, tm
 
 
 def test_upsert_tie_break_equal_replaces_older_never_does(spark, tmp_path: Path) -> None:
-    """A row is replaced only by one with a newer or equal last-modified (DESIGN step 7, Delta)."""
+    """A row is replaced only by one with a newer or equal last-modified (docs/design.md#publish, Delta)."""
     lake = Lake(tmp_path, spark)
     t = ts(2, 10, 0, 0, 123_456)
     lake.write([order(1, "org_1", t, status="v1")])

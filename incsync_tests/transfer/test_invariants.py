@@ -4,8 +4,8 @@ A real lake source (Parquet written with pyarrow, read by Spark) feeds real Delt
 machine interleaves source changes (inserts, forward updates, late rows, rows dated ahead of the clock,
 sub-second and on-boundary timestamps, rows sharing a timestamp) with transfers (scheduled ticks of the
 open window, backfills of random window sets in random order, re-runs, full refreshes, runs that must
-fail) under a controlled clock, and writers whose transactions open early and commit late (issue 20: the
-safe horizon). After every step the destination must equal what the reference says (DESIGN "One transfer").
+fail) under a controlled clock, and writers whose transactions open early and commit late (the safe
+horizon). After every step the destination must equal what the reference says (docs/design.md#one-transfer).
 
 Most transfers call the engine directly (``run_transfer``, the code the IO manager runs); about one
 in four goes through Dagster (asset + IO manager) so that path is proved too.
@@ -92,7 +92,7 @@ def floor_second(t: int) -> int:
 
 
 # --------------------------------------------------------------------------------------------------
-# The reference: what DESIGN says one transfer does, written again from the text, on plain dicts.
+# The reference: what docs/design.md#one-transfer says one transfer does, written again from the text, on plain dicts.
 # --------------------------------------------------------------------------------------------------
 
 Row = tuple[str, str, float, int]  # organization_id, status, amount, updated_at (µs)
@@ -110,7 +110,7 @@ class Expected:
 
 @dataclass
 class ReferenceDestination:
-    """One recipient's destination as DESIGN says it must be."""
+    """One recipient's destination as the design says it must be."""
 
     rows: dict[int, Row] = field(default_factory=dict)
     high_watermark: int | None = None
@@ -380,7 +380,7 @@ class TransferMachine(RuleBasedStateMachine):
         return outcomes
 
     def safe_horizon(self) -> int:
-        """DESIGN step 6, from the text: now, or the oldest open transaction's start unless older than the lag."""
+        """docs/design.md#safe-horizon, from the text: now, or the oldest open transaction's start unless older than the lag."""
         held = [t.start for t in self.open_txns if self.now - t.start <= HORIZON_LAG]
         for t in self.open_txns:
             t.outlived_lag |= self.now - t.start > HORIZON_LAG

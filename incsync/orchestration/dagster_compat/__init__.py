@@ -103,8 +103,8 @@ def add_partition_metadata(context: dg.OutputContext, metadata: Mapping[str, Map
     partition the same metadata, and a materialization logged with ``OutputContext.log_event`` (say,
     one per partition as its commit lands) comes on top of the one Dagster emits for every partition
     of the output when ``handle_output`` returns, so each partition would have two (and each such
-    event is stored on its own: a 400-window run took 10-12 ms a window with one per committed window,
-    1.3-2.8 ms without, November 2026). The asset body's
+    event is stored on its own, one write per window, which costs more than most windows' transfer).
+    The asset body's
     ``AssetExecutionContext.add_asset_metadata(partition_key=...)`` recomputes the run's whole
     partition range on every call (O(windows × recipients) each, so quadratic for a run). This sets
     all partitions at once on the step's metadata accumulator, which Dagster reads when it builds each
@@ -137,8 +137,8 @@ def report_planned(step: Any, asset_key: dg.AssetKey, partition_keys: Sequence[s
     failed (``get_latest_asset_partition_materialization_attempts_without_materializations``).
 
     A model's run plans only the partitions it is slow on or failed to commit (``orchestration.reporting``):
-    planning every partition when the run starts doubled the stored events of a backfill, where most
-    windows are empty and commit within a second (issue 29)."""
+    planning every partition when the run starts would double the stored events of a backfill, where most
+    windows are empty and commit at once."""
     from dagster._core.events import AssetMaterializationPlannedData, DagsterEvent, DagsterEventBatchMetadata, generate_event_batch_id
 
     events = [
@@ -192,7 +192,7 @@ def report_materialized(context: dg.OutputContext, materializations: Sequence[dg
     """Log ``materializations`` as the step's events now, stored as one batch, Dagster's way.
 
     ``OutputContext.log_event`` would hold them until ``handle_output`` returns and store each on its
-    own (10-12 ms apiece); this is what Dagster does with the output's own materializations at the
+    own (one write apiece); this is what Dagster does with the output's own materializations at the
     end of a step. Called from the run's reporter thread (``reporting.RunReporter``), one call at a time."""
     from dagster._core.events import DagsterEvent, DagsterEventBatchMetadata, generate_event_batch_id
 
