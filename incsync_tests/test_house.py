@@ -269,3 +269,95 @@ def test_no_destination_kind_switch_outside_the_destinations() -> None:
         for line in destination_switches(path.read_text(), kinds=kinds, classes=classes)
     ]
     assert found == []
+
+
+# The design lives in the repository (docs/design.md): code and docs cite its sections by anchor, and code
+# comments say why in timeless terms; history (issue numbers, dates, measurements) belongs in commits.
+ROOT = PACKAGE.parent
+DESIGN_DOC = ROOT / "docs" / "design.md"
+DESIGN_CITATION = r"(?:docs/)?\bdesign\.md#([\w-]+)"
+
+
+def github_anchors(markdown: str) -> set[str]:
+    """The anchors GitHub gives a page's headings: lower case, punctuation dropped, spaces as hyphens, and
+    ``-1``, ``-2`` ... after a repeated one. Headings inside code blocks are not headings."""
+    import re
+
+    anchors: set[str] = set()
+    seen: dict[str, int] = {}
+    fenced = False
+    for line in markdown.splitlines():
+        if line.lstrip().startswith("```"):
+            fenced = not fenced
+            continue
+        heading = None if fenced else re.match(r"#{1,6}\s+(.*?)\s*#*\s*$", line)
+        if heading is None:
+            continue
+        text = re.sub(r"[`*]|\[([^\]]*)\]\([^)]*\)", r"\1", heading.group(1))  # code, emphasis, links: their text
+        slug = re.sub(r"[^\w\- ]", "", text.lower()).replace(" ", "-")
+        n = seen.get(slug, 0)
+        seen[slug] = n + 1
+        anchors.add(slug if n == 0 else f"{slug}-{n}")
+    return anchors
+
+
+def test_github_anchors_follow_githubs_rules() -> None:
+    page = "# Design\n## The bounds of a transfer\n```\n# not a heading\n```\n## `max_rows_per_batch` (250,000)\n## Bounds\n## Bounds\n"
+    assert github_anchors(page) == {"design", "the-bounds-of-a-transfer", "max_rows_per_batch-250000", "bounds",
+                                    "bounds-1"}
+
+
+def _design_citations() -> list[tuple[str, str]]:
+    import re
+
+    files = [*PACKAGE.rglob("*.py"), *(ROOT / "incsync_tests").rglob("*.py"), *(ROOT / "docs").glob("*.md"),
+             ROOT / "README.md"]
+    return [(str(path.relative_to(ROOT)), anchor) for path in sorted(files)
+            for anchor in re.findall(DESIGN_CITATION, path.read_text())]
+
+
+def test_every_citation_of_the_design_names_a_section_of_docs_design_md() -> None:
+    assert DESIGN_DOC.is_file(), "docs/design.md, the project's design, is missing"
+    anchors = github_anchors(DESIGN_DOC.read_text())
+    cited = _design_citations()
+    assert len(cited) >= 20, "the code cites the design's sections (docs/design.md#<anchor>)"
+    assert sorted(f"{where}: docs/design.md#{anchor}" for where, anchor in cited if anchor not in anchors) == []
+
+
+def _comments_and_docstrings(path: Path) -> list[tuple[int, str]]:
+    """(line, text) of every comment and docstring of a module; a docstring's line is where it starts."""
+    import io
+    import tokenize
+
+    source = path.read_text()
+    found = [(tok.start[0], tok.string) for tok in tokenize.generate_tokens(io.StringIO(source).readline)
+             if tok.type == tokenize.COMMENT]
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
+            body = node.body
+            if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) and isinstance(
+                    body[0].value.value, str):
+                found.append((body[0].lineno, body[0].value.value))
+    return found
+
+
+def test_code_comments_carry_no_history() -> None:
+    import re
+
+    history = re.compile(r"\bissue \d+|\b(?:January|February|March|April|May|June|July|August|September|October|"
+                         r"November|December) \d{4}\b", re.I)
+    found = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        for line, text in _comments_and_docstrings(path):
+            for match in history.finditer(text):
+                at = line + text.count("\n", 0, match.start())
+                found.append(f"{path.relative_to(ROOT)}:{at}: {match.group(0)}")
+    assert found == []
+
+
+def test_the_code_cites_the_design_in_the_repository_not_an_outside_file() -> None:
+    import re
+
+    found = sorted(f"{path.relative_to(ROOT)}:{n}" for path in PACKAGE.rglob("*.py")
+                   for n, line in enumerate(path.read_text().splitlines(), 1) if re.search(r"\bDESIGN\b", line))
+    assert found == []

@@ -108,7 +108,7 @@ def cmd_audit(args: argparse.Namespace) -> int:
     """Append the transfer log once (what the `incsync_audit_schedule` runs), through Dagster: the pass is a
     materialization of the `incsync_audit` asset like the schedule's."""
     from incsync.config.load import load_config
-    from incsync.orchestration.audit import ASSET_KEY, JOB_NAME, lines
+    from incsync.orchestration.audit import JOB_NAME, OP_NAME, lines
     from incsync.orchestration.definitions import build_definitions
     from incsync.orchestration.instance import dagster_instance
 
@@ -123,7 +123,7 @@ def cmd_audit(args: argparse.Namespace) -> int:
         error = failure.step_failure_data.error if failure and failure.step_failure_data else None
         print(f"incsync audit failed: {error.message.strip() if error else 'see the run ' + result.run_id}")
         return 1
-    [mat] = result.asset_materializations_for_node(ASSET_KEY.to_python_identifier())
+    [mat] = result.asset_materializations_for_node(OP_NAME)
     for line in lines({k: v.value for k, v in mat.metadata.items()}):
         print(line)
     return 0

@@ -44,7 +44,7 @@ def run_transfer(command: TransferCommand, *, config: str | None, resident: Resi
     if socket:
         return forward(socket, command=command, config=config)
 
-    from incsync.config.tags import BACKFILL, INCREMENTAL, parse_tags, user_run_tags
+    from incsync.config.tags import BACKFILL, INCREMENTAL, parse_tags, reported_mode, user_run_tags
     from incsync.cli.windows import backfill_windows, window_key
     from incsync.config.load import load_config
     from incsync.config.products import not_received, receives, subscribers
@@ -87,7 +87,8 @@ def run_transfer(command: TransferCommand, *, config: str | None, resident: Resi
         if as_json:
             from incsync.cli.output import print_json
 
-            print_json({"model": model.model_name, "mode": mode, "runs": [], "note": why})
+            print_json({"model": model.model_name, "mode": reported_mode(mode, full_refresh=command.full_refresh),
+                        "runs": [], "note": why})
         else:
             print(f"model {model.model_name}: {why}")
         return 0
@@ -98,17 +99,18 @@ def run_transfer(command: TransferCommand, *, config: str | None, resident: Resi
 
 
 def _dry_run(config, model, recipients, windows, *, mode: str, full_refresh: bool, as_json: bool) -> int:  # noqa: ANN001
-    from incsync.config.tags import INCREMENTAL
+    from incsync.config.tags import INCREMENTAL, reported_mode
     from incsync.cli.output import print_json
     from incsync.transfer.dry_run import dry_run_lines, dry_run_transfers
 
     previewed = dry_run_transfers(config, model, recipients, windows, scheduled=mode == INCREMENTAL, full_refresh=full_refresh)
     runs = -(-len(previewed) // config.recipients_per_run)
+    shown = reported_mode(mode, full_refresh=full_refresh)
     if as_json:
-        print_json({"model": model.model_name, "mode": mode, "dry_run": True, "runs": runs,
+        print_json({"model": model.model_name, "mode": shown, "dry_run": True, "runs": runs,
                     "transfers": [p.as_dict() for p in previewed]})
     else:
-        for line in dry_run_lines(model, previewed, mode=mode, runs=runs):
+        for line in dry_run_lines(model, previewed, mode=shown, runs=runs):
             print(line)
     return 0
 
@@ -122,7 +124,7 @@ def _launch(command: TransferCommand, resident: Resident | None, file, config, m
     from incsync.orchestration.definitions import build_definitions
     from incsync.orchestration.instance import dagster_instance
     from incsync.orchestration.runs import run_in_process
-    from incsync.config.tags import ALLOW_MASS_DELETE_TAG
+    from incsync.config.tags import ALLOW_MASS_DELETE_TAG, reported_mode
 
     as_json = command.json
     defs, instance = resident(file) if resident else (build_definitions(file), dagster_instance(file))
@@ -153,7 +155,7 @@ def _launch(command: TransferCommand, resident: Resident | None, file, config, m
     failed = [r for r in results if not r.success]
     if as_json:
         print_json({
-            "model": model.model_name, "mode": mode, "ok": not failed,
+            "model": model.model_name, "mode": reported_mode(mode, full_refresh=command.full_refresh), "ok": not failed,
             "runs": [{"run_id": r.run_id, "success": r.success, "error": r.error,
                       "transfers": [dict(vars(line)) for line in r.lines]} for r in results],
         })

@@ -1,5 +1,6 @@
-"""`incsync validate`: the configuration file checked, from the files on this machine or, with --connect,
-by reaching every source and destination (and reporting schema drift)."""
+"""`incsync validate`: the configuration file checked, its Dagster definitions loaded as a code location loads
+them, and what the files on this machine tell or, with --connect, every source and destination reached (and
+schema drift reported)."""
 
 from __future__ import annotations
 
@@ -17,9 +18,11 @@ def cmd_validate(args: argparse.Namespace) -> int:
     from incsync.config.lines import problem_lines
     from incsync.config.locations import location_notes
     from incsync.cli.validate_checks import ignored_cluster_by, lake_schema_problems, unset_variables
+    from incsync.orchestration.definitions import check_loadable
 
     file = config_path(args.config)
     config = load_config(file)
+    check_loadable(file, config=config)  # a file validate accepts is one `dagster dev` loads
     summary = (f"{len(config.sources)} sources, {len(config.destinations)} destinations, "
                f"{len(config.models)} models, {len(config.recipients)} recipients")
     text = file.read_text()

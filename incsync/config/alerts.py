@@ -12,7 +12,7 @@ BlamedParty = Literal["provider", "recipient", "unknown"]
 
 
 class AlertsConfig(StrictModel):
-    """A run-failure sensor posts each failed transfer (model, recipients, windows, blamed party, reason) as JSON."""
+    """A sensor posts each failed transfer, whoever launched it (model, recipients, windows, blamed party, reason), as JSON."""
 
     webhook_url_env: str = Field(
         default="INCSYNC_ALERT_WEBHOOK", pattern=r"^[A-Za-z_][A-Za-z0-9_]*$",

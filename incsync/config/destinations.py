@@ -152,6 +152,11 @@ class DuckDBDestinationConfig(Placed):
     )
     schema_name: str = Field(default="main", alias="schema", description="Schema of the tables, created when missing.")
     max_concurrent_transfers: int = Field(default=1, ge=1, le=1, description="DuckDB has one writer per file: 1.")
+    lock_timeout_seconds: float = Field(
+        default=30.0, ge=0, le=3600,
+        description="How long a transfer waits, trying again with backoff, while another process holds the file "
+        "open (a recipient's reader polling it) before it fails; 0: fail at once.",
+    )
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 

@@ -1,6 +1,6 @@
 """Where in the YAML file a problem is: ``models[0].primary_key`` -> its line, so every message reads
 ``file:line: path: problem — fix``. Only run when there is a problem or a warning, and linear in the
-file: 10,000 recipients map in well under a second (issue 29)."""
+file, so a file of 10,000 recipients maps without delaying the message."""
 
 from __future__ import annotations
 

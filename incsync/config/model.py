@@ -71,10 +71,9 @@ class ModelConfig(StrictModel):
         default=None, ge=0,
         description="Overrides the source's lookback for this model.",
     )
-    # 250,000, not DESIGN's 1,000,000: a commit's rows are what a transfer holds at once (a Delta write sorts
-    # them, a MERGE holds their keys), so a 3M-row tenant's backfill peaked 1.26-1.35x a 300k-row one's with
-    # 1M-row commits and 1.10-1.20x with 250k (benchmarks/README.md, big_tenant.py); C200 to PostgreSQL ran
-    # 47 -> 43 s (the largest tenant's commits no longer one 850k-row tail).
+    # Smaller than the design's million (docs/design.md#commit-size): a commit's rows are what a transfer holds
+    # at once (a Delta write sorts them, a MERGE holds their keys), so a big tenant's backfill stays close to a
+    # small one's in memory, at the price of more commits.
     max_rows_per_batch: int = Field(
         default=250_000, ge=1,
         description="A transfer over many windows is read once and committed in batches of at most this many "
@@ -218,6 +217,8 @@ class IncsyncConfig(StrictModel):
     recipients_from: RecipientsFromConfig | None = Field(
         default=None, description="A table of recipients, read beside the `recipients` of the file."
     )
+    # More than the design's 256 (docs/design.md#recipients-per-run): each run pays a fixed cost before its
+    # first read, so fewer, fuller runs make a scheduled cycle cheaper.
     recipients_per_run: int = Field(
         default=1000, ge=1,
         description="Schedules, the sensor and the CLI launch one run per this many recipients of a model; "

@@ -8,7 +8,7 @@ from incsync.config.model import IncsyncConfig, ModelConfig, RecipientConfig
 from incsync.config.base import ID_PATTERN, ID_RE
 from incsync.config.errors import TagError
 
-MODE_TAG = "incsync/mode"  # incremental | backfill (the asset reads it)
+MODE_TAG = "incsync/mode"  # incremental | backfill | manual: which windows (the asset reads it)
 FULL_REFRESH_TAG = "incsync/full_refresh"
 ALLOW_MASS_DELETE_TAG = "incsync/allow_mass_delete"  # --allow-mass-delete: one run may delete past max_delete_fraction
 ERROR_TAG = "incsync/error"  # the first line of a failed run's error, so listing runs reads no events
@@ -32,6 +32,13 @@ SHARD_TAG = "incsync/shard"
 USER_TAG_PREFIX = "incsync/tag/"
 INCREMENTAL = "incremental"
 BACKFILL = "backfill"
+FULL_REFRESH_MODE = "full_refresh"  # a full refresh is reported as one, whichever windows its MODE_TAG names
+
+
+def reported_mode(mode: str | None, *, full_refresh: bool) -> str | None:
+    """The mode a transfer is reported with (`incsync transfer --json`, `incsync transfers`, the transfer log):
+    ``full_refresh`` for a full refresh, its lines' transfer type; else its windows' mode."""
+    return FULL_REFRESH_MODE if full_refresh else mode
 
 
 def validate_tag(key: str, value: str) -> tuple[str, str]:

@@ -1,8 +1,8 @@
 """YAML documents as PyYAML's safe loader reads them, fast enough for 10,000 recipients.
 
-PyYAML's C loader still builds and resolves every node in Python: a 10,000-recipient file (1.5 MB)
-takes ~1.5 s on a quiet 2-core machine, paid by every process that loads the config (the CLI, the
-code server, each run worker). Large files are parsed by rapidyaml (C++), and the tree is turned into
+PyYAML's C loader still builds and resolves every node in Python, so a 10,000-recipient file costs a
+noticeable pause, paid by every process that loads the config (the CLI, the code server, each run
+worker). Large files are parsed by rapidyaml (C++), and the tree is turned into
 Python objects here with PyYAML's own rules for plain scalars (its implicit resolvers and safe
 constructor), so ``yes``, ``1e3``, ``2024-01-01`` or ``~`` mean exactly what they mean to PyYAML.
 Anything this path does not model — anchors, aliases, merge keys, explicit tags, several documents —

@@ -193,6 +193,9 @@ def _destination(chain: list[BaseException], name: str) -> Blame:
     if code in (errno.ENOTDIR, errno.EEXIST) or "not a directory" in text:
         return Blame(Party.RECIPIENT, f"{where}: a file stands where the destination's folder should be: the "
                                       "recipient must move it away, or the provider points the destination elsewhere")
+    if code == errno.EISDIR or "is a directory" in text:
+        return Blame(Party.RECIPIENT, f"{where}: a folder stands where the destination's file should be: the "
+                                      "recipient must move it away, or the provider points the destination elsewhere")
     if state is not None and (state[:2] in ("23", "42", "2B", "0A", "55", "57") or state == "25006"):
         return Blame(Party.RECIPIENT, f"{where}: the recipient changed its table so incsync cannot write it "
                                       f"(SQLSTATE {state}): the recipient must undo the change (see the run's error)")

@@ -66,7 +66,7 @@ def compute_bounds(
     lookback_seconds: int,
     scheduled: bool,
 ) -> Bounds:
-    """DESIGN "One transfer", step 2.
+    """The bounds of a span (docs/design.md#bounds).
 
     - scheduled run of the window holding the HW (a repeat run of the open window):
       ``L = floor(HW) - lookback``, never below ``window_start - lookback``;
@@ -77,7 +77,7 @@ def compute_bounds(
     ``L`` never goes below the recipient's start (rows modified earlier are out of scope) and
     never above ``U = window_end``. The repeat rule comes first even in the recipient's first
     window, so a new recipient's open window is not re-read whole on every tick: the clamp at the
-    recipient's start keeps the first rule's "no lookback below it".
+    recipient's start keeps the first rule's "no lookback below it" (docs/design.md#departures).
     """
     lookback = timedelta(seconds=lookback_seconds)
     upper = window_end

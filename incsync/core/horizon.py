@@ -1,4 +1,4 @@
-"""The safe horizon (DESIGN "One transfer", step 6): how far the HW may move after one extraction.
+"""The safe horizon (docs/design.md#safe-horizon): how far the HW may move after one extraction.
 
 A row written by a transaction still open at extraction is invisible to it, yet may be dated as early
 as that transaction's start (PostgreSQL's ``now()``). The HW therefore never passes the start of the
@@ -37,6 +37,10 @@ class SourceHorizon:
     replica_lag_seconds: float | None = None  # a replica's replay lag (None: not a replica, or unknown)
     max_lag_seconds: int = DEFAULT_MAX_HORIZON_LAG_SECONDS
     note: str | None = None  # why the horizon is lookback-only, e.g. the missing grant
+    # Transactions begun this recently may be missing from the source's list (InnoDB serves innodb_trx
+    # from a cache): the cap stays this far behind the extraction's start, which stays the clock's
+    # reading so that rows dated in those seconds are not taken for future-dated ones.
+    unlisted_seconds: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -48,7 +52,7 @@ class HorizonCap:
 
 
 def horizon_cap(horizon: SourceHorizon) -> HorizonCap:
-    """``min(extraction start - replica lag, oldest open transaction start)``.
+    """``min(extraction start - replica lag (or - unlisted seconds), oldest open transaction start)``.
 
     A transaction (or a replica lag) older than ``max_lag_seconds`` no longer holds the HW back: its rows
     are then left to the lookback, and the warning says how old it was. Transactions open beside it that
@@ -56,6 +60,8 @@ def horizon_cap(horizon: SourceHorizon) -> HorizonCap:
     """
     start = horizon.extraction_start
     cap, warnings = start, []
+    if horizon.mode == TRANSACTIONS and horizon.unlisted_seconds > 0:
+        cap = start - timedelta(seconds=horizon.unlisted_seconds)
     max_lag = horizon.max_lag_seconds
     lag = horizon.replica_lag_seconds
     if horizon.mode in (TRANSACTIONS, REPLICA) and lag is not None and lag > 0:

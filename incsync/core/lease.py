@@ -1,4 +1,4 @@
-"""The lease (DESIGN "Publish"): a transfer publishes only onto the destination state it read.
+"""The lease (docs/design.md#lease): a transfer publishes only onto the destination state it read.
 
 Each destination checks, inside its commit (Delta: against the version it commits on; PostgreSQL: under
 the (schema, model) advisory lock; object storage: under its publish lock), that the last transfer

@@ -2,8 +2,8 @@
 
 A widening is a type change every old value survives unchanged (int → bigint, real → double,
 varchar(n) → longer or text, numeric with at least as many integer and fraction digits, a finer
-timestamp); destinations apply it in place. Any other changed type needs a full refresh (DESIGN
-"Full refresh and model changes"). Two type systems are compared: Arrow types (Delta, object storage,
+timestamp); destinations apply it in place. Any other changed type needs a full refresh
+(docs/design.md#schema-changes). Two type systems are compared: Arrow types (Delta, object storage,
 the staged batch) and PostgreSQL types as ``format_type`` spells them.
 """
 

@@ -152,7 +152,7 @@ def bounds_predicate(dialect: _Dialect, model: ModelConfig, bounds: Bounds, *, z
         # Zone-less column: a day wider in the database, exact after conversion (normalize_last_modified).
         lower, upper = (lower - timedelta(days=1)).replace(tzinfo=None), (upper + timedelta(days=1)).replace(tzinfo=None)
     lm = dialect.ident(model.last_modified_column)
-    # NULL last-modified rows come along so validation names them (see normalize_last_modified).
+    # NULL last-modified rows come along so validation names them (docs/design.md#extract).
     return (
         f"({lm} >= {dialect.timestamp(lower, zoned=zoned)} AND {lm} < {dialect.timestamp(upper, zoned=zoned)}"
         f" OR {lm} IS NULL)"

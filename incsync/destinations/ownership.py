@@ -1,4 +1,5 @@
-"""Whose copy a destination table or prefix holds: the owner stamp every publish checks (issue 22).
+"""Whose copy a destination table or prefix holds: the owner stamp every publish checks
+(docs/design.md#ownership).
 
 A Delta table carries the stamp as the table property ``incsync.owner``; a PostgreSQL schema in
 ``<schema>._incsync_owners`` (one row per stamp, the newest row per model is the owner, earlier rows are

@@ -1,6 +1,6 @@
 """Row-by-row comparison of the buckets whose fingerprints differ: pure, on Python values.
 
-Per key, with ``s`` the source row and ``d`` the destination's (DESIGN "Integrity and deletes"):
+Per key, with ``s`` the source row and ``d`` the destination's (docs/design.md#verify):
 - ``s`` newer than the HW: pending (counted by the fingerprints, not here); older than the recipient's
   start: out of scope; either way ``d`` is not judged;
 - ``d`` absent: missing; ``d`` older: stale; same last-modified, other values — or ``d`` newer than the

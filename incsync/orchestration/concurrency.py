@@ -31,18 +31,18 @@ def tag_concurrency_limits(config: IncsyncConfig) -> list[dict[str, Any]]:
 
 
 MAX_CONCURRENT_RUNS = 10
-# The run queue is looked at every second, not Dagster's 5: at 10,000 recipients a cycle was 40 runs
-# (now 10) of which two run at once, so each hand-over waited 2.5 s on average.
+# The run queue is looked at every second, not Dagster's 5: a cycle of many runs of which few run at
+# once hands over a slot once per run, and each hand-over waits half the interval on average.
 DEQUEUE_INTERVAL_SECONDS = 1
 # A schedule tick creates its runs (an execution plan from the code server, the run, its planned
-# partitions) with this many threads, not one after the other: 40 runs took 12.8 s in one thread.
+# partitions) with this many threads, not one after the other: one thread made a tick of many runs slow.
 SUBMIT_WORKERS = 4
 
 
 def default_max_concurrent_runs(config: IncsyncConfig, cpus: int | None = None) -> int:
     """Runs at once when the base file sets none: 10, or one per CPU where every run starts its own
-    local Spark (``local[*]`` takes all CPUs; ten JVMs on two cores starved the daemon's own code
-    server past its 180 s start-up limit at 10,000 recipients)."""
+    local Spark (``local[*]`` takes all CPUs; more JVMs than cores can starve the daemon's own code
+    server past Dagster's start-up limit)."""
     master = config.spark.get("spark.master", "local[*]")
     if "spark.remote" in config.spark or not master.startswith("local"):
         return MAX_CONCURRENT_RUNS

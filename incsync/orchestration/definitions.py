@@ -12,6 +12,7 @@ from incsync.orchestration.assets import IO_MANAGER_KEY, build_model_asset, mode
 from incsync.orchestration.triggers import automation
 from incsync.paths import config_path
 from incsync.config.load import load_config
+from incsync.config.model import IncsyncConfig
 from incsync.orchestration.dagster_compat import store_events_in_batches, tune_sqlite_storage
 from incsync.orchestration.io_manager import TransferIOManager
 from incsync.orchestration.resources import (
@@ -49,11 +50,12 @@ def config_for_code_location(*, cwd: Path | None = None, example: Path = EXAMPLE
     ])
 
 
-def build_definitions(path: str | os.PathLike[str] | None = None) -> dg.Definitions:
+def build_definitions(path: str | os.PathLike[str] | None = None, *, config: IncsyncConfig | None = None) -> dg.Definitions:
+    """The definitions of the file at ``path``; ``config``: that file, already loaded."""
     tune_sqlite_storage()  # every process that runs transfers loads these definitions
     store_events_in_batches()
     file = str(config_path(path).resolve())
-    config = load_config(file)
+    config = config or load_config(file)
     resources: dict[str, object] = {
         "spark": spark_resource(
             config.spark, extra_jars=driver_jars(config.sources), packages=driver_packages(config.sources)
@@ -100,3 +102,27 @@ def build_definitions(path: str | os.PathLike[str] | None = None) -> dg.Definiti
         executor=dg.in_process_executor,
     )
 
+
+def check_loadable(path: str | os.PathLike[str], *, config: IncsyncConfig) -> None:
+    """Build the definitions of the file at ``path`` (loaded as ``config``) and load them as `dagster dev`, the
+    daemon and `dagster definitions validate` do; where Dagster would refuse them, a ConfigError saying why.
+    Starts no JVM and opens no connection."""
+    import warnings
+
+    from incsync.errors import ConfigError, IncsyncError
+    from incsync.orchestration.dagster_compat import load_as_code_location
+
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # Dagster's BetaWarnings: the code location logs them, a check need not
+            load_as_code_location(build_definitions(path, config=config))
+    except IncsyncError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - whatever Dagster raises while loading, said as the file's problem
+        said = " ".join(str(exc).split()).replace("; ", ", ").rstrip(".")
+        raise ConfigError(str(path), [
+            f"Dagster cannot load this file's definitions ({type(exc).__name__}: {said}), so `dagster dev`, the "
+            "daemon and every schedule and sensor would stop; change what it names (a model's job is named after "
+            "the model, its asset's op <source>__<model>; incsync's own jobs are incsync_maintenance and "
+            "incsync_audit), or report an incsync bug if it names nothing of the file"
+        ]) from exc

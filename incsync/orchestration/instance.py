@@ -83,7 +83,7 @@ def with_working_scheme(doc: dict[str, Any]) -> dict[str, Any]:
 
 _STORAGE_COMMENT = "# Dagster's SQLite event log storing each batch of asset events at once (incsync/orchestration/dagster_compat.py)\n"
 _FIRST_DAGSTER_YAML = "telemetry:\n  enabled: false\n"  # what incsync wrote before the batching event log
-_MOVED_STORAGE_MODULE = "module: incsync.dagster_compat\n"  # the batching event log's module until issue 28
+_MOVED_STORAGE_MODULE = "module: incsync.dagster_compat\n"  # the event log's old module path
 
 
 def dagster_instance(config_file: Path) -> dg.DagsterInstance:

@@ -1,5 +1,5 @@
 """One launch path: (model, recipients, windows, mode, tags) -> Dagster runs, for the CLI, the worker,
-the schedules and the sensor alike (DESIGN "Transfer plans": batch launches).
+the schedules and the sensor alike (docs/design.md#batched-launches).
 
 A run covers a *box* of partitions: a contiguous range of recipients (in the order the instance
 registered them) × a contiguous range of windows, at most ``recipients_per_run`` recipients. Inside

@@ -1,5 +1,5 @@
-"""Maintenance of the destinations (issue 33): the `incsync_maintenance` job, its schedule, and the pass
-`incsync maintain` runs.
+"""Maintenance of the destinations (docs/design.md#maintenance): the `incsync_maintenance` job, its
+schedule, and the pass `incsync maintain` runs.
 
 Each destination is maintained while this holds every place of its transfer slot (``slots``), so no
 transfer publishes to it meanwhile and none waits on it for longer than one destination's pass.

@@ -1,4 +1,4 @@
-"""Materialization metadata keys (DESIGN step 9), defined once."""
+"""Materialization metadata keys (docs/design.md#metadata), defined once."""
 
 from __future__ import annotations
 
@@ -49,11 +49,11 @@ _text = functools.lru_cache(maxsize=4096)(dg.MetadataValue.text)
 def transfer_metadata(outcome: TransferOutcome, *, destination: str, path: str | None = None) -> dict[str, dg.MetadataValue]:
     """The materialization's metadata; ``path``: where the recipient's copy is (Delta table, storage prefix).
 
-    Every window carries DESIGN step 9's keys. The transfer's own facts (the schema, the horizon, the
-    destination's version and path, the exact HW text, Dagster's row count) go with the windows that
-    hold rows and with each commit's last window (``TransferOutcome.detailed``), not with every empty
-    window: at 695 windows a recipient they were 12 of an event's 26 entries and about half the cost
-    of serializing and storing it (issue 29)."""
+    Every window carries the keys of docs/design.md#metadata. The transfer's own facts (the schema, the
+    horizon, the destination's version and path, the exact HW text, Dagster's row count) go with the
+    windows that hold rows and with each commit's last window (``TransferOutcome.detailed``), not with
+    every empty window: they are about half of an event's entries, and of the cost of serializing and
+    storing it, in a backfill of many windows (docs/design.md#bookkeeping)."""
     record, detailed = outcome.record, outcome.detailed
     hw = record.high_watermark
     hw_epoch = high_watermark_epoch(record)
@@ -103,7 +103,7 @@ def transfer_metadata(outcome: TransferOutcome, *, destination: str, path: str |
 
 
 def horizon_metadata(extra: dict[str, str]) -> dict[str, dg.MetadataValue]:
-    """The safe horizon's facts (DESIGN step 6), from the transfer record where the transfer put them."""
+    """The safe horizon's facts (docs/design.md#safe-horizon), from the transfer record that holds them."""
     metadata: dict[str, dg.MetadataValue] = {}
     if SOURCE_HORIZON in extra:
         metadata[SOURCE_HORIZON] = _ts(extra[SOURCE_HORIZON])

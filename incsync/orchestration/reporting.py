@@ -8,7 +8,7 @@
 - A span that failed: its uncommitted windows are planned before the run fails, so they show as failed.
 
 Most windows of a backfill are empty and commit within a second of their span's start; planning every
-partition when the run started (Dagster's own way, and incsync's before issue 29) doubled their events.
+partition when the run started (Dagster's own way) would double their events.
 """
 
 from __future__ import annotations
@@ -24,16 +24,16 @@ from incsync.orchestration.partitions import dagster_key
 from incsync.transfer.request import TransferRequest
 
 # How often a run reports the commits that landed since its last report: each report is one batch in
-# the event log. A fan-out run of 256 recipients lands a commit every few tenths of a second, and a
-# batch per commit cost as much time as the publishes themselves (S benchmark, November 2026).
+# the event log. A fan-out run of many recipients lands commits faster than the event log stores them
+# one batch each: a batch per commit would cost as much time as the publishes themselves.
 REPORT_INTERVAL_SECONDS = 1.0
 # A span at work for this long shows its windows as in progress. 0: every span, as it starts.
 IN_PROGRESS_AFTER_SECONDS = 5.0
 # Landed windows a run holds for its reporter: past this, a span that starts reports them on its own
 # thread first (outside the commit path, whose lock the publish threads share), unless another thread is
-# reporting already; past twice this, it waits for that report. So a run holds at most ~2x this (a
-# materialization waiting to be stored is ~13 KB; a reporter that fell behind once held the run's whole
-# backfill: 139,000 windows, over 1 GB, C200 of November 2026).
+# reporting already; past twice this, it waits for that report. So a run holds at most twice this many
+# materializations waiting to be stored, whatever the storage's pace: a reporter that falls behind would
+# otherwise hold a whole backfill's in memory.
 MAX_WAITING_WINDOWS = 5_000
 
 
@@ -51,7 +51,7 @@ Commit = tuple[str, str, "str | None"]  # recipient, transfer id, batch
 
 class RunReporter:
     """Reports a run's commits and its slow and failed spans from its own thread, so the publish
-    threads only hand commits over (serializing and storing events costs ~0.5 ms a window).
+    threads only hand commits over (serializing and storing events is work of its own for every window).
 
     Decisions are taken under one lock and reported, in order, under another: a window planned after
     its materialization was stored would show as failed."""
@@ -109,7 +109,7 @@ class RunReporter:
             waiting = self._waiting
         if waiting > self._max_waiting:
             # Past twice the bound, wait for a report in progress; else leave the backlog to it and go on
-            # publishing (three publish threads waited on one that stored: 39 thread-seconds of C200's 48 s).
+            # publishing (publish threads waiting on the one that stores would idle for most of a run).
             self._report(commits_in_flight=False, due=lambda span: False, wait=waiting > 2 * self._max_waiting)
         with self._state:
             for key in span.waiting:
@@ -197,8 +197,8 @@ class RunReporter:
     def _send(self, materialized: list[dg.AssetMaterialization], planned: list[str]) -> None:
         with self._state:
             lines, self._lines = self._lines, []
-        if lines:  # ONE event for the report's commits: each event is a write (10-25 ms apiece on PostgreSQL
-            # storage, where 1,000 lines a run of 1,000 recipients kept its reporter busy for most of the run)
+        if lines:  # ONE event for the report's commits: each event is a write, and a line a commit would keep
+            # the reporter of a run of many recipients busy for most of the run
             self._log(lines[0] if len(lines) == 1 else f"{len(lines)} commits landed:\n" + "\n".join(lines))
         if materialized:
             self._materialized(materialized)

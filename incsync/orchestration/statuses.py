@@ -26,7 +26,9 @@ from incsync.config.products import product_filter
 from incsync.destinations.ownership import METADATA_KEY as DESTINATION_OWNER
 from incsync.orchestration.metadata import DELTA_ROWS_TRANSFERRED, ROWS_TRANSFERRED
 from incsync.orchestration.partitions import RECIPIENT_DIM, RECIPIENTS_PARTITIONS, model_partitions
-from incsync.config.tags import ERROR_TAG, MODE_TAG, RECIPIENT_TAG, USER_TAG_PREFIX, validate_tag
+from incsync.config.tags import (
+    ERROR_TAG, FULL_REFRESH_TAG, MODE_TAG, RECIPIENT_TAG, USER_TAG_PREFIX, reported_mode, validate_tag,
+)
 
 EXPIRES_AFTER = timedelta(hours=6)
 # What the run monitor says when a run's worker died (dagster/_daemon/monitoring/run_monitoring.py).
@@ -68,7 +70,7 @@ class Transfer:
     rows_transferred: int = 0
     delta_rows_transferred: int = 0
     owners: tuple[str, ...] = ()  # the owner stamps of the destinations it published to
-    mode: str | None = None  # incsync/mode: incremental, backfill, manual
+    mode: str | None = None  # full_refresh, else incsync/mode: incremental, backfill, manual
     duration_seconds: float | None = None  # start to end (to now while running); None before it started
     error: str | None = None  # the first line of a failed run's error
     blamed: str | None = None  # a failed run's party: provider | recipient | unknown (core.blame)
@@ -266,7 +268,7 @@ def list_transfers(
                 rows_transferred=rows,
                 delta_rows_transferred=delta,
                 owners=owners,
-                mode=run.tags.get(MODE_TAG),
+                mode=reported_mode(run.tags.get(MODE_TAG), full_refresh=run.tags.get(FULL_REFRESH_TAG, "").lower() == "true"),
                 duration_seconds=_duration(record, now),
                 error=_error_line(instance, run) if failed else None,
                 blamed=who.party.value if who else None,

@@ -1,7 +1,7 @@
-"""A class-data-sharing archive of the local Spark driver's classes: a cold JVM starts in ~60 % of the time.
+"""A class-data-sharing archive of the local Spark driver's classes: a cold JVM starts markedly faster.
 
-Every Dagster run with local Spark starts its own JVM, and on two cores that start (~15 s beside another
-run) was the largest part of a scheduled run of 256 recipients (benchmarks/README.md, "S"). Java's
+Every Dagster run with local Spark starts its own JVM, and on a small machine that start is the largest
+part of a scheduled run of many recipients (benchmarks/HISTORY.md has the runs). Java's
 application class-data sharing (JDK 13+: ``-XX:ArchiveClassesAtExit`` writes, ``-XX:SharedArchiveFile``
 maps) keeps the parsed and verified classes Spark loads at startup in one file that every driver JVM
 maps instead of loading them again; JVMs that run at once share its pages.

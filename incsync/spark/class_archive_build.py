@@ -66,7 +66,7 @@ OLD_ARCHIVE_SECONDS = 7 * 24 * 3600
 
 
 def remove_old_archives(folder: Path, *, keep: Path, now: float | None = None) -> list[str]:
-    """Remove the other installs' archives made more than OLD_ARCHIVE_SECONDS ago (~170 MB each); their names."""
+    """Remove the other installs' archives made more than OLD_ARCHIVE_SECONDS ago (each is large); their names."""
     now = time.time() if now is None else now
     removed = []
     for other in folder.glob("driver-*.jsa"):

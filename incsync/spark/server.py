@@ -1,7 +1,7 @@
 """A local Spark Connect server started from the pyspark install: keeps Spark warm across runs.
 
 Transfers connect to it with ``spark: {spark.remote: "sc://127.0.0.1:<port>"}`` in the config file;
-a run then pays a gRPC connection (about a second) instead of a JVM start (10-30 s here).
+a run then pays a gRPC connection instead of a JVM start, which takes many times longer.
 """
 
 from __future__ import annotations

@@ -65,7 +65,7 @@ class SparkWarmUp:
     """The run's Spark session, started in a thread while the run does its other I/O.
 
     A run of many recipients reads their destinations' states, takes their transfer slots and asks the
-    source for its horizon before the first Spark read; a local JVM takes 10-30 s to start, so starting
+    source for its horizon before the first Spark read; a local JVM takes a long while to start, so starting
     it at the top of the step overlaps the two. ``get()`` waits for the warm-up; if the warm-up failed,
     it tries again in the caller's thread, so the caller sees the real error.
     """

@@ -43,7 +43,7 @@ class StagedBatch:
         """The staged rows (only ``columns``, None: all), file by file and row group by row group, in the
         batch's schema. Read in the consumer's thread, nothing ahead: Arrow's dataset scanner decodes row
         groups ahead of a slow consumer (a COPY, a Parquet writer) with no bound, so its memory grew with
-        the span (31 MB for one int64 column of 4M rows) where this holds a row group's column chunks."""
+        the span, where this holds a row group's column chunks."""
         schema = self.schema if columns is None else pa.schema([self.schema.field(c) for c in columns])
         fs = self.filesystem
         for file in self.files:

@@ -99,8 +99,8 @@ def write_through_arrow(df: DataFrame, path: StoragePath, *, partition_by: str |
     return sum(r["rows"] for r in df.mapInArrow(write, "rows long").collect())
 
 
-# Row groups of staged files: what this process decodes at once when it reads them back (Spark's 128 MB
-# default made a big tenant's publish hold several hundred MB of decoded columns).
+# Row groups of staged files: what this process decodes at once when it reads them back (with Spark's
+# 128 MB default a big tenant's publish would hold far more decoded columns than a commit needs).
 ROW_GROUP_BYTES = 16 << 20
 
 

@@ -1,5 +1,5 @@
 """Execute a run's reads: stage each once, split a fan-out by tenant, validate and publish every span,
-in parallel within each destination's ``max_concurrent_transfers`` (DESIGN "Transfer plans").
+in parallel within each destination's ``max_concurrent_transfers`` (docs/design.md#transfer-plans).
 
 A model's asset body opens the reads (``reads.plan_reads``); its IO manager runs ``execute``. A
 recipient's failure fails only its own partitions; a lost lease starts that recipient's uncommitted

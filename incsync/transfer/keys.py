@@ -1,5 +1,5 @@
 """Whether a staged batch's primary key is unique, in 8 bytes a row instead of the key columns and a
-hash table of them: Arrow's group-by held 270 MB for 2M int64 keys, this 18 MB (measured)."""
+hash table of them: Arrow's group-by holds many times more memory for the same keys."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """Transfer plans: which (window, recipient) partitions of a run become one read, and how the rows
 of that read are attributed back to windows and split into commits. Pure: no Spark, no I/O.
 
-DESIGN "Transfer plans": windows are the unit of bookkeeping, not of execution. Per recipient, each
+docs/design.md#transfer-plans: windows are the unit of bookkeeping, not of execution. Per recipient, each
 maximal run of contiguous windows is one transfer (a *span*); its rows are split into batches only by
 size, at window boundaries, so every window lies in exactly one commit and a retry resumes at the
 first window whose commit did not land.

@@ -1,4 +1,5 @@
-"""Prepare a span before anything is read: destination state, bounds, transfer id, staging folder (DESIGN steps 1-2)."""
+"""Prepare a span before anything is read: destination state, bounds, transfer id, staging folder
+(docs/design.md#state, docs/design.md#bounds)."""
 
 from __future__ import annotations
 

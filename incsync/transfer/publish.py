@@ -1,4 +1,5 @@
-"""Publish a staged span (DESIGN steps 5-7): validate it, attribute its rows to windows, commit them batch by batch."""
+"""Publish a staged span: validate it, attribute its rows to windows, commit them batch by batch
+(docs/design.md#validate, docs/design.md#publish)."""
 
 from __future__ import annotations
 
@@ -48,7 +49,8 @@ def publish_span(span: PreparedSpan, batch: StagedBatch, *, on_commit: OnCommit)
                                  staging_root=span.staging, allowed=first.allow_mass_delete)  # in the span's claim
     hw, state = span.previous_hw, span.state
     # A recipient's first transfer split in commits (a big tenant's backfill) writes only keys the table
-    # cannot hold yet, when no key occurs twice in the read: a destination may append instead of merging.
+    # cannot hold yet, when no key occurs twice in the read: a destination may append instead of merging
+    # (docs/design.md#first-transfers-append).
     new_keys = (len(splits) > 1 and state.last_transfer is None and state.reset_reason is None and removals is None
                 and destination.capabilities.appends_new_keys and keys_unique(batch, model.primary_key))
     for k, indexes in enumerate(splits):
@@ -109,7 +111,7 @@ def publish_span(span: PreparedSpan, batch: StagedBatch, *, on_commit: OnCommit)
                 state = destination.read_state(model=model, recipient=recipient)
         batch_bounds = Bounds(lower=lower, upper=upper, lookback_seconds=span.bounds.lookback_seconds, reason=span.bounds.reason)
         for i in indexes:
-            window_record = replace(  # one replace a window: ~40 µs each, 139,000 windows in a backfill of 200
+            window_record = replace(  # once a window: a backfill of many recipients has very many, so keep it cheap
                 record,
                 window_start=windows[i].start.isoformat(),
                 window_end=windows[i].end.isoformat(),

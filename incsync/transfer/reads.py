@@ -1,4 +1,4 @@
-"""The read half of a run: what a model's asset body hands its IO manager (DESIGN "Dagster shape").
+"""The read half of a run: what a model's asset body hands its IO manager (docs/design.md#dagster-shape).
 
 ``plan_reads`` coalesces a run's (window, recipient) partitions into spans (``plan.coalesce``) and opens a
 read for each recipient's first span: the destination's state and the span's bounds (``prepare``), the
@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 # Reads the source counts at up to this many rows come to Python through Arrow (df.toArrow()) and are
-# written to staging here: a Spark write job costs 0.2-0.4 s whatever its size. ~100 bytes a row here.
+# written to staging here: a Spark write job has a fixed cost whatever its size, more than such a collect.
 COLLECT_MAX_ROWS = 50_000
 MAX_PARALLEL_STATE_READS = 8
 
@@ -117,9 +117,9 @@ def open_span(requests: Sequence[TransferRequest]) -> Read:
 
 
 def open_read(span: PreparedSpan) -> Read:
-    """The span's read: the safe horizon first (the HW will not pass it, DESIGN step 6), then a cheap count
-    (a span with no row in bounds costs no Spark job, a small one a collect through Arrow), then the
-    lazy DataFrame over the span's bounds."""
+    """The span's read: the safe horizon first (the HW will not pass it: docs/design.md#safe-horizon),
+    then a cheap count (a span with no row in bounds costs no Spark job, a small one a collect through
+    Arrow), then the lazy DataFrame over the span's bounds."""
     first = span.first
     model, recipient, source = first.model, first.recipient, first.source
     with on_side(SOURCE, model.source):

@@ -1,5 +1,5 @@
 """One transfer of (model, recipient, contiguous windows): its id, the request per partition, the span
-prepared for it and the outcome per window (DESIGN "One transfer").
+prepared for it and the outcome per window (docs/design.md#one-transfer).
 
 The steps are ``prepare`` (state and bounds) and ``reads`` (the lazy read), which a model's asset body
 runs, then ``execute`` (stage once) and ``publish`` (validate, attribute rows to windows, commit), which

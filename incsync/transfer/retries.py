@@ -1,4 +1,4 @@
-"""Retry source reads and destination publishes on errors that heal by themselves (DESIGN "faults").
+"""Retry source reads and destination publishes on errors that heal by themselves (docs/design.md#faults).
 
 A connection killed or reset, a server restarting, a serialization failure or deadlock, too many
 connections: the same step is tried again after a backoff, up to ``attempts`` times in all. Errors

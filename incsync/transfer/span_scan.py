@@ -1,7 +1,7 @@
-"""What publish learns of a whole staged span before splitting it in commits (DESIGN steps 5-6): the
-window counts and that no last-modified is NULL (whether its keys are unique: ``keys.py``). Read a scan batch at a time,
-only the columns needed, so no step holds a column of the whole span: a big tenant's backfill stages
-millions of rows, and memory must follow ``max_rows_per_batch``, not the tenant (docs/operations.md,
+"""What publish learns of a whole staged span before splitting it in commits (docs/design.md#counts):
+the window counts and that no last-modified is NULL (whether its keys are unique: ``keys.py``). Read a
+scan batch at a time, only the columns needed, so no step holds a column of the whole span: a big tenant's
+backfill stages millions of rows, and memory must follow ``max_rows_per_batch``, not the tenant (docs/operations.md,
 "Sizing memory")."""
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""Validate a staged batch (DESIGN step 5-6): primary key non-null and unique, last-modified non-null; its counts."""
+"""Validate a staged batch: primary key non-null and unique, last-modified non-null; its counts
+(docs/design.md#validate, docs/design.md#counts)."""
 
 from __future__ import annotations
 
@@ -57,7 +58,7 @@ def validate_and_count(
     batch: StagedBatch, *, model: ModelConfig, recipient_id: str, delta_threshold: datetime | None,
     batch_size: int = SCAN_ROWS,
 ) -> BatchFacts:
-    """Primary key non-null and unique, last-modified non-null; then the counts (DESIGN step 5-6).
+    """Primary key non-null and unique, last-modified non-null; then the counts (docs/design.md#counts).
 
     Read a batch at a time (the key and last-modified columns) and the keys checked in 8 bytes a row
     (``keys_unique``): memory follows the read batch, not the commit. A batch that fails a check is read

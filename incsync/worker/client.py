@@ -1,6 +1,6 @@
 """The worker's protocol and its client: ``incsync transfer --worker SOCKET`` (or ``$INCSYNC_WORKER``) hands
 its request to a resident ``incsync worker`` (``incsync.worker.server``) and prints what it answers. Standard
-library only: the client starts in ~0.05 s.
+library only, so the client starts at once.
 
 Protocol (version 4): one JSON request line from the client, ``{"version", "config", "dagster_home",
 "stderr_tty", "stderr_columns", "transfer": {"model", "recipients", "window", "backfill", "full_refresh",

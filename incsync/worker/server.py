@@ -2,9 +2,9 @@
 Spark session loaded; ``incsync transfer --worker SOCKET`` (or ``$INCSYNC_WORKER``) hands its
 typed transfer command to it over a Unix socket and prints what it answers.
 
-A fresh ``incsync transfer`` process spends ~1.5 s importing Dagster, pyspark and delta-rs before its
-first row, more than a small incremental moves data. Through a worker the client is a standard-library
-process (~0.05 s) and the transfer is the same Dagster run, recorded in the same instance.
+A fresh ``incsync transfer`` process spends longer importing Dagster, pyspark and delta-rs before its
+first row than a small incremental spends moving data. Through a worker the client is a standard-library
+process that starts at once, and the transfer is the same Dagster run, recorded in the same instance.
 
 The protocol and the client are ``incsync.worker.client``.
 """

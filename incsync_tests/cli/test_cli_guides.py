@@ -143,6 +143,12 @@ def test_dry_run_prints_the_plan_and_writes_nothing(tmp_path: Path, monkeypatch,
         "last_window": "2024-01-03", "lower_bound": "2024-01-02T23:55:00+00:00", "upper_bound": "2024-01-04T00:00:00+00:00",
         "bounds_reason": "whole_window", "high_watermark": None, "full_refresh_reason": None, "estimated_rows": 1,
     }]}
+    # A full refresh says so, whatever windows it covers (its lines' transfer type is FULL_REFRESH).
+    assert main(["transfer", "orders", "--recipient", "acme", "--full-refresh", "--dry-run", "-c", str(file)]) == 0
+    assert capsys.readouterr().out.splitlines()[0] == (
+        "dry run: transfer orders (full_refresh), 1 recipient(s), 1 run(s); nothing is written")
+    assert main(["transfer", "orders", "--from", "2024-01-01", "--full-refresh", "--dry-run", "--json", "-c", str(file)]) == 0
+    assert json.loads(capsys.readouterr().out)["mode"] == "full_refresh"
     assert not (tmp_path / "out").exists()  # no destination written
     assert not (tmp_path / "home").exists()  # no Dagster instance, no run
 
@@ -187,6 +193,14 @@ def test_from_to_backfill_json_state_and_transfers(tmp_path: Path, monkeypatch, 
     assert main(["validate", "--json", *c]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert (doc["ok"], doc["summary"], doc["problems"]) == (True, "1 sources, 2 destinations, 1 models, 2 recipients", [])
+
+    assert main(["transfer", "orders", "--recipient", "acme", "--full-refresh", "--json", *c]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert (report["mode"], report["ok"]) == ("full_refresh", True)
+    [run] = report["runs"]
+    assert {t["transfer_type"] for t in run["transfers"]} == {"FULL_REFRESH"}
+    assert main(["transfers", "--json", *c]) == 0
+    assert [t["mode"] for t in json.loads(capsys.readouterr().out)] == ["full_refresh", "backfill"]
 
 
 def test_chatter_goes_to_a_log_file_named_on_failure(hand_config: Path, tmp_path: Path) -> None:

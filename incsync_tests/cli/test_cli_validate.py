@@ -81,6 +81,24 @@ def test_unset_variables_are_warned_and_a_missing_destination_folder_is_fine(tmp
     assert out.splitlines()[-1] == "every source and destination answered"
 
 
+def test_a_file_dagster_cannot_load_is_refused_with_dagsters_reason(tmp_path: Path, capsys) -> None:
+    """validate loads the definitions as `dagster dev` does: a model named like incsync's own job passes every
+    check of the file, and Dagster refuses the code location."""
+    write_table(tmp_path / "src", "orders", [order(1, "org_1", ts(1))])
+    file = lake_config(tmp_path, model={"model_name": "incsync_maintenance"})
+    code, out, err = _validate(capsys, "-c", str(file))
+    assert (code, out) == (2, "")
+    assert err.splitlines() == [
+        f"error: {file}: Dagster cannot load this file's definitions (DagsterInvalidDefinitionError: Duplicate job "
+        "definition found for job 'incsync_maintenance'), so `dagster dev`, the daemon and every schedule and sensor "
+        "would stop — change what it names (a model's job is named after the model, its asset's op "
+        "<source>__<model>; incsync's own jobs are incsync_maintenance and incsync_audit), or report an incsync bug "
+        "if it names nothing of the file",
+    ]
+    code, out, err = _validate(capsys, "--json", "-c", str(file))
+    assert (code, out, err.count("\n"), "Duplicate job definition" in err) == (2, "", 1, True)
+
+
 def test_pydantic_and_yaml_messages_cite_the_file_and_line(tmp_path: Path, capsys) -> None:
     bad = tmp_path / "bad.yaml"
     bad.write_text(

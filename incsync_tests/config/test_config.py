@@ -1,4 +1,5 @@
-"""The configuration file: the DESIGN example loads, and every bad input gets one exact message."""
+"""The configuration file: the design's example (docs/design.md#the-file-by-example) loads, and every bad input
+gets one exact message."""
 
 from __future__ import annotations
 

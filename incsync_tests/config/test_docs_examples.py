@@ -48,3 +48,22 @@ def test_init_writes_a_commented_starter_that_validates(tmp_path: Path, capsys, 
     assert capsys.readouterr().err == (
         f"error: {file} exists; choose another file with -o, or overwrite it with --force\n"
     )
+
+
+def test_the_designs_example_file_loads(tmp_path: Path) -> None:
+    """docs/design.md#the-file-by-example is a file incsync loads as it stands."""
+    import re
+
+    from incsync.config.load import load_config
+
+    design = (ROOT / "docs" / "design.md").read_text()
+    block = re.search(r"### The file, by example\n.*?```yaml\n(.*?)```", design, re.S)
+    assert block, "docs/design.md lost its example file"
+    file = tmp_path / "incsync.yaml"
+    file.write_text(block.group(1))
+    config = load_config(file)
+    assert [s.name for s in config.sources] == ["app_db", "lake"]
+    assert [d.name for d in config.destinations] == ["acme_delta", "globex_pg", "initech_files"]
+    assert [(m.model_name, m.primary_key) for m in config.models] == [("orders", ["id"])]
+    assert [(r.id, r.id_in_provider_system, r.destination) for r in config.recipients] == [
+        ("acme", "org_1", "acme_delta")]

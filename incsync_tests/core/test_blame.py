@@ -41,6 +41,11 @@ def _wrapped(cause: BaseException) -> BaseException:
     (OSError(errno.ENOSPC, "No space left on device"), "recipient", "destination d is out of space"),
     (OSError(errno.EROFS, "Read-only file system"), "recipient", "destination d is on a read-only file system"),
     (PermissionError(errno.EACCES, "Permission denied"), "recipient", "destination d may not be written to"),
+    (IsADirectoryError(errno.EISDIR, "Is a directory"), "recipient",
+     ("destination d: a folder stands where the destination's file should be: the recipient must move it away, or the "
+      "provider points the destination elsewhere")),
+    (OSError("IO Error: Could not read from file \"/x/acme.duckdb\": Is a directory"), "recipient",
+     "destination d: a folder stands where the destination's file should be"),
     (OSError("Generic LocalFileSystem error: ... (os error 28)"), "recipient", "destination d is out of space"),
     (PublishError("destination d: cannot connect to PostgreSQL with the DSN in $X: connection failed: FATAL:  role "
                   "\"r\" is not permitted to log in"), "recipient", "destination d refused incsync's login"),

@@ -1,4 +1,4 @@
-"""Bounds, watermarks and counts: DESIGN "One transfer" steps 2 and 6, table-driven."""
+"""Bounds, watermarks and counts: docs/design.md#bounds and docs/design.md#counts, table-driven."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The safe horizon's arithmetic (DESIGN "One transfer", step 6): the HW cap, its lag limit, the counts."""
+"""The safe horizon's arithmetic (docs/design.md#safe-horizon): the HW cap, its lag limit, the counts."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from incsync.core.bounds import UTC, floor_to_second, new_high_watermark
+from incsync.core.bounds import UTC, compute_bounds, delta_threshold, floor_to_second, new_high_watermark
 from incsync.core.horizon import (
     LOOKBACK_ONLY,
     OFF,
@@ -147,6 +147,37 @@ def test_a_row_of_a_transaction_open_at_extraction_is_read_next_time(previous, o
     assert hw is not None and floor_to_second(hw) - timedelta(seconds=lookback) <= oldest
 
 
+HOUR = 3_600_000_000
+
+
+@given(
+    start_us=st.integers(0, HOUR - 1),
+    previous_us=st.none() | st.integers(0, HOUR - 1),
+    batch_us=st.lists(st.integers(-300_000_000, HOUR - 1), max_size=6),
+    lookback=st.integers(0, 300),
+)
+def test_rows_dated_ahead_never_hide_rows_written_after_the_extraction(start_us, previous_us, batch_us, lookback) -> None:
+    """The open window [T0, T0 + 1 h) is read by a scheduled run whose extraction starts at ``start``; the
+    batch may hold rows dated after it (the future). The new HW stays at or below ``start``, so the next
+    scheduled run of the window reads every row written from then on (dated ``start`` or later) and reads
+    the future rows again; they are newer than the HW, so they count in ``delta_rows_transferred`` again."""
+    start = T0 + timedelta(microseconds=start_us)
+    previous = None if previous_us is None else T0 + timedelta(microseconds=min(previous_us, start_us))  # an earlier run's
+    batch = [T0 + timedelta(microseconds=u) for u in batch_us]
+    cap = horizon_cap(SourceHorizon(extraction_start=start, mode=LOOKBACK_ONLY)).cap
+    hw = new_high_watermark(previous, max(batch, default=None), cap)
+    assert hw is None or hw <= start
+    following = compute_bounds(
+        window_start=T0, window_end=T0 + timedelta(hours=1), grid_start=T0 - timedelta(days=1),
+        recipient_start=T0 - timedelta(days=1), high_watermark=hw, lookback_seconds=lookback, scheduled=True,
+    )
+    assert following.lower <= start < following.upper  # a row written now, dated now, is read
+    threshold = delta_threshold(hw)
+    for row in (r for r in batch if r > start):  # dated ahead: read again, and counted as new again
+        assert following.lower <= row < following.upper
+        assert threshold is None or row > threshold
+
+
 def test_future_dated_rows_are_counted_from_the_staged_batch(tmp_path: Path) -> None:
     table = pa.table({
         "id": [1, 2, 3, 4],
@@ -190,8 +221,26 @@ def test_mysql_horizon_row() -> None:
     now_us = int(at(100).timestamp() * 1e6)
     got = mysql_horizon({"now_us": now_us, "oldest_age_us": 30_000_000}, max_lag_seconds=3600)
     assert (got.mode, got.oldest_open) == (TRANSACTIONS, at(70))
-    assert got.extraction_start == at(100) - INNODB_TRX_CACHE  # innodb_trx is a cache up to 100 ms old
+    assert got.extraction_start == at(100)
+    assert horizon_cap(got).cap == at(70)
+    young = mysql_horizon({"now_us": now_us, "oldest_age_us": 50_000}, max_lag_seconds=3600)
+    assert horizon_cap(young).cap == at(100) - INNODB_TRX_CACHE  # innodb_trx is a cache up to 100 ms old
     both = mysql_horizon({"now_us": now_us, "oldest_age_us": 90_000_000, "held_age_us": 20_000_000}, max_lag_seconds=60)
     assert (both.oldest_open, both.oldest_within_lag, horizon_cap(both).cap) == (at(10), at(80), at(80))
     idle = mysql_horizon({"now_us": now_us, "oldest_age_us": None}, max_lag_seconds=3600)
     assert idle.oldest_open is None and horizon_cap(idle).cap == at(99.9)
+
+
+def test_a_mysql_row_committed_just_before_the_extraction_is_not_future_dated(tmp_path: Path) -> None:
+    """InnoDB lists transactions from a cache up to 100 ms old, so the HW stays 100 ms behind the clock;
+    the rows of those 100 ms are still dated in the past, not ahead of the extraction."""
+    from incsync.core.horizon import FUTURE_DATED_ROWS, HELD_BACK_SECONDS, horizon_record
+    from incsync.sources.jdbc.horizon import mysql_horizon
+
+    got = mysql_horizon({"now_us": int(at(100).timestamp() * 1e6), "oldest_age_us": None}, max_lag_seconds=3600)
+    cap = horizon_cap(got)
+    table = pa.table({"id": [1, 2], "updated_at": pa.array([at(99.95), at(100.5)], type=pa.timestamp("us", tz="UTC"))})
+    facts = horizon_record(got, cap, previous=None, batch=stage(table, tmp_path / "batch"), column="updated_at", batch_max=at(100.5))
+    assert (facts[FUTURE_DATED_ROWS], facts[HELD_BACK_SECONDS]) == ("1", "0.600000")
+    assert (got.extraction_start, cap.cap) == (at(100), at(99.9))
+    assert new_high_watermark(None, at(100.5), cap.cap) == at(99.9)

@@ -110,8 +110,9 @@ class Reader(threading.Thread):
             time.sleep(0.25)
 
 
-# DuckDB locks its file for one process while a connection is open: a reader process polling the file
-# beside the writers would make their publishes fail, which is DuckDB's model and not a fault to count.
+# DuckDB locks its file for one process while a connection is open: a reader polling the file beside the
+# writers makes their publishes wait for it and its own opens fail while they publish, which is DuckDB's
+# model and not a fault to count.
 KINDS = tuple(k for k in EVERY_KIND if k != "duckdb")
 
 

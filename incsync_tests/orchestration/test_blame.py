@@ -185,6 +185,33 @@ def test_one_recipient_of_a_fan_out_run_is_blamed_alone_and_the_others_publish(s
     assert failure.description.endswith(f"\n    blamed recipient: {reason}")
 
 
+def test_a_duckdb_path_the_recipients_storage_blocks_blames_the_recipient(spark, tmp_path: Path, dagster_instance) -> None:
+    """A file where acme's DuckDB file's folder goes, a folder where globex's DuckDB file goes: each is the
+    recipient's, as a file in a Delta destination's way is; `incsync transfers` lists each with its reason."""
+    write_table(tmp_path / "src", "orders", [order(1, "org_1", ts(1, 1)), order(2, "org_2", ts(1, 2))])
+    (tmp_path / "not-a-folder").write_text("the recipient's")
+    (tmp_path / "globex.duckdb").mkdir()
+    config = lake_config(tmp_path, recipients=THREE[:2], destinations=[
+        {"name": "acme_delta", "kind": "duckdb", "path": "./not-a-folder/acme.duckdb"},
+        {"name": "globex_delta", "kind": "duckdb", "path": "./globex.duckdb"}])
+
+    result = run(config, dagster_instance, ["acme", "globex"])
+
+    file = FILE_IN_THE_WAY.format("acme_delta")
+    folder = ("destination globex_delta: a folder stands where the destination's file should be: the recipient must "
+              "move it away, or the provider points the destination elsewhere")
+    assert blamed(dagster_instance, result) == ("recipient", f"recipient acme: {file}",
+                                                {"acme": ("recipient", file), "globex": ("recipient", folder)})
+    cfg = load_config(config)
+    [acme] = list_transfers(dagster_instance, cfg, recipient="acme", blamed="recipient")
+    [globex] = list_transfers(dagster_instance, cfg, recipient="globex", blamed="recipient")
+    assert (acme.blame_reason, globex.blame_reason) == (file, folder)
+    failure = next(e for e in result.all_events if e.is_step_failure).step_failure_data.user_failure_data
+    assert (f"destination acme_delta: cannot create the DuckDB file {tmp_path / 'not-a-folder' / 'acme.duckdb'}: "
+            f"{tmp_path / 'not-a-folder'} is a file, where a folder should be") in failure.description
+    assert f"destination globex_delta: the DuckDB file {tmp_path / 'globex.duckdb'} is a folder" in failure.description
+
+
 def test_provider_side_failures_of_a_lake_source_blame_the_provider(spark, tmp_path: Path, dagster_instance) -> None:
     config = lake_config(tmp_path)
     (tmp_path / "src").mkdir()

@@ -20,9 +20,11 @@ from incsync.orchestration.dagster_compat import (
     add_partition_metadata,
     defers_asset_events,
     event_log_storage_config,
+    load_as_code_location,
     report_materialized,
     report_planned,
     report_run_orphaned,
+    run_reaction,
     tune_sqlite_storage,
 )
 from incsync.errors import ConfigError
@@ -41,6 +43,22 @@ class _RecordingIOManager(dg.ConfigurableIOManager):
 @dg.asset(partitions_def=DAYS, io_manager_key="recording")
 def counted(context) -> dict[str, int]:  # noqa: ANN001 - Dagster reads the annotation itself
     return {key: ord(key) for key in context.partition_keys}
+
+
+def test_loading_as_a_code_location_refuses_what_dagster_refuses_and_building_them_does_not() -> None:
+    """An asset's op is named after its key and shares one namespace with the jobs: `Definitions(...)` builds,
+    the code location does not load. Clean definitions load."""
+
+    @dg.asset(key="log")
+    def log() -> None: ...
+
+    @dg.multi_asset(name="append_log", specs=[dg.AssetSpec("log")])
+    def renamed() -> None: ...
+
+    clash = dg.Definitions(assets=[log], jobs=[dg.define_asset_job("log", selection=["log"])])
+    with pytest.raises(dg.DagsterInvalidDefinitionError, match="Conflicting definitions found in repository with name 'log'"):
+        load_as_code_location(clash)
+    load_as_code_location(dg.Definitions(assets=[renamed], jobs=[dg.define_asset_job("log", selection=["log"])]))
 
 
 def test_each_partition_of_a_range_run_gets_its_own_metadata(dagster_instance) -> None:
@@ -151,6 +169,22 @@ def test_an_orphaned_run_fails_with_a_reason_that_says_its_worker_was_lost(dagst
     [failure] = dagster_instance.all_logs("orphan-1", of_type=dg.DagsterEventType.RUN_FAILURE)
     assert failure.dagster_event.message == "incsync: its process is gone"
     assert storage.get_concurrency_info("source_lake").active_slot_count == 0  # the dead run's pool slot is free
+
+
+def test_a_plain_sensor_reacts_to_a_failed_run_as_a_run_failure_sensor_does(dagster_instance) -> None:
+    """``alerts`` yields these for the runs it posted: the daemon logs each in its run and counts the tick a success."""
+    from dagster._core.storage.dagster_run import DagsterRun
+
+    run = dagster_instance.add_run(DagsterRun(job_name="orders", run_id="failed-1", status=dg.DagsterRunStatus.FAILURE))
+
+    @dg.sensor(name="reacts")
+    def reacts(context: dg.SensorEvaluationContext):  # noqa: ANN202, ARG001 - a sensor's generator
+        yield run_reaction(run)
+
+    data = reacts.evaluate_tick(dg.build_sensor_context(instance=dagster_instance))
+    [reaction] = data.dagster_run_reactions
+    assert (reaction.dagster_run.run_id, reaction.run_status, reaction.error) == ("failed-1", dg.DagsterRunStatus.FAILURE, None)
+    assert data.skip_message is None and data.run_requests == []
 
 
 def test_sqlite_connections_commit_without_fsync_and_the_mode_is_validated(tmp_path, monkeypatch) -> None:

@@ -173,7 +173,7 @@ def test_definitions_register_the_sensor_and_one_schedule_per_model(tmp_path: Pa
 
 
 def test_ten_thousand_recipients_take_ten_runs_and_ticks_of_seconds(tmp_path: Path, instance):
-    """DESIGN "Transfer plans": runs of recipients_per_run (1,000) recipients; ticks stay cheap at scale."""
+    """docs/design.md#batched-launches: runs of recipients_per_run (1,000) recipients; ticks stay cheap at scale."""
     n = 10_000
     recipients = [{"id": f"r{i:05d}", "id_in_provider_system": f"org_{i}", "destination": "files"} for i in range(n)]
     config_file = lake_config(

@@ -1,7 +1,6 @@
-"""Issue 13 item 5 on a lake source: a row dated ahead of the clock no longer pulls the HW into the future.
+"""A lake source: a row dated ahead of the clock does not pull the HW into the future.
 
-The lake has no transactions to see, so its horizon is the local clock (lookback-only); the edge case
-test_edge_cases.py::test_future_dated_rows shows the old limit under a simulated clock in 2024.
+The lake has no transactions to see, so its horizon is the local clock (lookback-only).
 """
 
 from __future__ import annotations

@@ -226,7 +226,7 @@ def test_empty_window_through_dagster_reports_the_unchanged_watermark(
     assert result.success
     meta = latest_metadata(dagster_instance)
     # A scheduled run of windows after the HW reads what changed since it (floor(HW) - lookback): row 1
-    # again, counted in the run's first window, and "new" against the HW floored to its second (DESIGN step 6).
+    # again, counted in the run's first window, and "new" against the HW floored to its second (docs/design.md#counts).
     assert (meta["rows_transferred"], meta["delta_rows_transferred"]) == (1, 1)
     assert meta["high_watermark"] == ts(1, 10, 0, 0, 250_000).timestamp()
     assert meta["high_watermark_epoch_seconds"] == JAN1_EPOCH + 36_000
@@ -306,31 +306,8 @@ def test_late_rows_inside_the_lookback_are_caught_and_beyond_it_missed(spark, tm
     assert lake.ids() == [1, 2, 3]
 
 
-def test_future_dated_rows(spark, tmp_path: Path) -> None:
-    """A row dated ahead of the clock in the open window is transferred and pulls the HW ahead of time;
-    a row dated in a later window waits for that window. Known limit (reported): while the HW sits in the
-    future, scheduled runs of that window re-read only from floor(HW) - lookback, so rows written
-    "now" with a present-day timestamp are missed until the window is backfilled."""
-    lake = Lake(tmp_path, spark)
-    now = ts(2, 10)
-    future_today, next_week = ts(2, 22), ts(9, 10)
-    rows = [order(1, "org_1", now), order(2, "org_1", future_today), order(3, "org_1", next_week)]
-    lake.write(rows)
-    assert counts(lake.run(ts(2))) == (2, 2, future_today)  # the window's backfill
-    assert lake.ids() == [1, 2]
-
-    lake.write([*rows, order(4, "org_1", ts(2, 10, 5))])  # written at 10:05, after the run
-    assert counts(lake.run(ts(2), scheduled=True)) == (1, 0, future_today)  # reads from 21:55: only row 2
-    assert lake.ids() == [1, 2], "row 4 is missed by the scheduled run (HW in the future)"
-    assert counts(lake.run(ts(2))) == (3, 0, future_today)  # the window's backfill catches it
-    assert lake.ids() == [1, 2, 4]
-
-    assert counts(lake.run(ts(9))) == (1, 1, next_week)
-    assert lake.ids() == [1, 2, 3, 4]
-
-
 def test_upsert_tie_break_equal_replaces_older_never_does(spark, tmp_path: Path) -> None:
-    """A row is replaced only by one with a newer or equal last-modified (DESIGN step 7, Delta)."""
+    """A row is replaced only by one with a newer or equal last-modified (docs/design.md#publish, Delta)."""
     lake = Lake(tmp_path, spark)
     t = ts(2, 10, 0, 0, 123_456)
     lake.write([order(1, "org_1", t, status="v1")])

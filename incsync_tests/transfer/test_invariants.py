@@ -1,11 +1,11 @@
 """The transfer invariants, proved by a hypothesis state machine against a pure-Python reference.
 
 A real lake source (Parquet written with pyarrow, read by Spark) feeds real Delta destinations. The
-machine interleaves source changes (inserts, forward updates, late rows, sub-second and on-boundary
-timestamps, rows sharing a timestamp) with transfers (scheduled ticks of the open window, backfills of
-random window sets in random order, re-runs, full refreshes, runs that must fail) under a controlled
-clock, and writers whose transactions open early and commit late (issue 20: the safe horizon). After
-every step the destination must equal what the reference says (DESIGN "One transfer").
+machine interleaves source changes (inserts, forward updates, late rows, rows dated ahead of the clock,
+sub-second and on-boundary timestamps, rows sharing a timestamp) with transfers (scheduled ticks of the
+open window, backfills of random window sets in random order, re-runs, full refreshes, runs that must
+fail) under a controlled clock, and writers whose transactions open early and commit late (the safe
+horizon). After every step the destination must equal what the reference says (docs/design.md#one-transfer).
 
 Most transfers call the engine directly (``run_transfer``, the code the IO manager runs); about one
 in four goes through Dagster (asset + IO manager) so that path is proved too.
@@ -91,7 +91,7 @@ def floor_second(t: int) -> int:
 
 
 # --------------------------------------------------------------------------------------------------
-# The reference: what DESIGN says one transfer does, written again from the text, on plain dicts.
+# The reference: what docs/design.md#one-transfer says one transfer does, written again from the text, on plain dicts.
 # --------------------------------------------------------------------------------------------------
 
 Row = tuple[str, str, float, int]  # organization_id, status, amount, updated_at (µs)
@@ -109,7 +109,7 @@ class Expected:
 
 @dataclass
 class ReferenceDestination:
-    """One recipient's destination as DESIGN says it must be."""
+    """One recipient's destination as the design says it must be."""
 
     rows: dict[int, Row] = field(default_factory=dict)
     high_watermark: int | None = None
@@ -297,14 +297,21 @@ class TransferMachine(RuleBasedStateMachine):
         return key
 
     def candidate_times(self, *, not_before: int = 0) -> list[int]:
-        """Timestamps worth trying: now, sub-second and boundary values, late rows in and beyond the lookback."""
+        """Timestamps worth trying: now, sub-second and boundary values, late rows in and beyond the lookback,
+        and rows dated ahead of the clock (in the open window and in the next one)."""
         now, s = self.now, window_of(self.now)
         times = {now, now - 1, floor_second(now), floor_second(now) - 1, s, s - 1, s - LOOKBACK, now - LOOKBACK, now - LOOKBACK - 1}
         for ref in self.reference.values():
             if ref.high_watermark is not None:
                 hw = ref.high_watermark
                 times |= {hw, hw + 1, floor_second(hw), floor_second(hw) - LOOKBACK, floor_second(hw) - LOOKBACK - 1}
-        return sorted(t for t in times if max(not_before, JAN1_EPOCH * S) <= t <= now)
+        past = sorted(t for t in times if max(not_before, JAN1_EPOCH * S) <= t <= now)
+        return past + sorted(t for t in self.ahead_times() if t >= not_before)
+
+    def ahead_times(self) -> set[int]:
+        """Dated after now: 1 µs and 1 s ahead, the open window's last µs, the next window's first."""
+        end = window_of(self.now) + WINDOW
+        return {self.now + 1, self.now + S, end - 1, end} - {self.now}
 
     # ---- transfers -------------------------------------------------------------------------------
 
@@ -318,8 +325,8 @@ class TransferMachine(RuleBasedStateMachine):
     ) -> None:
         """Run one transfer (over ``window`` .. ``last_window``) for real and in the reference; they must agree."""
         self.last_request[rid] = (window, scheduled, full_refresh)
-        if self.open_txns:
-            via = "engine"  # Dagster builds its own lake source, which knows no machine transaction
+        if self.open_txns or any(r[3] > self.now for r in self.source_rows.values()):
+            via = "engine"  # Dagster builds its own lake source, which knows neither the machine's transactions nor its clock
         self.count(via)
         ref = self.reference[rid]
         cap = self.safe_horizon()
@@ -372,7 +379,7 @@ class TransferMachine(RuleBasedStateMachine):
         return outcomes
 
     def safe_horizon(self) -> int:
-        """DESIGN step 6, from the text: now, or the oldest open transaction's start unless older than the lag."""
+        """docs/design.md#safe-horizon, from the text: now, or the oldest open transaction's start unless older than the lag."""
         held = [t.start for t in self.open_txns if self.now - t.start <= HORIZON_LAG]
         for t in self.open_txns:
             t.outlived_lag |= self.now - t.start > HORIZON_LAG
@@ -496,6 +503,33 @@ class TransferMachine(RuleBasedStateMachine):
         self.now += data.draw(st.sampled_from([1, S, LOOKBACK + S]), label="then")
         self.commit(len(self.open_txns) - 1)
         self.scheduled_tick(rid, "engine")
+
+    @precondition(lambda self: self.now < GRID0 + MAX_SPAN)
+    @rule(
+        rid=st.sampled_from(sorted(TENANTS)),
+        ahead=st.sampled_from(["1us", "1s", "window_end"]),
+        then=st.sampled_from([1, S // 2, S, LOOKBACK + S]),
+    )
+    def row_ahead_then_rows_written_now(self, rid: str, ahead: str, then: int) -> None:
+        """A row dated ahead of the clock in the open window, a scheduled tick, then a row written (and
+        dated) now: the next scheduled tick brings it, and the row ahead stays in the table once."""
+        tenant, start_r = TENANTS[rid], RECIPIENT_START[rid]
+        end = window_of(self.now) + WINDOW
+        dated = min({"1us": self.now + 1, "1s": self.now + S, "window_end": end - 1}[ahead], end - 1)
+        if dated <= self.now:  # the clock is on the open window's last µs: nothing lies ahead in it
+            return
+        self.count("row_ahead_then_rows_written_now")
+        ahead_key = self.add_row(tenant, dated)
+        self.write_source()
+        self.scheduled_tick(rid, "engine")
+        self.now += then
+        now_key = self.add_row(tenant, self.now)
+        self.write_source()
+        self.scheduled_tick(rid, "engine")
+        rows, _ = self.visible(rid)  # a key twice fails there
+        for key in (ahead_key, now_key):
+            if self.source_rows[key][3] >= start_r:
+                assert key in rows, f"{rid}: row {key} dated {self.source_rows[key][3]} is missing after the scheduled tick"
 
     @precondition(lambda self: self.now < GRID0 + MAX_SPAN)
     @rule(step=st.one_of(st.sampled_from(["boundary", "before_boundary", 1, S // 2, S, LOOKBACK - S, LOOKBACK, LOOKBACK + 1]), st.integers(1, WINDOW)))
@@ -654,7 +688,9 @@ class TransferMachine(RuleBasedStateMachine):
         for window in data.draw(st.permutations(self.windows(rid)), label="order"):
             self.run(rid, window)
         rows, _ = self.visible(rid)
-        want = {k: r for k, r in self.source_rows.items() if r[0] == TENANTS[rid] and r[3] >= RECIPIENT_START[rid]}
+        end = window_of(self.now) + WINDOW  # rows dated in later windows wait for them (a full refresh may have read them)
+        rows = {k: r for k, r in rows.items() if k not in self.source_rows or self.source_rows[k][3] < end}
+        want = {k: r for k, r in self.source_rows.items() if r[0] == TENANTS[rid] and RECIPIENT_START[rid] <= r[3] < end}
         assert rows == want, f"{rid} after catching up: destination differs from the source"
 
     def delta_version(self, rid: str) -> int | None:
@@ -676,6 +712,7 @@ class TransferMachine(RuleBasedStateMachine):
             assert all(r[0] == TENANTS[rid] for r in rows.values()), f"{rid}: a row of another tenant"
             hw = state.last_transfer.high_watermark_micros if state.last_transfer else None
             assert hw == ref.high_watermark
+            assert hw is None or hw <= self.now, f"{rid}: HW {hw} is past the clock ({self.now}): a row dated ahead pulled it"
             newest = max((r[3] for r in rows.values()), default=None)
             assert hw is None or (newest is not None and hw <= newest), f"{rid}: HW {hw} names data not committed (newest {newest})"
             for txn in self.open_txns:  # the safe horizon: an open transaction's rows stay within reach

@@ -102,7 +102,7 @@ def test_a_backfill_over_many_windows_is_one_read_and_one_commit_with_exact_wind
     # The column schema goes with the windows that hold rows and the commit's last window, not Jan 3.
     assert ["dagster/column_schema" in m for m in got.values()] == [True, False, True, True]
     assert [c.name for c in got["2024-01-05"]["dagster/column_schema"].columns][:2] == ["id", "organization_id"]
-    # So does the transfer's other detail: an empty window inside a commit carries DESIGN step 9's keys.
+    # So does the transfer's other detail: an empty window inside a commit carries docs/design.md#metadata's keys.
     assert sorted(got["2024-01-03"]) == sorted([
         "rows_transferred", "delta_rows_transferred", "high_watermark", "high_watermark_epoch_seconds",
         "window_start", "window_end", "lower_bound", "upper_bound", "lookback_seconds", "transfer_id",

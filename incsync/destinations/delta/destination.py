@@ -104,7 +104,7 @@ class DeltaDestination(Destination):
             check_storage(f"destinations[{self.name}]", self.config.path, self.config.storage_options)
 
     def read_state(self, *, model: ModelConfig, recipient: RecipientConfig) -> DestinationState:
-        """The last transfer, checked against the table's data (DESIGN: a reset destination is re-synced)."""
+        """The last transfer, checked against the table's data (docs/design.md#destination-reset)."""
         dt = self._table(model)
         path = self.table_path(model)
         if dt is None:

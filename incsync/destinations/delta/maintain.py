@@ -1,4 +1,5 @@
-"""Keeping a Delta table's storage bounded (issue 33): compaction, vacuum past the retention, a checkpoint.
+"""Keeping a Delta table's storage bounded (docs/design.md#maintenance): compaction, vacuum past the
+retention, a checkpoint.
 
 - **Compaction** rewrites the small files frequent syncs leave (each MERGE adds one or a few) into files
   of the table's ``delta.targetFileSize``. delta-rs bins neighbouring files and keeps their order, so

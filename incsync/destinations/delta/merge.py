@@ -24,8 +24,8 @@ T = TypeVar("T")
 
 # The memory delta-rs's MERGE may hold before it spills to disk (DataFusion's pool), beside the batch
 # itself (twice its decoded size: the join holds it). Without a bound, scattered changes to a big table
-# held the files they rewrite: 300 random keys of a 3M-row table, 29 files rewritten, peaked ~150 MB
-# above the same MERGE into a 300k-row table (benchmarks/big_tenant.py, issue 33).
+# hold every file they rewrite in memory, so a big tenant's MERGE would cost more memory than a small
+# one's for the same change (benchmarks/big_tenant.py).
 MERGE_MEMORY_FLOOR = 64 << 20
 
 

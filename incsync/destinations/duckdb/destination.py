@@ -6,17 +6,14 @@ ADD COLUMN, ALTER COLUMN TYPE for a widening), upserts with the last-modified ti
 transfer record into ``<schema>._incsync_transfers``. A full refresh deletes the rows the source no longer
 has and upserts the rest in that transaction: the table keeps its identity (no DROP, no rename), so views
 a recipient built on it survive. DuckDB lets one process write a file at a time: the destination's
-``max_concurrent_transfers`` stays 1.
+``max_concurrent_transfers`` stays 1, and a reader's lock is waited for (``file``).
 """
 
 from __future__ import annotations
 
 import contextlib
-import os
-import threading
 from collections.abc import Iterator
 from dataclasses import replace
-from pathlib import Path
 
 import duckdb
 import pyarrow as pa
@@ -38,24 +35,13 @@ from incsync.destinations.base import (
     TransferRecord,
     table_state,
 )
-from incsync.destinations.duckdb import log
+from incsync.destinations.duckdb import file, log
 from incsync.destinations.duckdb.log import Session
 from incsync.destinations.duckdb.rows import adapt, delete_missing, duckdb_form, load_stage, remove_keys, table_schema, upsert
 from incsync.destinations.ownership import METADATA_KEY as OWNER_KEY
 from incsync.destinations.ownership import Owner, check_owner, owner_of, refuse_unstamped
 from incsync.errors import LeaseError, OwnershipError, PublishError, SchemaError
 from incsync.staging.batch import StagedBatch
-
-
-# One connection to a file at a time in this process: DuckDB's Python client, opening a file from two
-# threads at once, can lose the table function that scans Arrow data ("python_arrow_scan does not exist").
-_OPEN: dict[str, threading.Lock] = {}
-_OPEN_GUARD = threading.Lock()
-
-
-def _file_lock(path: str) -> threading.Lock:
-    with _OPEN_GUARD:
-        return _OPEN.setdefault(os.path.realpath(path), threading.Lock())
 
 
 class DuckDBDestination(Destination):
@@ -77,18 +63,13 @@ class DuckDBDestination(Destination):
     def connect(self) -> Iterator[Session]:
         """A connection to the file for the ``with`` block, in UTC, closed after it (DuckDB locks the file
         for one writing process while a connection is open; within this process, one block at a time)."""
-        Path(self.path).parent.mkdir(parents=True, exist_ok=True)
-        with _file_lock(self.path), self._open() as session:
+        file.make_folder(self.path, destination=self.name)
+        with file.file_lock(self.path), self._open() as session:
             yield session
 
     @contextlib.contextmanager
     def _open(self) -> Iterator[Session]:
-        try:
-            con = duckdb.connect(self.path)
-        except duckdb.Error as exc:
-            fix = (" Another process holds the file open: DuckDB lets one process open a file to write, so readers "
-                   "must close it (or read a copy) while transfers run." if "lock" in str(exc).lower() else "")
-            raise PublishError(f"destination {self.name}: cannot open DuckDB file {self.path}: {exc}.{fix}") from exc
+        con = file.connect(self.path, destination=self.name, lock_timeout=self.config.lock_timeout_seconds)
         try:
             session = Session(con)
             session.execute("SET TimeZone = 'UTC'")

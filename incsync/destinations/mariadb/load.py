@@ -2,8 +2,8 @@
 
 The stage (``CREATE TEMPORARY TABLE``: private to the session, gone with it, no implicit commit) has the
 target's column types and the primary key. Rows go in by ``LOAD DATA LOCAL INFILE`` of a CSV that Arrow
-writes in C (every value quoted, NULL as the bare word): 100,000 rows of seven columns took 1.65 s
-against 7.84 s for PyMySQL's multi-row ``INSERT`` (``benchmarks/mariadb_load.py``, README). MariaDB turns
+writes in C (every value quoted, NULL as the bare word), several times faster than PyMySQL's multi-row
+``INSERT`` (``benchmarks/mariadb_load.py``). MariaDB turns
 a LOCAL load's data errors into warnings, so any warning fails the publish naming the column: a value
 is loaded exactly or not at all. Binary values travel as hex, nested values as JSON text.
 """

@@ -1,5 +1,6 @@
 """A full refresh that changes a column's type incompatibly: the new rows built beside the live table and
-swapped in with one ``RENAME TABLE``, so readers never see the table empty or half-filled.
+swapped in with one ``RENAME TABLE``, so readers never see the table empty or half-filled. The one rename
+swap of a full refresh (docs/design.md#mariadb-retype-by-rename).
 
 MariaDB cannot change a column's type inside a transaction, nor to a type the old values do not fit, so
 such a refresh cannot be one transaction on the live table. Instead the new table is built beside it

@@ -1,4 +1,5 @@
-"""Keeping an object-storage prefix bounded (issue 33): a snapshot manifest per recipient, then vacuum.
+"""Keeping an object-storage prefix bounded (docs/design.md#maintenance): a snapshot manifest per
+recipient, then vacuum.
 
 - **Snapshot** (``compact: true``): a recipient's live rows — what a reader of its manifests gets, each
   key's newest row, repairs and removals applied — rewritten into few Parquet files of the destination's

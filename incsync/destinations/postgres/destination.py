@@ -84,7 +84,8 @@ class PostgresDestination(Destination):
         self.config = config
         self.name = config.name
         self.schema = config.schema_name
-        # Models whose log, owner stamps and column registry this process last saw in the schema (issue 29).
+        # Models whose log, owner stamps and column registry this process last saw in the schema: a
+        # publish of one checks everything in one statement (``facts``).
         self._settled: set[str] = set()
 
     @contextlib.contextmanager

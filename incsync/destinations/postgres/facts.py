@@ -1,4 +1,4 @@
-"""What a state read or a publish must know of a recipient's schema, in one query once it is set up (issue 29).
+"""What a state read or a publish must know of a recipient's schema, in one query once it is set up.
 
 A schema that received a publish of a model holds its transfer log (``_incsync_transfers``), its owner
 stamps (``_incsync_owners``), its column registry (``_incsync_columns``) and the model's table. Then

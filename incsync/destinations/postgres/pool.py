@@ -1,4 +1,4 @@
-"""One connection pool per PostgreSQL server and process, shared by every destination on it (issue 29).
+"""One connection pool per PostgreSQL server and process, shared by every destination on it.
 
 A fan-out run publishes to hundreds of recipients, often schemas of one database; a connection per
 state read and per publish cost more than the work. Destinations whose DSNs resolve to the same

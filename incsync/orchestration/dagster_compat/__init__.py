@@ -38,10 +38,12 @@ __all__ = [
     "defers_asset_events",
     "event_log_storage_config",
     "instance_postgres_url",
+    "load_as_code_location",
     "materialization_reporter",
     "report_materialized",
     "report_planned",
     "report_run_orphaned",
+    "run_reaction",
     "store_events_in_batches",
     "tune_sqlite_storage",
 ]
@@ -64,6 +66,18 @@ WORKER_LOST_REASONS: frozenset[str] = frozenset(
 )
 
 
+def load_as_code_location(defs: dg.Definitions) -> None:
+    """Load ``defs`` as a code location's server does before `dagster dev`, the daemon or `dagster definitions
+    validate` can use them, raising Dagster's own error where they would fail: every job resolved and every
+    name checked (``Definitions.validate_loadable``: one namespace for jobs, ops and graphs), partition
+    mappings checked, then the repository's snapshot built (``RepositorySnap.from_def``, what
+    ``dagster._core.remote_representation.code_location.InProcessCodeLocation`` serves)."""
+    from dagster._core.remote_representation.external_data import RepositorySnap
+
+    dg.Definitions.validate_loadable(defs)
+    RepositorySnap.from_def(defs.get_repository_def())
+
+
 def report_run_orphaned(instance: dg.DagsterInstance, run: dg.DagsterRun, message: str) -> None:
     """Mark an in-progress run failed because its process died, as the run monitor does: the failure
     carries the reason ``UNEXPECTED_TERMINATION``, so the run's ``RUN_FAILURE_REASON_TAG`` tells a
@@ -73,6 +87,15 @@ def report_run_orphaned(instance: dg.DagsterInstance, run: dg.DagsterRun, messag
         instance.event_log_storage.free_concurrency_slots_for_run(run.run_id)
 
 
+def run_reaction(run: dg.DagsterRun) -> Any:
+    """What a sensor yields for a failed run it acted on (a ``DagsterRunReaction``), as Dagster's run-status
+    sensors do: the daemon writes "Sensor <name> acted on run status FAILURE of run <id>" into the run's
+    events and records the tick as a success naming the run. A plain sensor has no public way to."""
+    from dagster._core.definitions.run_request import DagsterRunReaction
+
+    return DagsterRunReaction(dagster_run=run, run_status=dg.DagsterRunStatus.FAILURE)
+
+
 def add_partition_metadata(context: dg.OutputContext, metadata: Mapping[str, Mapping[str, Any]]) -> None:
     """Attach each partition's own metadata to the materializations Dagster records for the output.
 
@@ -80,8 +103,8 @@ def add_partition_metadata(context: dg.OutputContext, metadata: Mapping[str, Map
     partition the same metadata, and a materialization logged with ``OutputContext.log_event`` (say,
     one per partition as its commit lands) comes on top of the one Dagster emits for every partition
     of the output when ``handle_output`` returns, so each partition would have two (and each such
-    event is stored on its own: a 400-window run took 10-12 ms a window with one per committed window,
-    1.3-2.8 ms without, November 2026). The asset body's
+    event is stored on its own, one write per window, which costs more than most windows' transfer).
+    The asset body's
     ``AssetExecutionContext.add_asset_metadata(partition_key=...)`` recomputes the run's whole
     partition range on every call (O(windows × recipients) each, so quadratic for a run). This sets
     all partitions at once on the step's metadata accumulator, which Dagster reads when it builds each
@@ -114,8 +137,8 @@ def report_planned(step: Any, asset_key: dg.AssetKey, partition_keys: Sequence[s
     failed (``get_latest_asset_partition_materialization_attempts_without_materializations``).
 
     A model's run plans only the partitions it is slow on or failed to commit (``orchestration.reporting``):
-    planning every partition when the run starts doubled the stored events of a backfill, where most
-    windows are empty and commit within a second (issue 29)."""
+    planning every partition when the run starts would double the stored events of a backfill, where most
+    windows are empty and commit at once."""
     from dagster._core.events import AssetMaterializationPlannedData, DagsterEvent, DagsterEventBatchMetadata, generate_event_batch_id
 
     events = [
@@ -169,7 +192,7 @@ def report_materialized(context: dg.OutputContext, materializations: Sequence[dg
     """Log ``materializations`` as the step's events now, stored as one batch, Dagster's way.
 
     ``OutputContext.log_event`` would hold them until ``handle_output`` returns and store each on its
-    own (10-12 ms apiece); this is what Dagster does with the output's own materializations at the
+    own (one write apiece); this is what Dagster does with the output's own materializations at the
     end of a step. Called from the run's reporter thread (``reporting.RunReporter``), one call at a time."""
     from dagster._core.events import DagsterEvent, DagsterEventBatchMetadata, generate_event_batch_id
 

@@ -3,9 +3,9 @@ from a template, inserted as one batch. Private Dagster API, pinned by
 ``incsync_tests/orchestration/test_dagster_compat.py``.
 
 Dagster's way (``DagsterEvent.asset_materialization``) sends each event through the step's log manager
-and serializes it with ``serdes`` when the storage inserts it: ~0.5 ms an event here, most of it in
-``serialize_value`` walking the same tree for every window. A backfill of 200 recipients since 2025
-stores 139,000 of them, ~70 s of one core (issue 29). Within a step, a model's materializations
+and serializes it with ``serdes`` when the storage inserts it, most of the cost in ``serialize_value``
+walking the same tree for every window; a backfill of many recipients over years stores one per
+(window, recipient), so that walk alone would occupy a core for a long time. Within a step, a model's materializations
 differ only in their partition, their timestamp and their metadata values: the event is serialized
 once per shape (the metadata's labels and kinds) with a unique placeholder for each of those values,
 and each window's JSON is the template with its values filled in by ``json.dumps`` — the same text

@@ -25,8 +25,8 @@ def store_planned_on_postgres(instance: dg.DagsterInstance, run_id: str, events:
     """Store planned events as one batch on dagster-postgres' event log, the way it stores a batch of
     materializations (``PostgresEventLogStorage.store_event_batch``): one multi-row insert, the
     partitions' tags, the asset's row from the last event. Its own ``store_event_batch`` stores planned
-    events one at a time, each on a new connection (25-29 ms apiece, benchmark of November 2026), so a
-    slow span of 695 windows cost 17 s. False when the storage is not dagster-postgres'."""
+    events one at a time, each on a new connection, so a slow span of many windows would spend longer
+    storing its plan than moving its rows. False when the storage is not dagster-postgres'."""
     storage = instance.event_log_storage
     if not is_postgres_event_log(storage):
         return False
@@ -52,8 +52,8 @@ def store_planned_on_postgres(instance: dg.DagsterInstance, run_id: str, events:
 # Whether a server compresses large values with lz4 (PostgreSQL >= 14 built with it), by storage URL.
 _LZ4: dict[str, bool] = {}
 # Inserts of one report running at once, each on its own connection: the server's side of an insert
-# (the row, its TOAST value, event_logs' indexes) is most of its cost, and two of them finish 20,000
-# rows in 1.26-1.29 s against 2.04-2.15 s one after the other (three: no better; November 2026).
+# (the row, its TOAST value, event_logs' indexes) is most of its cost, so two overlap well; a third
+# gains nothing more (benchmarks/HISTORY.md has the runs).
 PARALLEL_INSERTS = 2
 _POOL: ThreadPoolExecutor | None = None
 _POOL_LOCK = threading.Lock()
@@ -98,9 +98,8 @@ def _pool() -> ThreadPoolExecutor:
 def _insert(storage: Any, rows: list[dict[str, Any]]) -> list[int]:
     """One multi-row insert into ``event_logs``; the new rows' ids, in order.
 
-    An event is ~3.7 KB of JSON, past the size where PostgreSQL compresses a value (TOAST); its default
-    method, pglz, made storing a backfill's events about a quarter slower than lz4 on a bare table
-    (139,200 events: 9.5-10.2 s against 7.6 s, November 2026), so where the server has lz4 this
+    An event's JSON is past the size where PostgreSQL compresses a value (TOAST); its default method,
+    pglz, is markedly slower than lz4 at storing a backfill's events, so where the server has lz4 this
     connection uses it (``default_toast_compression``, a session setting; the column and every reader
     are unchanged: each value records its own method)."""
     from dagster._core.storage.event_log.schema import SqlEventLogStorageTable

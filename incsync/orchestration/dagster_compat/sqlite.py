@@ -26,14 +26,14 @@ _SYNC_MODES = ("off", "normal", "full")
 def tune_sqlite_storage() -> None:
     """Let Dagster's SQLite storage write events without an fsync each (``PRAGMA synchronous``).
 
-    Dagster opens, commits and closes a connection per event, and with SQLite's default each commit
-    and each close waits for the disk: a run of 400 windows (800 events) spent most of its time in
-    fsync here (4-5 ms an event; 0.1 ms without). The default here is ``off``: an application crash
-    loses nothing, an operating-system crash or power loss may lose or damage the newest part of the
-    run history. incsync's own state (HW, transfer records) lives in each destination, committed with
-    the data, and never depends on Dagster's event log; production deployments use PostgreSQL
-    storage, which this leaves untouched. ``INCSYNC_SQLITE_SYNC=normal|full`` chooses SQLite's
-    safer modes. Uses SQLAlchemy's public ``connect`` event.
+    Dagster opens, commits and closes a connection per event, and with SQLite's default each commit and
+    each close waits for the disk, so a run of many windows (two events each) spends most of its time in
+    fsync. The default here is ``off``: an application crash loses nothing, an operating-system crash or
+    power loss may lose or damage the newest part of the run history. incsync's own state (HW, transfer
+    records) lives in each destination, committed with the data, and never depends on Dagster's event
+    log; production deployments use PostgreSQL storage, which this leaves untouched.
+    ``INCSYNC_SQLITE_SYNC=normal|full`` chooses SQLite's safer modes. Uses SQLAlchemy's public
+    ``connect`` event.
     """
     global _TUNED
     mode = os.environ.get(SQLITE_SYNC_ENV_VAR, "off").lower()
@@ -55,7 +55,7 @@ def tune_sqlite_storage() -> None:
 
 
 def _batching_sqlite_event_log_storage() -> type:
-    """Build the storage class lazily: importing Dagster's SQLite storage costs ~0.3 s."""
+    """Build the storage class lazily: importing Dagster's SQLite storage is slow, and few processes need it."""
     from dagster._core.events import ASSET_EVENTS
     from dagster._core.storage.event_log.schema import SqlEventLogStorageTable
     from dagster._core.storage.event_log.sqlite.sqlite_event_log import SqliteEventLogStorage
@@ -66,12 +66,12 @@ def _batching_sqlite_event_log_storage() -> type:
         A run over a year of daily windows records ~2 asset events per window partition (planned at
         launch, materialized at the end). Dagster hands them over as batches when
         ``DAGSTER_EVENT_BATCH_SIZE`` is set (``EventLogStorage.store_event_batch``), but its SQLite
-        storage stores a batch one event at a time: a new engine and two transactions per event, and
-        a schema inspection per asset-key update — 12-19 ms an event here, more than the transfer
-        itself. This stores the batch's rows in one transaction on the run's shard and one on the
-        index shard, with the same rows, tags and asset-key entries as one event at a time (the
-        asset-key row is written for the last event of each kind per asset: later ones overwrite
-        earlier ones column by column). Anything that is not an asset event goes the stock way.
+        storage stores a batch one event at a time: a new engine and two transactions per event, and a
+        schema inspection per asset-key update, which costs more than most windows' transfer. This stores
+        the batch's rows in one transaction on the run's shard and one on the index shard, with the same
+        rows, tags and asset-key entries as one event at a time (the asset-key row is written for the
+        last event of each kind per asset: later ones overwrite earlier ones column by column). Anything
+        that is not an asset event goes the stock way.
         """
 
         def __init__(self, base_dir: str, inst_data: Any = None) -> None:
@@ -166,9 +166,9 @@ def _batching_sqlite_event_log_storage() -> type:
         """Insert ``rows`` into ``event_logs`` with one statement per ``_ROWS_PER_STATEMENT``; their ids.
 
         SQLAlchemy's executemany steps SQLite once per row, and each step gives up the GIL and waits to
-        take it back: with the run's publish threads busy that wait is most of the insert (0.03 ms a row
-        alone, 20-37 ms with three busy threads; one multi-row statement: 0.02 and 0.3 ms). In the
-        insert's transaction no other writer runs, so its rows take consecutive ids ending at the last one."""
+        take it back: with the run's publish threads busy that wait is most of the insert, and one
+        multi-row statement waits once. In the insert's transaction no other writer runs, so its rows
+        take consecutive ids ending at the last one."""
         table = SqlEventLogStorageTable
         names = list(rows[0])
         bind = {name: table.c[name].type.bind_processor(conn.dialect) for name in names}

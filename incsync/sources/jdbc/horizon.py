@@ -59,7 +59,7 @@ MYSQL_HORIZON_SQL = """SELECT
    WHERE t.trx_mysql_thread_id <> CONNECTION_ID() AND t.trx_started >= NOW(6) - INTERVAL {max_lag_rounded} SECOND) AS held_age_us"""
 MYSQL_CLOCK_SQL = "SELECT CAST(UNIX_TIMESTAMP(NOW(6)) * 1000000 AS SIGNED) AS now_us"
 # InnoDB refreshes the INNODB_TRX table from a cache at most every 100 ms: a transaction begun in the
-# last 100 ms may be missing, so the extraction's start is taken that much earlier.
+# last 100 ms may be missing, so the HW stays that much behind the extraction's start.
 INNODB_TRX_CACHE = timedelta(milliseconds=100)
 
 
@@ -104,8 +104,8 @@ def mysql_horizon(row: dict[str, Any], *, max_lag_seconds: int) -> SourceHorizon
     oldest = None if age is None else now - timedelta(microseconds=int(age))
     held = None if held_age is None else now - timedelta(microseconds=int(held_age))
     return SourceHorizon(
-        extraction_start=now - INNODB_TRX_CACHE, mode=TRANSACTIONS, oldest_open=oldest, oldest_within_lag=held,
-        max_lag_seconds=max_lag_seconds,
+        extraction_start=now, mode=TRANSACTIONS, oldest_open=oldest, oldest_within_lag=held,
+        max_lag_seconds=max_lag_seconds, unlisted_seconds=INNODB_TRX_CACHE.total_seconds(),
     )
 
 
