@@ -32,7 +32,7 @@ demo: $(DEMO_STAMP)
 
 # Two workers, a test file each at a time (files share their module fixtures); `PYTEST_ARGS=-n0` runs serially.
 # Every correctness test, end-to-end ones included; only what is marked `slow` waits for `make test-long` (among
-# them the Iceberg and MariaDB rows of the end-to-end kind matrix: destination_support.LONG_KINDS).
+# them the Iceberg and MariaDB rows of the end-to-end kind matrix: support.destinations.LONG_KINDS).
 test: $(STAMP)
 	$(BIN)/python -m pytest -q -n 2 --dist loadfile -m "not slow" $(PYTEST_ARGS)
 

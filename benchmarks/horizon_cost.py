@@ -17,8 +17,8 @@ from pathlib import Path
 
 from incsync.config.load import load_config
 from incsync.spark.session import spark_config
-from incsync_tests.jdbc_support import maria_database, pg_database
 from incsync_tests.sources.test_horizon_sources import Runner, today_config
+from incsync_tests.support.jdbc import maria_database, pg_database
 
 
 def median_ms(runs: int, fn: Callable[[], object]) -> float:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import shutil
 import uuid
 from collections.abc import Iterator
@@ -10,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from incsync_tests.support import SPARK_TEST_CONFIG
+from incsync_tests.support.host import free_port
+from incsync_tests.support.lake import SPARK_TEST_CONFIG
 
 
 @pytest.fixture(scope="session")
@@ -25,14 +25,6 @@ def spark():
     session.sparkContext.setLogLevel("ERROR")
     yield session
     session.stop()
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @pytest.fixture(scope="session")
@@ -67,10 +59,6 @@ def dagster_instance(tmp_path: Path) -> Iterator[object]:
         yield instance
 
 
-def in_ci() -> bool:
-    return os.environ.get("CI", "").lower() in ("1", "true", "yes")
-
-
 @pytest.fixture
 def unique_name() -> str:
     return f"incsync_t_{uuid.uuid4().hex[:10]}"
@@ -87,7 +75,7 @@ def _isolated_staging(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterat
 @pytest.fixture(scope="session")
 def s3_server(tmp_path_factory: pytest.TempPathFactory):
     """A moto S3 server on a free loopback port for the whole session, stopped after."""
-    from incsync_tests.s3_support import start_s3_server
+    from incsync_tests.support.s3 import start_s3_server
 
     yield from start_s3_server(tmp_path_factory.mktemp("moto") / "server.log")
 
@@ -95,7 +83,7 @@ def s3_server(tmp_path_factory: pytest.TempPathFactory):
 @pytest.fixture
 def s3(s3_server, monkeypatch: pytest.MonkeyPatch):
     """The S3 server with its secret exported under the variable the test configs name."""
-    from incsync_tests.s3_support import SECRET, SECRET_VAR
+    from incsync_tests.support.s3 import SECRET, SECRET_VAR
 
     monkeypatch.setenv(SECRET_VAR, SECRET)
     return s3_server

@@ -12,7 +12,7 @@ import pytest
 
 from incsync.cli.main import main
 from incsync.orchestration.partitions import partition_key
-from incsync_tests.support import delta_rows, ts
+from incsync_tests.support.lake import delta_rows, ts
 
 HAND_WRITTEN = """
 sources:

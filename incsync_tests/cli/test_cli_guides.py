@@ -18,7 +18,7 @@ import pytest
 from incsync.cli.main import main
 from incsync.cli.output import fix_separator
 from incsync.cli.progress import Progress, progress_line
-from incsync_tests.support import JAN1, lake_config, order, ts, write_table
+from incsync_tests.support.lake import JAN1, lake_config, order, ts, write_table
 from incsync_tests.cli.test_cli import CSV, HAND_WRITTEN
 
 EXE = str(Path(sys.executable).with_name("incsync"))
@@ -228,7 +228,7 @@ def test_transfers_lists_1000_runs_within_2_seconds(tmp_path: Path, monkeypatch,
     from dagster._core.events.log import EventLogEntry
     from dagster._core.storage.dagster_run import DagsterRun
 
-    from incsync_tests.jdbc_support import HOST, PG_PORT, pg_database
+    from incsync_tests.support.jdbc import HOST, PG_PORT, pg_database
 
     file = lake_config(tmp_path)
     key = dg.AssetKey(["lake", "orders"])

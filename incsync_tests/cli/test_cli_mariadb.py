@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from incsync.cli.main import main
-from incsync_tests.destination_support import mariadb_admin, mariadb_databases
-from incsync_tests.support import order, ts, write_table
+from incsync_tests.support.destinations import mariadb_admin, mariadb_databases
+from incsync_tests.support.lake import order, ts, write_table
 
 ROWS = [
     order(1, "org_1", ts(1, 1, 0, 0, 1), status="new", amount=10.5),

@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from incsync.cli.main import main
-from incsync_tests.support import lake_config, order, ts, write_table
+from incsync_tests.support.lake import lake_config, order, ts, write_table
 from incsync_tests.cli.test_cli import CSV, HAND_WRITTEN
 
 
@@ -123,7 +123,7 @@ def test_pydantic_and_yaml_messages_cite_the_file_and_line(tmp_path: Path, capsy
 
 
 def test_connect_checks_every_model_of_ten_sources_in_parallel(tmp_path: Path, capsys, monkeypatch) -> None:
-    from incsync_tests.jdbc_support import pg_database
+    from incsync_tests.support.jdbc import pg_database
 
     with pg_database() as db:
         db.execute("CREATE TABLE orders (id bigint PRIMARY KEY, org text, amount numeric, updated_at timestamptz)")

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from incsync.cli.main import main
-from incsync_tests.support import order, ts, write_table
+from incsync_tests.support.lake import order, ts, write_table
 
 SOURCE = [
     order(1, "org_1", ts(1, 1), amount=10.5),

@@ -9,7 +9,7 @@ import yaml
 
 from incsync.config.load import load_config
 from incsync.errors import ConfigError
-from incsync_tests.support import lake_config
+from incsync_tests.support.lake import lake_config
 
 
 def _with_audit(tmp_path: Path, audit: dict[str, object]) -> Path:

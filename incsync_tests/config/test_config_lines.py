@@ -7,7 +7,7 @@ import pytest
 import yaml
 
 from incsync.config.lines import node_lines, problem_lines
-from incsync_tests.config_scale import config_text
+from incsync_tests.support.config_scale import config_text
 
 _NAME_KEYS = {"sources": "name", "destinations": "name", "models": "model_name", "recipients": "id"}
 

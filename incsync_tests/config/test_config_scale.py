@@ -20,7 +20,7 @@ from incsync.cli.main import main
 from incsync.config.load import load_config
 from incsync.errors import ConfigError
 from incsync.orchestration.definitions import build_definitions
-from incsync_tests.config_scale import config_text, recipient_id
+from incsync_tests.support.config_scale import config_text, recipient_id
 
 LARGE, SMALL = 10_000, 1_000
 BUDGET_SECONDS = 3.0

@@ -9,7 +9,7 @@ import yaml
 
 from incsync.config.load import load_config
 from incsync.errors import ConfigError
-from incsync_tests.support import lake_config
+from incsync_tests.support.lake import lake_config
 
 
 def test_a_schema_is_checked_only_for_the_schema_tenanted_models_a_recipient_receives(tmp_path: Path) -> None:

@@ -13,8 +13,8 @@ from incsync.config.load import load_config
 from incsync.errors import ConfigError
 from incsync.orchestration.partitions import RECIPIENTS_PARTITIONS
 from incsync_tests.orchestration.test_sensors_schedules import NOW, _defs_with, _evaluate_sensor
-from incsync_tests.jdbc_support import pg_database
-from incsync_tests.support import lake_config
+from incsync_tests.support.jdbc import pg_database
+from incsync_tests.support.lake import lake_config
 
 TABLE = """CREATE TABLE public.incsync_recipients (
     id text PRIMARY KEY, id_in_provider_system text NOT NULL, destination text NOT NULL,

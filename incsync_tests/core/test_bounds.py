@@ -17,7 +17,7 @@ from incsync.core.bounds import (
     new_high_watermark,
     to_micros,
 )
-from incsync_tests.support import ts
+from incsync_tests.support.lake import ts
 
 GRID = ts(1)
 

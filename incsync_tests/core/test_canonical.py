@@ -36,7 +36,7 @@ def test_postgres_infinity_has_the_canonical_text_of_its_staged_extremes() -> No
     """PostgreSQL's ±infinity hashes as the integers staging holds it as (``typemap.INFINITY``), so a
     source and a copy that both hold it agree; finite values keep their text."""
     from incsync.core.canonical import Kind, sql_text
-    from incsync_tests.jdbc_support import pg_database
+    from incsync_tests.support.jdbc import pg_database
 
     staged = pa.table({
         "t": pa.array([2**63 - 1, -(2**63), 1_000_005, None], pa.timestamp("us", tz="UTC")),

@@ -14,9 +14,9 @@ import pytest
 from deltalake import DeltaTable
 
 from incsync.cli.main import run_command
-from incsync_tests import arrow_transfer
-from incsync_tests.destination_support import Target
-from incsync_tests.support import lake_config, ts, write_table
+from incsync_tests.support import arrow_transfer
+from incsync_tests.support.destinations import Target
+from incsync_tests.support.lake import lake_config, ts, write_table
 
 ROWS = 60_000
 DAYS = 100  # creation dates: ROWS // DAYS keys created each day

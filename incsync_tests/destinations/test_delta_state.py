@@ -10,9 +10,9 @@ from pathlib import Path
 from deltalake import CommitProperties, DeltaTable
 
 from incsync.destinations.registry import INCREMENTAL
-from incsync_tests import arrow_transfer
-from incsync_tests.destination_support import Target, destination_spec
-from incsync_tests.support import lake_config, order, ts, write_table
+from incsync_tests.support import arrow_transfer
+from incsync_tests.support.destinations import Target, destination_spec
+from incsync_tests.support.lake import lake_config, order, ts, write_table
 
 SOURCE = [order(1, "org_1", ts(1, 1)), order(2, "org_1", ts(1, 2)), order(3, "org_2", ts(1, 3))]
 

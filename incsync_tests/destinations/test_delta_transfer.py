@@ -13,7 +13,7 @@ from deltalake import DeltaTable
 from incsync.destinations.delta.state import RECORD_KEY
 from incsync.destinations.base import TransferRecord
 from incsync.orchestration.definitions import build_definitions
-from incsync_tests.support import (
+from incsync_tests.support.lake import (
     delta_rows,
     lake_config,
     latest_metadata,

@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 
 from incsync.destinations.registry import FULL_REFRESH
-from incsync_tests import arrow_transfer
-from incsync_tests.destination_support import PG_DSN_ENV, Target, destination_env, destination_spec
-from incsync_tests.support import lake_config, order, ts, write_table
+from incsync_tests.support import arrow_transfer
+from incsync_tests.support.destinations import PG_DSN_ENV, Target, destination_env, destination_spec
+from incsync_tests.support.lake import lake_config, order, ts, write_table
 
 SOURCE = [
     order(1, "org_1", ts(1, 1)), order(2, "org_1", ts(1, 2)), order(3, "org_2", ts(1, 3)),
@@ -117,7 +117,7 @@ def test_through_dagster_the_reset_reason_and_owner_reach_the_metadata(
 ) -> None:
     from incsync.config.tags import MODE_TAG
     from incsync.orchestration.definitions import build_definitions
-    from incsync_tests.support import latest_metadata, materialize_partition
+    from incsync_tests.support.lake import latest_metadata, materialize_partition
 
     with destination_env("postgres", monkeypatch):
         write_table(tmp_path / "src", "orders", SOURCE)

@@ -10,8 +10,8 @@ import pytest
 
 from incsync.config.tags import FULL_REFRESH_TAG, MODE_TAG
 from incsync.orchestration.definitions import build_definitions
-from incsync_tests.destination_support import MATRIX_KINDS, Target, destination_env, destination_spec
-from incsync_tests.support import ORDERS_SCHEMA, latest_metadata, lake_config, materialize_partition, order, ts, write_table
+from incsync_tests.support.destinations import MATRIX_KINDS, Target, destination_env, destination_spec
+from incsync_tests.support.lake import ORDERS_SCHEMA, latest_metadata, lake_config, materialize_partition, order, ts, write_table
 
 LOOKBACK = 60
 ACME = [{"id": "acme", "id_in_provider_system": "org_1", "destination": "acme_dest"}]

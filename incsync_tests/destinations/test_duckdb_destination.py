@@ -16,10 +16,10 @@ import pytest
 
 from incsync.core.blame import Blame, Party, blame
 from incsync.errors import PublishError
-from incsync_tests.arrow_transfer import run
-from incsync_tests.destination_support import Target, destination_spec
 from incsync_tests.destinations.conformance.test_schema import BASE, TYPED, TYPED_ROWS, _row, _set
-from incsync_tests.support import lake_config, order, ts, write_table
+from incsync_tests.support.arrow_transfer import run
+from incsync_tests.support.destinations import Target, destination_spec
+from incsync_tests.support.lake import lake_config, order, ts, write_table
 
 SOURCE = [order(1, "org_1", ts(1, 1)), order(2, "org_1", ts(1, 2)), order(3, "org_2", ts(1, 3)), order(4, "org_1", ts(2, 10))]
 

@@ -12,10 +12,10 @@ import pytest
 
 from incsync.errors import LeaseError, SchemaError
 from incsync.staging.batch import stage_arrow
-from incsync_tests.arrow_transfer import run
-from incsync_tests.destination_support import Target, destination_spec, postgres_database
 from incsync_tests.destinations.conformance.test_schema import BASE, _row, _set
-from incsync_tests.support import ORDERS_SCHEMA, lake_config, order, ts, write_table
+from incsync_tests.support.arrow_transfer import run
+from incsync_tests.support.destinations import Target, destination_spec, postgres_database
+from incsync_tests.support.lake import ORDERS_SCHEMA, lake_config, order, ts, write_table
 
 SOURCE = [order(1, "org_1", ts(1, 1)), order(2, "org_1", ts(1, 2)), order(3, "org_2", ts(1, 3)), order(4, "org_1", ts(2, 10))]
 

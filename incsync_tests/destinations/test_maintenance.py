@@ -19,9 +19,9 @@ from incsync.cli.main import run_command
 from incsync.config.load import load_config
 from incsync.destinations.maintenance import stored_bytes
 from incsync.errors import ConfigError
-from incsync_tests import arrow_transfer
-from incsync_tests.destination_support import Target
-from incsync_tests.support import lake_config, order, ts, write_table
+from incsync_tests.support import arrow_transfer
+from incsync_tests.support.destinations import Target
+from incsync_tests.support.lake import lake_config, order, ts, write_table
 
 ROWS = 20_000
 SMALL_FILES = 1 << 16  # the smallest target_file_size the config takes: many files from few rows

@@ -16,10 +16,10 @@ import yaml
 from incsync.config.load import load_config
 from incsync.destinations.registry import build_destination
 from incsync.errors import ConfigError, PublishError
-from incsync_tests.arrow_transfer import run
-from incsync_tests.destination_support import Target, destination_env, destination_spec, mariadb_admin
 from incsync_tests.destinations.conformance.test_schema import BASE, TYPED, TYPED_ROWS, _row
-from incsync_tests.support import lake_config, order, ts, write_table
+from incsync_tests.support.arrow_transfer import run
+from incsync_tests.support.destinations import Target, destination_env, destination_spec, mariadb_admin
+from incsync_tests.support.lake import lake_config, order, ts, write_table
 
 SOURCE = [order(1, "org_1", ts(1, 1)), order(2, "org_1", ts(1, 2), status="paid"), order(3, "org_2", ts(1, 3))]
 KEYED = pa.schema([("code", pa.string()), ("organization_id", pa.string()), ("status", pa.string()),
@@ -339,7 +339,7 @@ def test_a_retyping_full_refresh_killed_around_its_swap_is_whole_either_side(env
     before = (target.raw_rows(), target.state())
     new = _retyped(range(1, 4), 2)
     write_table(tmp_path / "src", "orders", new, RETYPED)
-    proc = subprocess.run([sys.executable, "-m", "incsync_tests.arrow_transfer", str(config), "2024-01-01", "--full-refresh"],
+    proc = subprocess.run([sys.executable, "-m", "incsync_tests.support.arrow_transfer", str(config), "2024-01-01", "--full-refresh"],
                           cwd=Path(__file__).resolve().parents[2], env={**os.environ, CRASH_ENV: point},
                           capture_output=True, text=True, timeout=180)
     assert proc.returncode == -signal.SIGKILL, proc.stderr[-2000:]

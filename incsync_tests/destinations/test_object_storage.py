@@ -15,9 +15,9 @@ import pytest
 import incsync
 from incsync.errors import LeaseError
 from incsync.staging.spark import stage
-from incsync_tests.arrow_transfer import run
-from incsync_tests.destination_support import Target
-from incsync_tests.support import lake_config, order, ts, write_table
+from incsync_tests.support.arrow_transfer import run
+from incsync_tests.support.destinations import Target
+from incsync_tests.support.lake import lake_config, order, ts, write_table
 
 ROWS = [order(1, "org_1", ts(1, 1)), order(2, "org_1", ts(1, 2)), order(3, "org_2", ts(1, 3)), order(4, "org_1", ts(2, 6))]
 PREQUEL_KEYS = {

@@ -19,9 +19,9 @@ from incsync.cli.main import run_command
 from incsync.config.load import load_config
 from incsync.destinations.object_storage.manifests import committed_manifests
 from incsync.destinations.object_storage.reader import read_manifests
-from incsync_tests import arrow_transfer
-from incsync_tests.destination_support import Target
-from incsync_tests.support import lake_config, order, ts, write_table
+from incsync_tests.support import arrow_transfer
+from incsync_tests.support.destinations import Target
+from incsync_tests.support.lake import lake_config, order, ts, write_table
 
 BASE = 200  # orders of the backfill
 INCREMENTALS = 100

@@ -15,9 +15,9 @@ import yaml
 from incsync.cli.main import run_command
 from incsync.destinations.ownership import OWNER_PROPERTY
 from incsync.errors import OwnershipError
-from incsync_tests import arrow_transfer
-from incsync_tests.destination_support import MATRIX_KINDS, PG_DSN_ENV, Target, destination_env, destination_spec
-from incsync_tests.support import lake_config, order, ts, write_table
+from incsync_tests.support import arrow_transfer
+from incsync_tests.support.destinations import MATRIX_KINDS, PG_DSN_ENV, Target, destination_env, destination_spec
+from incsync_tests.support.lake import lake_config, order, ts, write_table
 
 SOURCE = [order(1, "org_1", ts(1, 1)), order(2, "org_1", ts(1, 2)), order(3, "org_2", ts(1, 3)), order(4, "org_2", ts(1, 4))]
 
@@ -79,7 +79,7 @@ def test_delta_table_written_before_stamps_is_adopted_only_by_the_recipient_its_
     )
     import pyarrow as pa
 
-    from incsync_tests.support import ORDERS_SCHEMA
+    from incsync_tests.support.lake import ORDERS_SCHEMA
 
     write_deltalake(str(table), pa.Table.from_pylist([SOURCE[0]], schema=ORDERS_SCHEMA), mode="append",
                     commit_properties=CommitProperties(custom_metadata={RECORD_KEY: legacy.to_json()}))
@@ -102,7 +102,7 @@ def test_a_foreign_delta_table_without_log_is_not_adopted(tmp_path: Path) -> Non
     import pyarrow as pa
     from deltalake import write_deltalake
 
-    from incsync_tests.support import ORDERS_SCHEMA
+    from incsync_tests.support.lake import ORDERS_SCHEMA
 
     write_table(tmp_path / "src", "orders", SOURCE)
     config = _config(tmp_path, "delta", "acme", "org_1")

@@ -14,8 +14,8 @@ import pytest
 from incsync.destinations.base import INCREMENTAL, DestinationState, TransferRecord
 from incsync.errors import PublishError
 from incsync.staging.batch import stage_arrow
-from incsync_tests.destination_support import Target, destination_env, destination_spec
-from incsync_tests.support import lake_config, ts, write_table
+from incsync_tests.support.destinations import Target, destination_env, destination_spec
+from incsync_tests.support.lake import lake_config, ts, write_table
 
 SCHEMA = pa.schema([("id", pa.int64()), ("organization_id", pa.string()), ("status", pa.string()),
                     ("updated_at", pa.timestamp("us", tz="UTC"))])

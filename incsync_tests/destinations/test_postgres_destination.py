@@ -13,9 +13,9 @@ import pytest
 
 from incsync.errors import ConfigError, LeaseError, SchemaError
 from incsync.staging.spark import stage
-from incsync_tests.arrow_transfer import run
-from incsync_tests.destination_support import PG_DSN_ENV, Target, destination_env, destination_spec
-from incsync_tests.support import lake_config, ts, write_table
+from incsync_tests.support.arrow_transfer import run
+from incsync_tests.support.destinations import PG_DSN_ENV, Target, destination_env, destination_spec
+from incsync_tests.support.lake import lake_config, ts, write_table
 
 TYPED = pa.schema([
     ("id", pa.int64()), ("organization_id", pa.string()), ("updated_at", pa.timestamp("us", tz="UTC")),

@@ -28,7 +28,7 @@ from incsync.destinations.postgres import pool as pg_pool
 from incsync.destinations.registry import build_destination
 from incsync.errors import LeaseError, PublishError
 from incsync.staging.batch import StagedBatch
-from incsync_tests.destination_support import PG_DSN_ENV, destination_env
+from incsync_tests.support.destinations import PG_DSN_ENV, destination_env
 
 
 @pytest.fixture

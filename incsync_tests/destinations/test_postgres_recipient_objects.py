@@ -19,9 +19,9 @@ import pyarrow as pa
 import pytest
 
 from incsync.errors import SchemaError
-from incsync_tests.arrow_transfer import run
-from incsync_tests.destination_support import PG_DSN_ENV, Target, _admin_connect, destination_env, destination_spec
-from incsync_tests.support import lake_config, ts, write_table
+from incsync_tests.support.arrow_transfer import run
+from incsync_tests.support.destinations import PG_DSN_ENV, Target, _admin_connect, destination_env, destination_spec
+from incsync_tests.support.lake import lake_config, ts, write_table
 
 SCHEMA = pa.schema([
     ("id", pa.int64()), ("organization_id", pa.string()), ("status", pa.string()), ("amount", pa.float64()),

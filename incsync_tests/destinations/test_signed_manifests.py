@@ -16,7 +16,7 @@ from cryptography.hazmat.primitives.serialization import Encoding, NoEncryption,
 from incsync import read_manifested
 from incsync.orchestration.definitions import build_definitions
 from incsync.destinations.errors import ManifestIntegrityError
-from incsync_tests.support import lake_config, materialize_partition, order, ts, write_table
+from incsync_tests.support.lake import lake_config, materialize_partition, order, ts, write_table
 
 
 @pytest.fixture

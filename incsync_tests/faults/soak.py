@@ -4,7 +4,7 @@
 
 For each destination kind (Delta, PostgreSQL, object storage) a worker changes its own lake source in
 *generations* (each inserts or rewrites a group of rows with one last-modified value, for two tenants),
-starts ``incsync_tests.arrow_transfer`` for a random window (scheduled or not) and SIGKILLs it after a
+starts ``incsync_tests.support.arrow_transfer`` for a random window (scheduled or not) and SIGKILLs it after a
 random delay, until the kills add up to ``--kills``; runs it does not kill must succeed. A reader per
 destination polls the transfer state, then the rows, and counts:
 
@@ -38,9 +38,9 @@ from pathlib import Path
 
 import pytest
 
-from incsync_tests.destination_support import KINDS as EVERY_KIND
-from incsync_tests.destination_support import PG_DSN_ENV, Target, destination_spec, postgres_database
-from incsync_tests.support import lake_config, order, ts, write_table
+from incsync_tests.support.destinations import KINDS as EVERY_KIND
+from incsync_tests.support.destinations import PG_DSN_ENV, Target, destination_spec, postgres_database
+from incsync_tests.support.lake import lake_config, order, ts, write_table
 
 REPO = Path(__file__).resolve().parents[2]
 GROUP = 6  # rows a generation writes, all with one last-modified value
@@ -164,7 +164,7 @@ class Worker(threading.Thread):
     def _transfer(self, window: str, scheduled: bool, *, kill_after: float | None) -> tuple[bool, float]:
         """Run one transfer; True when it was killed."""
         env = {**os.environ, "INCSYNC_STAGING_DIR": str(self.staging)}
-        args = [sys.executable, "-m", "incsync_tests.arrow_transfer", str(self.config), window, *(["--scheduled"] if scheduled else [])]
+        args = [sys.executable, "-m", "incsync_tests.support.arrow_transfer", str(self.config), window, *(["--scheduled"] if scheduled else [])]
         started = time.monotonic()
         proc = subprocess.Popen(args, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         try:

@@ -109,7 +109,7 @@ def private_postgres() -> Iterator[PrivatePostgres]:
     """The server's folder is under the system temp dir: the server's user must reach it (not pytest's 0700 tmp)."""
     import tempfile
 
-    from incsync_tests.conftest import free_port, in_ci
+    from incsync_tests.support.host import free_port, in_ci
 
     if shutil.which("initdb") is None or (os.geteuid() == 0 and shutil.which("runuser") is None):
         if in_ci():

@@ -17,10 +17,10 @@ import yaml
 from incsync.core.crashpoints import PAUSE_ENV, PAUSE_FILE_ENV
 from incsync.destinations.postgres.destination import PostgresDestination
 from incsync.errors import PublishError
-from incsync_tests import arrow_transfer
-from incsync_tests.destination_support import PG_DSN_ENV, Target, destination_env, destination_spec
 from incsync_tests.faults.support import Killer, private_postgres
-from incsync_tests.support import lake_config, order, ts, write_table
+from incsync_tests.support import arrow_transfer
+from incsync_tests.support.destinations import PG_DSN_ENV, Target, destination_env, destination_spec
+from incsync_tests.support.lake import lake_config, order, ts, write_table
 
 REPO = Path(__file__).resolve().parents[2]
 DAY1 = [order(1, "org_1", ts(1, 1)), order(2, "org_1", ts(1, 2)), order(3, "org_2", ts(1, 3))]
@@ -79,7 +79,8 @@ def test_a_destination_connection_killed_mid_copy(attempts: int, tmp_path: Path,
         before_raw, before_state = target.raw_rows(), target.state()
         admin, marker = Admin(), tmp_path / "paused"
         proc = subprocess.Popen(
-            [sys.executable, "-m", "incsync_tests.arrow_transfer", str(file), "2024-01-02", "--scheduled"], cwd=REPO,
+            [sys.executable, "-m", "incsync_tests.support.arrow_transfer", str(file), "2024-01-02", "--scheduled"],
+            cwd=REPO,
             env={**os.environ, PAUSE_ENV: "mid_copy", PAUSE_FILE_ENV: str(marker)}, stdout=subprocess.PIPE,
             stderr=subprocess.PIPE, text=True,
         )
@@ -110,7 +111,8 @@ def test_a_destination_server_restarted_mid_copy_heals_by_retry(tmp_path: Path, 
         file, target = _setup(tmp_path, attempts=5, backoff=0.5)  # waits 0.5, 1, 2, 4 s: the server is back by then
         marker = tmp_path / "paused"
         proc = subprocess.Popen(
-            [sys.executable, "-m", "incsync_tests.arrow_transfer", str(file), "2024-01-02", "--scheduled"], cwd=REPO,
+            [sys.executable, "-m", "incsync_tests.support.arrow_transfer", str(file), "2024-01-02", "--scheduled"],
+            cwd=REPO,
             env={**os.environ, PAUSE_ENV: "mid_copy", PAUSE_FILE_ENV: str(marker)}, stdout=subprocess.PIPE,
             stderr=subprocess.PIPE, text=True,
         )
@@ -181,7 +183,7 @@ class LostAck(PostgresDestination):
 def test_a_commit_that_landed_before_its_connection_was_lost_is_not_redone(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     with destination_env("postgres", monkeypatch):
         file, target = _setup(tmp_path, 3)
-        monkeypatch.setattr("incsync_tests.arrow_transfer.build_destination", lambda config: LostAck(config))
+        monkeypatch.setattr("incsync_tests.support.arrow_transfer.build_destination", lambda config: LostAck(config))
         outcome = arrow_transfer.run(file, "2024-01-02", scheduled=True)
         assert LostAck.lost
         assert outcome.destination_metadata == {"publish_attempts": 2}

@@ -27,7 +27,7 @@ from incsync.cli.main import main
 from incsync.config.load import load_config
 from incsync.core.crashpoints import PAUSE_ENV, PAUSE_FILE_ENV
 from incsync.staging.folders import claim
-from incsync_tests.support import delta_rows, lake_config, order, ts, write_table
+from incsync_tests.support.lake import delta_rows, lake_config, order, ts, write_table
 
 ASSET = dg.AssetKey(["lake", "orders"])
 ORIGIN = RemoteJobOrigin(

@@ -13,7 +13,7 @@ from incsync.config.model import RetryPolicy
 from incsync.config.load import load_config
 from incsync.errors import ConfigError, PublishError, SourceError, ValidationError
 from incsync.transfer.retries import transient_cause, with_retries
-from incsync_tests.support import lake_config
+from incsync_tests.support.lake import lake_config
 
 
 def _chained(outer: Exception, inner: Exception) -> Exception:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from incsync_tests.faults.soak import check_snapshot
-from incsync_tests.support import order, ts
+from incsync_tests.support.lake import order, ts
 
 GROUPS = [[1, 2, 3, 4], [5, 6]]  # org_1 keys 1, 3 and 5 (a group alternates org_1, org_2)
 GOOD = [order(1, "org_1", ts(1, 1), status="g1"), order(3, "org_1", ts(1, 1), status="g1"), order(5, "org_1", ts(1, 2), status="g2")]

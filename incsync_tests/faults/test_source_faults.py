@@ -12,8 +12,8 @@ import yaml
 from incsync.config.load import load_config
 from incsync.destinations.registry import build_destination
 from incsync_tests.faults.support import Killer, pg_sessions, pg_terminate, transfer
-from incsync_tests.jdbc_support import jdbc_config, maria_database, mariadb_cli, pg_database
-from incsync_tests.support import delta_rows, ts
+from incsync_tests.support.jdbc import jdbc_config, maria_database, mariadb_cli, pg_database
+from incsync_tests.support.lake import delta_rows, ts
 
 ROWS = [(1, "org_1", "new", ts(1, 1)), (2, "org_1", "paid", ts(1, 2)), (3, "org_2", "new", ts(1, 3)), (4, "org_1", "new", ts(1, 4))]
 EXPECTED = [(1, ts(1, 1)), (2, ts(1, 2)), (4, ts(1, 4))]

@@ -17,9 +17,9 @@ from incsync.config.load import load_config
 from incsync.core.crashpoints import CRASH_ENV
 from incsync.staging.folders import claim, remove_stale_staging
 from incsync.storage.locks import exclusive_lock, lock_if_free
-from incsync_tests import arrow_transfer
-from incsync_tests.destination_support import Target, destination_env, destination_spec
-from incsync_tests.support import lake_config, order, ts, write_table
+from incsync_tests.support import arrow_transfer
+from incsync_tests.support.destinations import Target, destination_env, destination_spec
+from incsync_tests.support.lake import lake_config, order, ts, write_table
 
 REPO = Path(__file__).resolve().parents[2]
 DAY1 = [order(1, "org_1", ts(1, 1)), order(2, "org_1", ts(1, 2)), order(3, "org_2", ts(1, 3))]
@@ -41,7 +41,7 @@ def test_a_transfer_killed_after_claiming_its_staging_leaves_nothing_after_recov
         arrow_transfer.run(config, "2024-01-01", scheduled=False)
         write_table(tmp_path / "src", "orders", DAY2)
         proc = subprocess.run(
-            [sys.executable, "-m", "incsync_tests.arrow_transfer", str(config), "2024-01-02", "--scheduled"],
+            [sys.executable, "-m", "incsync_tests.support.arrow_transfer", str(config), "2024-01-02", "--scheduled"],
             cwd=REPO, env={**os.environ, CRASH_ENV: "after_claim"}, capture_output=True, text=True, timeout=180,
         )
         assert proc.returncode == -signal.SIGKILL, proc.stderr[-2000:]

@@ -11,10 +11,10 @@ import pytest
 
 from incsync.config.load import load_config
 from incsync.orchestration.definitions import build_definitions
-from incsync_tests.destination_support import destination_env
-from incsync_tests.integrity_support import TYPED_ORDERS, config_for, insert, typed_rows, verify
-from incsync_tests.jdbc_support import pg_database
-from incsync_tests.support import materialize_partition
+from incsync_tests.support.destinations import destination_env
+from incsync_tests.support.integrity import TYPED_ORDERS, config_for, insert, typed_rows, verify
+from incsync_tests.support.jdbc import pg_database
+from incsync_tests.support.lake import materialize_partition
 
 MODEL_KEY = ("db", "orders")
 KEPT = ("kept {n} row(s) that are no longer the tenant's in the source (the model says deletes: none, which keeps "
@@ -117,7 +117,7 @@ def test_a_moved_and_a_deleted_row_under_each_deletes_mode_from_mariadb(
 ) -> None:
     """The same meanings with a MariaDB source (a Delta copy): transfer, verify and repair."""
     from incsync.transfer.repair import repair_recipient
-    from incsync_tests.jdbc_support import jdbc_config, maria_database
+    from incsync_tests.support.jdbc import jdbc_config, maria_database
 
     all_ids = list(range(1, 13))
     with maria_database() as db:

@@ -9,7 +9,7 @@ import dagster as dg
 import pytest
 
 from incsync.orchestration.definitions import build_definitions
-from incsync_tests.support import lake_config, materialize_partition, order, ts, write_table
+from incsync_tests.support.lake import lake_config, materialize_partition, order, ts, write_table
 
 MODEL = dg.AssetKey(["lake", "orders"])
 CHECK = dg.AssetCheckKey(MODEL, "integrity")

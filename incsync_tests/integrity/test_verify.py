@@ -11,8 +11,8 @@ import pytest
 
 from incsync.config.load import load_config
 from incsync.orchestration.definitions import build_definitions
-from incsync_tests.destination_support import MATRIX_KINDS, PG_DSN_ENV, destination_env
-from incsync_tests.integrity_support import (
+from incsync_tests.support.destinations import MATRIX_KINDS, PG_DSN_ENV, destination_env
+from incsync_tests.support.integrity import (
     TYPED_ORDERS,
     config_for,
     damage_destination,
@@ -21,8 +21,8 @@ from incsync_tests.integrity_support import (
     typed_rows,
     verify,
 )
-from incsync_tests.jdbc_support import pg_database
-from incsync_tests.support import materialize_partition
+from incsync_tests.support.jdbc import pg_database
+from incsync_tests.support.lake import materialize_partition
 
 MODEL_KEY = ("db", "orders")
 
@@ -147,7 +147,7 @@ def test_repair_moves_only_the_wrong_keys_then_verify_passes(kind: str, spark, d
 
 def clean_hw(db) -> str:
     """The HW the two transfers committed: the newest org_1 row before id 6 moved (ids 5 and 6 excluded)."""
-    from incsync_tests.integrity_support import typed_rows as rows
+    from incsync_tests.support.integrity import typed_rows as rows
 
     return max(r[7] for r in rows() if r[1] == "org_1").isoformat()
 
@@ -156,8 +156,8 @@ def test_mariadb_source_fingerprints_agree_with_delta(spark, dagster_instance, t
     """MariaDB computes its buckets in SQL (through Spark JDBC): a true copy differs nowhere; a deleted row is missing."""
     from deltalake import DeltaTable
 
-    from incsync_tests.jdbc_support import jdbc_config, maria_database
-    from incsync_tests.support import ts
+    from incsync_tests.support.jdbc import jdbc_config, maria_database
+    from incsync_tests.support.lake import ts
     from incsync_tests.sources.test_jdbc_sources import MARIA_ORDERS, maria_insert
 
     with maria_database() as db:

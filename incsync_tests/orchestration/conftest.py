@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from incsync_tests.destination_support import _admin_connect, postgres_database
+from incsync_tests.support.destinations import _admin_connect, postgres_database
 
 DSN_ENV = "INCSYNC_TEST_BLAME_DSN"  # the DSN of the pg_role fixture's destination
 

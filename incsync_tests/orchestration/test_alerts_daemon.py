@@ -23,11 +23,11 @@ from incsync.config.load import load_config
 from incsync.core.bounds import UTC
 from incsync.orchestration.alerts import ALERT_SENSOR
 from incsync.orchestration.concurrency import dagster_yaml
-from incsync_tests.alert_support import webhook_server
-from incsync_tests.browser_support import stop_group
 from incsync_tests.orchestration.conftest import DSN_ENV
 from incsync_tests.orchestration.test_blame import ACME_PG, LOGIN, PG
-from incsync_tests.support import lake_config, order, write_table
+from incsync_tests.support.browser import stop_group
+from incsync_tests.support.lake import lake_config, order, write_table
+from incsync_tests.support.webhook import webhook_server
 
 REPO = Path(__file__).resolve().parents[2]
 INCSYNC = str(Path(sys.executable).with_name("incsync"))

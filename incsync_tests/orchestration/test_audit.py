@@ -24,7 +24,7 @@ from incsync.orchestration.audit import ASSET_KEY, JOB_NAME, OP_NAME, SCHEDULE_N
 from incsync.orchestration.dagster_compat import load_as_code_location
 from incsync.orchestration.definitions import build_definitions
 from incsync_tests.orchestration.test_blame import FILE_IN_THE_WAY, run
-from incsync_tests.support import lake_config, latest_metadata
+from incsync_tests.support.lake import lake_config, latest_metadata
 
 DB = dg.AssetKey(["db", "orders"])
 AUDIT_DSN_ENV = "INCSYNC_TEST_AUDIT_DSN"
@@ -56,7 +56,7 @@ def warehouse(kind: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, 
     if kind == "delta":
         yield {"name": "warehouse", "kind": "delta", "path": "./warehouse"}
         return
-    from incsync_tests.destination_support import postgres_database
+    from incsync_tests.support.destinations import postgres_database
 
     with postgres_database() as dsn:
         monkeypatch.setenv(AUDIT_DSN_ENV, dsn)
@@ -99,7 +99,7 @@ def at(epoch: float | None) -> datetime | None:
 def test_the_transfer_log_of_real_transfers_exact_idempotent_and_incremental(
     spark, tmp_path: Path, dagster_instance, monkeypatch: pytest.MonkeyPatch, kind: str
 ) -> None:
-    from incsync_tests.jdbc_support import jdbc_config, pg_database
+    from incsync_tests.support.jdbc import jdbc_config, pg_database
 
     with pg_database() as db, warehouse(kind, monkeypatch) as dest:
         db.execute("CREATE TABLE orders (id int PRIMARY KEY, organization_id text, amount int, updated_at timestamptz)")
@@ -234,7 +234,7 @@ def test_a_pass_killed_between_its_tables_loses_nothing(spark, tmp_path: Path, d
     import sys
 
     from incsync.core.crashpoints import CRASH_ENV
-    from incsync_tests.support import order, ts, write_table
+    from incsync_tests.support.lake import order, ts, write_table
 
     write_table(tmp_path / "src", "orders", [order(1, "org_1", ts(1, 1))])
     config = lake_config(tmp_path, model={"lookback_seconds": 0})

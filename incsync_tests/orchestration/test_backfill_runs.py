@@ -13,7 +13,7 @@ from incsync.config.load import load_config
 from incsync.orchestration.dagster_compat import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG, DEFER_ASSET_EVENTS_TAG
 from incsync.orchestration.definitions import build_definitions
 from incsync.orchestration.partitions import RECIPIENTS_PARTITIONS, partition_key
-from incsync_tests.support import delta_rows, lake_config, order, ts, write_table
+from incsync_tests.support.lake import delta_rows, lake_config, order, ts, write_table
 
 MODEL = dg.AssetKey(["lake", "orders"])
 RECIPIENTS = [

@@ -19,7 +19,7 @@ from incsync.orchestration.definitions import build_definitions
 from incsync.orchestration.partitions import RECIPIENTS_PARTITIONS, partition_key
 from incsync.orchestration.statuses import list_transfers
 from incsync.config.load import load_config
-from incsync_tests.support import delta_rows, lake_config, order, ts, write_table
+from incsync_tests.support.lake import delta_rows, lake_config, order, ts, write_table
 
 LAKE = dg.AssetKey(["lake", "orders"])
 from incsync_tests.orchestration.conftest import DSN_ENV
@@ -234,7 +234,7 @@ def test_provider_side_failures_of_a_lake_source_blame_the_provider(spark, tmp_p
 
 
 def test_provider_side_failures_of_a_postgres_source_blame_the_provider(spark, tmp_path: Path, dagster_instance) -> None:
-    from incsync_tests.jdbc_support import jdbc_config, pg_database
+    from incsync_tests.support.jdbc import jdbc_config, pg_database
 
     db_key = dg.AssetKey(["db", "orders"])
     with pg_database() as db:
@@ -283,7 +283,7 @@ def test_a_column_type_the_recipient_changed_blames_the_recipient(spark, tmp_pat
 def test_a_password_the_recipient_rotated_blames_the_recipient(spark, tmp_path: Path, dagster_instance,
                                                                monkeypatch: pytest.MonkeyPatch) -> None:
     """A real wrong password: MariaDB checks passwords on this machine (PostgreSQL trusts local logins)."""
-    from incsync_tests.destination_support import MARIADB_ENV, mariadb_admin, mariadb_database, mariadb_databases
+    from incsync_tests.support.destinations import MARIADB_ENV, mariadb_admin, mariadb_database, mariadb_databases
 
     user, hosts = f"incsync_w_{uuid.uuid4().hex[:8]}", ("%", "localhost")
     login = LOGIN.replace("acme_pg", "acme_maria")

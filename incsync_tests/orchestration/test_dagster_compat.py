@@ -333,7 +333,7 @@ def test_loading_a_config_does_not_import_dagster(tmp_path) -> None:
     import subprocess
     import sys
 
-    from incsync_tests.support import lake_config
+    from incsync_tests.support.lake import lake_config
 
     config = lake_config(tmp_path, model={"frequency": "0 0 31 2 *"})
     probe = (

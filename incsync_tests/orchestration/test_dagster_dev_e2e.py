@@ -20,9 +20,9 @@ import yaml
 
 from incsync.orchestration.concurrency import dagster_yaml
 from incsync.config.load import load_config
-from incsync_tests.browser_support import stop_group
-from incsync_tests.conftest import free_port, in_ci
-from incsync_tests.support import delta_rows, lake_config, order, ts, write_table
+from incsync_tests.support.browser import stop_group
+from incsync_tests.support.host import free_port, in_ci
+from incsync_tests.support.lake import delta_rows, lake_config, order, ts, write_table
 
 REPO = Path(__file__).resolve().parents[2]
 MODEL = dg.AssetKey(["lake", "orders"])

@@ -14,7 +14,7 @@ from incsync.core.fingerprint import model_fingerprint
 from incsync.config.load import load_config
 from incsync.orchestration.partitions import RECIPIENT_DIM, WINDOW_DIM
 from incsync.orchestration.definitions import build_definitions
-from incsync_tests.support import lake_config
+from incsync_tests.support.lake import lake_config
 
 
 def test_importing_definitions_starts_no_jvm(tmp_path: Path) -> None:

@@ -20,8 +20,8 @@ from incsync.orchestration.dagster_compat import (
 )
 from incsync.orchestration.definitions import build_definitions
 from incsync.orchestration.partitions import RECIPIENTS_PARTITIONS, partition_key
-from incsync_tests.destination_support import postgres_database
-from incsync_tests.support import lake_config, order, ts, write_table
+from incsync_tests.support.destinations import postgres_database
+from incsync_tests.support.lake import lake_config, order, ts, write_table
 
 MODEL = dg.AssetKey(["lake", "orders"])
 DAYS = [f"2024-01-0{d}" for d in range(1, 7)]

@@ -25,8 +25,8 @@ from incsync.orchestration.audit import ASSET_KEY as AUDIT_KEY, JOB_NAME as AUDI
 from incsync.orchestration.dagster_compat import load_as_code_location
 from incsync.orchestration.definitions import build_definitions
 from incsync.orchestration.maintenance import JOB_NAME as MAINTENANCE_JOB
-from incsync_tests.jdbc_support import PgDatabase, pg_database
-from incsync_tests.support import JAN1_EPOCH, order, ts, write_table
+from incsync_tests.support.jdbc import PgDatabase, pg_database
+from incsync_tests.support.lake import JAN1_EPOCH, order, ts, write_table
 
 ROOT = Path(__file__).resolve().parents[2]
 RECIPIENTS_TABLE = """CREATE TABLE public.incsync_recipients (

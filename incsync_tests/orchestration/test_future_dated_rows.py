@@ -23,9 +23,9 @@ from incsync.core.bounds import UTC, floor_to_second
 from incsync.orchestration.definitions import build_definitions
 from incsync.orchestration.partitions import RECIPIENTS_PARTITIONS
 from incsync.orchestration.schedules import schedule_name
-from incsync_tests.destination_support import Target, destination_env, destination_spec
-from incsync_tests.jdbc_support import jdbc_config, pg_database
-from incsync_tests.support import latest_metadata
+from incsync_tests.support.destinations import Target, destination_env, destination_spec
+from incsync_tests.support.jdbc import jdbc_config, pg_database
+from incsync_tests.support.lake import latest_metadata
 
 LOOKBACK = 1
 DAY = 86_400

@@ -13,8 +13,8 @@ from incsync.config.load import load_config
 from incsync.orchestration.dagster_compat import instance_postgres_url
 from incsync.errors import ConfigError
 from incsync.orchestration.instance import postgres_url_problem, storage_problems
-from incsync_tests.destination_support import postgres_database
-from incsync_tests.support import lake_config
+from incsync_tests.support.destinations import postgres_database
+from incsync_tests.support.lake import lake_config
 
 REPO = Path(__file__).resolve().parents[2]
 

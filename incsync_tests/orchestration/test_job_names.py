@@ -28,7 +28,7 @@ from dagster_graphql.test.utils import execute_dagster_graphql
 
 from incsync.orchestration.sensors import RECIPIENT_SENSOR
 from incsync.orchestration.partitions import RECIPIENTS_PARTITIONS
-from incsync_tests.support import lake_config
+from incsync_tests.support.lake import lake_config
 
 RECIPIENTS = [
     {"id": "acme", "id_in_provider_system": "org_1", "destination": "acme_delta"},

@@ -13,7 +13,7 @@ from incsync.sources.registry import build_source
 from incsync.destinations.base import TransferRecord
 from incsync.transfer.execute import run_transfer
 from incsync.transfer.request import TransferOutcome, TransferRequest, TransferRun
-from incsync_tests.support import delta_rows, lake_config, order, ts, write_table
+from incsync_tests.support.lake import delta_rows, lake_config, order, ts, write_table
 
 RECIPIENTS = [{"id": "acme", "id_in_provider_system": "org_1", "destination": "shared"}]
 

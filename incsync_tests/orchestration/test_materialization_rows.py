@@ -19,7 +19,7 @@ from dagster._serdes import deserialize_value, serialize_value
 
 import incsync.orchestration.dagster_compat.events as events
 from incsync.orchestration.dagster_compat import DEFER_ASSET_EVENTS_TAG, materialization_reporter, report_materialized
-from incsync_tests.destination_support import postgres_database
+from incsync_tests.support.destinations import postgres_database
 
 KEYS = ["a", "b|ü 1", "c", "d", "e", "f"]
 PARTS = dg.StaticPartitionsDefinition(KEYS)

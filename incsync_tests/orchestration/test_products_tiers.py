@@ -24,7 +24,7 @@ from incsync.orchestration.dagster_compat import read_instance_value
 from incsync.orchestration.subscriptions import STATE_KEY
 from incsync.orchestration.triggers import automation
 from incsync_tests.orchestration.test_sensors_schedules import NOW, _defs_with, _evaluate_sensor
-from incsync_tests.support import delta_rows, lake_config, order, ts, write_table
+from incsync_tests.support.lake import delta_rows, lake_config, order, ts, write_table
 
 RECIPIENTS = [
     {"id": "acme", "id_in_provider_system": "org_1", "destination": "acme_delta", "products": ["basic"]},
@@ -253,7 +253,7 @@ def test_a_recipient_not_receiving_a_model_is_refused_by_transfer_and_the_ui_and
     from incsync.integrity.verify import recipients_of
     from incsync.orchestration.definitions import build_definitions
     from incsync.orchestration.runs import failure_message
-    from incsync_tests.support import materialize_partition
+    from incsync_tests.support.lake import materialize_partition
 
     write_table(tmp_path / "src", "orders", [order(1, "org_1", ts(1, 1)), order(2, "org_2", ts(1, 2)), order(3, "org_2", ts(1, 3))])
     file = _config(tmp_path, products=PRODUCTS)

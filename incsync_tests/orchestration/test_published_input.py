@@ -8,7 +8,7 @@ import dagster as dg
 
 from incsync.destinations.readers import PublishedCopies
 from incsync.orchestration.definitions import build_definitions
-from incsync_tests.support import lake_config, materialize_partition, order, ts, write_table
+from incsync_tests.support.lake import lake_config, materialize_partition, order, ts, write_table
 
 RECIPIENTS = [
     {"id": "acme", "id_in_provider_system": "org_1", "destination": "acme_delta"},

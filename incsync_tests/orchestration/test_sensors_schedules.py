@@ -16,7 +16,7 @@ from incsync.orchestration.sensors import build_recipient_sensor
 from incsync.core.bounds import UTC
 from incsync.config.load import load_config
 from incsync.orchestration.partitions import RECIPIENTS_PARTITIONS
-from incsync_tests.support import lake_config
+from incsync_tests.support.lake import lake_config
 
 NOW = datetime(2024, 1, 3, 7, 20, tzinfo=UTC)
 RECIPIENTS = [

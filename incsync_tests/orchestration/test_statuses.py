@@ -20,7 +20,7 @@ from incsync.orchestration.errors import StatusError
 from incsync.orchestration.statuses import TransferStatus, counts_by_model, list_transfers
 from incsync.config.load import load_config
 from incsync.orchestration.partitions import RECIPIENTS_PARTITIONS
-from incsync_tests.support import lake_config
+from incsync_tests.support.lake import lake_config
 
 ASSET = dg.AssetKey(["lake", "orders"])
 RECIPIENTS = [

@@ -12,8 +12,8 @@ import pytest
 from incsync.cli.main import main
 from incsync.orchestration.definitions import build_definitions
 from incsync.core.transfer_id import TRANSFER_ID_PATTERN
-from incsync_tests.browser_support import dump_dom, page_text, webserver
-from incsync_tests.support import lake_config, order, ts, write_table
+from incsync_tests.support.browser import dump_dom, page_text, webserver
+from incsync_tests.support.lake import lake_config, order, ts, write_table
 
 
 def test_assets_and_jobs_say_what_they_are(tmp_path: Path) -> None:

@@ -10,7 +10,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 from incsync.core.bounds import UTC
-from incsync_tests.support import order
+from incsync_tests.support.lake import order
 from incsync_tests.transfer.test_edge_cases import Lake, counts
 
 

@@ -25,7 +25,7 @@ from incsync.core.windows import window_key_for
 from incsync.sources.registry import build_source
 from incsync.transfer.execute import run_transfer
 from incsync.transfer.request import TransferOutcome, TransferRun
-from incsync_tests.jdbc_support import (
+from incsync_tests.support.jdbc import (
     HOST,
     MARIADB_PORT,
     PG_PORT,
@@ -375,7 +375,7 @@ def test_mariadb_without_process_falls_back_to_the_lookback(spark, tmp_path: Pat
 
 def test_materialization_metadata_carries_the_horizon(spark, tmp_path: Path, dagster_instance) -> None:
     from incsync.orchestration.definitions import build_definitions
-    from incsync_tests.support import latest_metadata, materialize_partition
+    from incsync_tests.support.lake import latest_metadata, materialize_partition
 
     with database("postgres") as db, writers(db) as writer:
         config = today_config(tmp_path, db)

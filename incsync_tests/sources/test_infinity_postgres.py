@@ -14,10 +14,10 @@ import pytest
 from incsync.core.typemap import ColumnPlan, cast_sql, plan_column
 from incsync.staging.errors import ConversionError
 from incsync.staging.infinity import infinities_as_text
-from incsync_tests.destination_support import PG_DSN_ENV, Target, destination_env
-from incsync_tests.integrity_support import verify
-from incsync_tests.jdbc_support import pg_database
-from incsync_tests.type_support import rows_by, transfer, write_config
+from incsync_tests.support.destinations import PG_DSN_ENV, Target, destination_env
+from incsync_tests.support.integrity import verify
+from incsync_tests.support.jdbc import pg_database
+from incsync_tests.support.jdbc_transfer import rows_by, transfer, write_config
 
 DDL = ("CREATE TABLE orders (id int PRIMARY KEY, organization_id text NOT NULL, updated_at timestamptz NOT NULL, "
        "ts timestamp(6), tstz timestamptz(6), d date, note text)")
@@ -157,9 +157,9 @@ def test_in_a_fan_out_only_the_recipient_whose_destination_cannot_hold_infinity_
 
     from incsync.orchestration.definitions import build_definitions
     from incsync.orchestration.partitions import RECIPIENTS_PARTITIONS, partition_key
-    from incsync_tests.destination_support import destination_spec
-    from incsync_tests.jdbc_support import jdbc_config
-    from incsync_tests.support import delta_rows
+    from incsync_tests.support.destinations import destination_spec
+    from incsync_tests.support.jdbc import jdbc_config
+    from incsync_tests.support.lake import delta_rows
 
     recipients = [{"id": r, "id_in_provider_system": f"org_{n}", "destination": f"{r}_dest"}
                   for n, r in enumerate(("acme", "globex", "initech"), start=1)]

@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from incsync.spark.server import start_server, stop_server
-from incsync_tests.jdbc_support import jdbc_config, pg_database
+from incsync_tests.support.jdbc import jdbc_config, pg_database
 
 # Runs in its own process: a Connect client and the suite's classic session do not share a process.
 CLIENT = textwrap.dedent(

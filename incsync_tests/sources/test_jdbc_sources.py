@@ -18,8 +18,8 @@ from incsync.errors import SourceError
 from incsync.orchestration.definitions import build_definitions
 from incsync.sources.registry import build_source, check_sources
 from incsync.core.vendor_sql import mysql_literal, postgres_literal
-from incsync_tests.jdbc_support import MariaDatabase, PgDatabase, jdbc_config, maria_database, mariadb_cli, pg_database
-from incsync_tests.support import delta_rows, latest_metadata, materialize_partition, ts
+from incsync_tests.support.jdbc import MariaDatabase, PgDatabase, jdbc_config, maria_database, mariadb_cli, pg_database
+from incsync_tests.support.lake import delta_rows, latest_metadata, materialize_partition, ts
 
 MODEL_KEY = ("db", "orders")
 INCREMENTAL = {"incsync/mode": "incremental"}
@@ -67,7 +67,7 @@ def run(defs, dagster_instance, window: str, *, tags: dict[str, str] | None = No
 
 
 def test_unreachable_server_fails_under_ci_and_skips_otherwise(monkeypatch):
-    from incsync_tests.jdbc_support import require_server
+    from incsync_tests.support.jdbc import require_server
 
     monkeypatch.setenv("CI", "true")
     with pytest.raises(pytest.fail.Exception, match=r"Nowhere is not reachable on 127.0.0.1:9 \(CI=true"):

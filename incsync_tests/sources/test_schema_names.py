@@ -22,9 +22,9 @@ from incsync.orchestration.partitions import RECIPIENTS_PARTITIONS, partition_ke
 from incsync.sources.jdbc.types import catalog_sql
 from incsync.sources.registry import build_source
 from incsync.core.bounds import Bounds
-from incsync_tests.jdbc_support import MariaDatabase, PgDatabase, jdbc_config, maria_database, mariadb_cli, pg_database
+from incsync_tests.support.jdbc import MariaDatabase, PgDatabase, jdbc_config, maria_database, mariadb_cli, pg_database
 from incsync_tests.sources.test_jdbc_sources import MARIA_ORDERS, PG_ORDERS, maria_insert, pg_insert
-from incsync_tests.support import delta_rows, ts
+from incsync_tests.support.lake import delta_rows, ts
 
 MODEL = dg.AssetKey(["db", "orders"])
 RECIPIENTS = ["globex", "acme", "bigco"]

@@ -21,9 +21,9 @@ from incsync.config.load import load_config
 from incsync.errors import ConfigError
 from incsync.spark.session import spark_config
 from incsync.spark.server import stop_server
-from incsync_tests.conftest import free_port
-from incsync_tests.destination_support import postgres_database
-from incsync_tests.support import JAN1_EPOCH, delta_rows, lake_config, order, ts, write_table
+from incsync_tests.support.host import free_port
+from incsync_tests.support.destinations import postgres_database
+from incsync_tests.support.lake import JAN1_EPOCH, delta_rows, lake_config, order, ts, write_table
 
 
 def _spark_class() -> str:

@@ -11,7 +11,7 @@ from pathlib import Path
 import yaml
 
 from incsync.spark.server import server_command
-from incsync_tests.support import delta_rows, lake_config, order, ts, write_table
+from incsync_tests.support.lake import delta_rows, lake_config, order, ts, write_table
 
 
 def test_server_command_binds_loopback_and_ships_jdbc_drivers() -> None:

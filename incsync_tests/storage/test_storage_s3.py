@@ -22,10 +22,10 @@ from incsync.errors import ConfigError, LeaseError
 from incsync.staging.batch import stage_arrow
 from incsync.storage.filesystems import resolve_options
 from incsync.storage.files import open_store
-from incsync_tests.arrow_transfer import run
-from incsync_tests.destination_support import Target
-from incsync_tests.s3_support import SECRET, SECRET_VAR
-from incsync_tests.support import lake_config, order, ts, write_table
+from incsync_tests.support.arrow_transfer import run
+from incsync_tests.support.destinations import Target
+from incsync_tests.support.s3 import SECRET, SECRET_VAR
+from incsync_tests.support.lake import lake_config, order, ts, write_table
 
 ROWS = [order(1, "org_1", ts(1, 1)), order(2, "org_1", ts(1, 2)), order(3, "org_2", ts(1, 3)), order(4, "org_1", ts(2, 6))]
 ACME = [r for r in ROWS if r["organization_id"] == "org_1"]
@@ -171,7 +171,7 @@ def test_delta_destination_on_s3_merge_hw_and_a_concurrent_writer(s3, tmp_path: 
 
 
 def _orders_schema() -> pa.Schema:
-    from incsync_tests.support import ORDERS_SCHEMA
+    from incsync_tests.support.lake import ORDERS_SCHEMA
 
     return ORDERS_SCHEMA
 
@@ -193,7 +193,7 @@ def test_delta_rs_refuses_a_second_commit_of_one_version_on_s3(s3) -> None:
 
 
 def _upload_table(s3, url: str, rows: list[dict[str, Any]]) -> None:
-    from incsync_tests.support import ORDERS_SCHEMA
+    from incsync_tests.support.lake import ORDERS_SCHEMA
 
     store = open_store(url, resolve_options(s3.options(), "test"))
     with store.fs.open_output_stream(store.path("part-0.parquet")) as f:
@@ -203,7 +203,7 @@ def _upload_table(s3, url: str, rows: list[dict[str, Any]]) -> None:
 def test_lake_source_and_staging_on_s3(s3, tmp_path: Path, spark, dagster_instance) -> None:
     """A lake on S3 (read by pyarrow: Spark has no S3 connector here) into Delta, staged on S3 by Spark's tasks."""
     from incsync.orchestration.definitions import build_definitions
-    from incsync_tests.support import delta_rows, latest_metadata, materialize_partition
+    from incsync_tests.support.lake import delta_rows, latest_metadata, materialize_partition
 
     bucket = s3.bucket()
     _upload_table(s3, f"s3://{bucket}/lake/orders", ROWS)
@@ -338,7 +338,7 @@ def test_file_urls_for_lake_staging_and_destinations(tmp_path: Path, spark, dags
     from incsync.orchestration.definitions import build_definitions
     from incsync.cli.connectivity import check_connectivity
     from incsync.config.load import load_config
-    from incsync_tests.support import delta_rows, materialize_partition
+    from incsync_tests.support.lake import delta_rows, materialize_partition
 
     def file_urls(doc: dict[str, Any]) -> None:
         doc["sources"][0]["path"] = f"file://{tmp_path}/src"

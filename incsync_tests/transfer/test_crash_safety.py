@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from incsync_tests.destination_support import destination_spec
-from incsync_tests.support import lake_config
+from incsync_tests.support.destinations import destination_spec
+from incsync_tests.support.lake import lake_config
 
 
 def test_the_next_run_leaves_a_live_transfers_staging_alone(tmp_path: Path) -> None:

@@ -9,10 +9,10 @@ import pytest
 
 from incsync.config.load import load_config
 from incsync.orchestration.definitions import build_definitions
-from incsync_tests.destination_support import MATRIX_KINDS, destination_env
-from incsync_tests.integrity_support import TYPED_ORDERS, config_for, insert, typed_rows, verify
-from incsync_tests.jdbc_support import pg_database
-from incsync_tests.support import materialize_partition
+from incsync_tests.support.destinations import MATRIX_KINDS, destination_env
+from incsync_tests.support.integrity import TYPED_ORDERS, config_for, insert, typed_rows, verify
+from incsync_tests.support.jdbc import pg_database
+from incsync_tests.support.lake import materialize_partition
 
 MODEL_KEY = ("db", "orders")
 
@@ -64,7 +64,7 @@ def test_soft_deletes_stamp_the_row(kind: str, spark, dagster_instance, tmp_path
         assert rows[4]["_incsync_deleted_at"] is not None
         assert all(r["_incsync_deleted_at"] is None for i, r in rows.items() if i != 4)
         assert verify(config, spark, tmp_path).passed  # stamped rows are no longer part of the copy
-        from incsync_tests.support import ts
+        from incsync_tests.support.lake import ts
 
         insert(db, [(*r[:7], ts(2, 23, 30)) for r in typed_rows() if r[0] == 4])  # the key comes back at the source
         _run(config, dagster_instance, windows=("2024-01-02",))

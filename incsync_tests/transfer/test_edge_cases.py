@@ -25,7 +25,7 @@ from incsync.sources.registry import build_source
 from incsync.config.tags import MODE_TAG
 from incsync.transfer.execute import run_transfer
 from incsync.transfer.request import TransferOutcome, TransferRun
-from incsync_tests.support import JAN1_EPOCH, ORDERS_SCHEMA, lake_config, latest_metadata, materialize_partition, order, ts
+from incsync_tests.support.lake import JAN1_EPOCH, ORDERS_SCHEMA, lake_config, latest_metadata, materialize_partition, order, ts
 
 UTC = timezone.utc
 

@@ -21,8 +21,8 @@ from incsync.sources.registry import build_source
 from incsync.transfer.errors import EngineError, named_error
 from incsync.transfer.execute import execute_requests
 from incsync.transfer.request import TransferRun
-from incsync_tests.jdbc_support import jdbc_config, maria_database, pg_database
-from incsync_tests.support import delta_rows, ts
+from incsync_tests.support.jdbc import jdbc_config, maria_database, pg_database
+from incsync_tests.support.lake import delta_rows, ts
 
 TENANTS = {
     "quote": "o'brien",

@@ -42,7 +42,7 @@ from incsync.transfer.execute import execute_requests as execute, run_transfer
 from incsync.sources.lake import LakeSource
 from incsync.config.tags import FULL_REFRESH_TAG, MODE_TAG
 from incsync.transfer.request import TransferRequest, TransferRun
-from incsync_tests.support import JAN1_EPOCH, ORDERS_SCHEMA, latest_metadata, materialize_partition
+from incsync_tests.support.lake import JAN1_EPOCH, ORDERS_SCHEMA, latest_metadata, materialize_partition
 
 UTC = timezone.utc
 S = 1_000_000  # microseconds per second: the reference keeps every timestamp as integer µs

@@ -17,8 +17,8 @@ from incsync.destinations.base import INCREMENTAL, TransferRecord
 from incsync.destinations.delta.destination import DeltaDestination
 from incsync.sources.registry import build_source
 from incsync.staging.spark import spark_parquet_schema, stage
-from incsync_tests.jdbc_support import jdbc_config, pg_database
-from incsync_tests.support import delta_rows, latest_metadata, materialize_partition, ts
+from incsync_tests.support.jdbc import jdbc_config, pg_database
+from incsync_tests.support.lake import delta_rows, latest_metadata, materialize_partition, ts
 
 MODEL_KEY = ("db", "orders")
 ORDERS = """CREATE TABLE orders (id bigint PRIMARY KEY, organization_id text, status text, amount numeric(12,2),

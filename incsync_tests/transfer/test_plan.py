@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from incsync.core.bounds import to_micros
 from incsync.transfer.plan import count_by_window, coalesce, plan_batches
-from incsync_tests.support import ts
+from incsync_tests.support.lake import ts
 
 DAY = timedelta(days=1)
 

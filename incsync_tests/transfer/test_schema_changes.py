@@ -12,10 +12,10 @@ import pyarrow as pa
 import pytest
 
 from incsync.errors import SchemaError
-from incsync_tests.arrow_transfer import run
-from incsync_tests.destination_support import MATRIX_KINDS, Target, destination_env, destination_spec, mariadb_database
-from incsync_tests.schema_support import BASE, BIG, row as _row, set_type as _set
-from incsync_tests.support import lake_config, ts, write_table
+from incsync_tests.support.arrow_transfer import run
+from incsync_tests.support.destinations import MATRIX_KINDS, Target, destination_env, destination_spec, mariadb_database
+from incsync_tests.support.schema_change import BASE, BIG, row as _row, set_type as _set
+from incsync_tests.support.lake import lake_config, ts, write_table
 
 @pytest.fixture(params=MATRIX_KINDS)
 def kind(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Any:
@@ -161,7 +161,7 @@ def test_a_widening_killed_before_its_commit_changes_nothing(kind: str, tmp_path
     before = (target.state(), _rows(target), _type(target, "qty"))
     write_table(tmp_path / "src", "orders", [_row(1, 1, qty=7), _row(2, 2, qty=BIG)], schema=_set(BASE, "qty", pa.int64()))
     proc = subprocess.run(
-        [sys.executable, "-m", "incsync_tests.arrow_transfer", str(config), "2024-01-01", "--scheduled"],
+        [sys.executable, "-m", "incsync_tests.support.arrow_transfer", str(config), "2024-01-01", "--scheduled"],
         cwd=Path(__file__).resolve().parents[2], env={**os.environ, CRASH_ENV: "mid_publish"},
         capture_output=True, text=True, timeout=180,
     )

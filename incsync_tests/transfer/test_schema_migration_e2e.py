@@ -11,9 +11,9 @@ import pytest
 import yaml
 
 from incsync.orchestration.definitions import build_definitions
-from incsync_tests.destination_support import MATRIX_KINDS, Target, destination_env, destination_spec
-from incsync_tests.jdbc_support import pg_database
-from incsync_tests.support import latest_metadata, materialize_partition, ts
+from incsync_tests.support.destinations import MATRIX_KINDS, Target, destination_env, destination_spec
+from incsync_tests.support.jdbc import pg_database
+from incsync_tests.support.lake import latest_metadata, materialize_partition, ts
 
 MODEL_KEY = ("db", "orders")
 INCREMENTAL = {"incsync/mode": "incremental"}

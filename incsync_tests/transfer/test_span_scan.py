@@ -20,7 +20,7 @@ from incsync.errors import ValidationError
 from incsync.staging.batch import StagedBatch
 from incsync.transfer.plan import count_by_window
 from incsync.transfer.span_scan import count_windows, keys_unique
-from incsync_tests.support import ts
+from incsync_tests.support.lake import ts
 
 DAY = timedelta(days=1)
 MODEL = ModelConfig(model_name="orders", source="db", source_table="orders", primary_key=["id"],

@@ -12,7 +12,7 @@ from deltalake import DeltaTable
 from incsync.orchestration.partitions import RECIPIENTS_PARTITIONS, partition_key
 from incsync.orchestration.definitions import build_definitions
 from incsync.sources.lake import LakeSource
-from incsync_tests.support import delta_rows, lake_config, order, ts, write_table
+from incsync_tests.support.lake import delta_rows, lake_config, order, ts, write_table
 
 MODEL = dg.AssetKey(["lake", "orders"])
 THREE = [

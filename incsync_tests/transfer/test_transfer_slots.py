@@ -17,8 +17,8 @@ import pytest
 import yaml
 
 from incsync.orchestration.slots import FileSlots, PostgresSlots, Slot, holding, run_slots
-from incsync_tests.destination_support import KINDS, Target, destination_env, destination_spec, postgres_database
-from incsync_tests.support import lake_config, order, ts, write_table
+from incsync_tests.support.destinations import KINDS, Target, destination_env, destination_spec, postgres_database
+from incsync_tests.support.lake import lake_config, order, ts, write_table
 
 MD_KEY = "model_destination:orders@acme_dest"
 DEST_KEY = "destination:acme_dest"  # with max_concurrent_transfers 1 (the default), the slot of one transfer at a time

@@ -23,10 +23,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from incsync.core.vendor_sql import mysql_literal
-from incsync_tests.destination_support import PG_DSN_ENV, Target, destination_env
-from incsync_tests.jdbc_support import MariaDatabase, PgDatabase, maria_database, pg_database
-from incsync_tests.support import JAN1_EPOCH
-from incsync_tests.type_support import pg_destination_rows, transfer
+from incsync_tests.support.destinations import PG_DSN_ENV, Target, destination_env
+from incsync_tests.support.jdbc import MariaDatabase, PgDatabase, maria_database, pg_database
+from incsync_tests.support.jdbc_transfer import pg_destination_rows, transfer
+from incsync_tests.support.lake import JAN1_EPOCH
 
 EXAMPLES = int(os.environ.get("INCSYNC_TYPE_EXAMPLES", "1"))
 SETTINGS = settings(max_examples=EXAMPLES, deadline=None, derandomize=EXAMPLES == 1,

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from incsync_tests.support import delta_rows, lake_config, order, ts, write_table
+from incsync_tests.support.lake import delta_rows, lake_config, order, ts, write_table
 
 INCSYNC = str(Path(sys.executable).with_name("incsync"))
 

@@ -4,7 +4,7 @@ Every test of ``incsync_tests/destinations/conformance`` runs once per kind list
 supports is read from its own declaration (``Destination.capabilities``); a contract it cannot keep has its
 reason there, and the tests that need it are not generated for it (``kinds_with``);
 ``test_every_kind_declares_its_capabilities`` keeps the table whole. A new destination kind adds one row
-here and its spec and environment in ``destination_support``; the hooks below (a recipient's view, damage
+here and its spec and environment in ``support.destinations``; the hooks below (a recipient's view, damage
 done behind incsync's back) are what the suite asks of a kind beyond the contract.
 """
 
@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 from incsync.destinations.registry import destination_class
-from incsync_tests.destination_support import PG_DSN_ENV, Target
+from incsync_tests.support.destinations import PG_DSN_ENV, Target
 
 Rows = list[dict[str, Any]]
 
@@ -109,6 +109,6 @@ def view_rows(target: Target) -> list[tuple]:
 
 def damage(target: Target, root: Path, change: Callable[[Rows], Rows]) -> None:
     """Rewrite the copy's rows with ``change`` behind incsync's back (no transfer record, no manifest)."""
-    from incsync_tests.integrity_support import damage_destination
+    from incsync_tests.support.integrity import damage_destination
 
     damage_destination(target.kind, root, change, dsn=os.environ.get(PG_DSN_ENV))

@@ -18,10 +18,10 @@ from pathlib import Path
 import pytest
 
 from incsync.core.crashpoints import CRASH_ENV
-from incsync_tests import arrow_transfer
-from incsync_tests.destination_support import Target, destination_env, destination_spec, duplicates, max_last_modified
+from incsync_tests.support import arrow_transfer
+from incsync_tests.support.destinations import Target, destination_env, destination_spec, duplicates, max_last_modified
 from incsync_tests.destinations.conformance.kinds import BY_NAME, KINDS, KINDS_TABLE
-from incsync_tests.support import lake_config, order, ts, write_table
+from incsync_tests.support.lake import lake_config, order, ts, write_table
 
 REPO = Path(__file__).resolve().parents[3]
 LOOKBACK = 60
@@ -69,7 +69,7 @@ def test_kill_at_crash_point(kind: str, point: str, committed: bool, tmp_path: P
 
         write_table(tmp_path / "src", "orders", DAY2)
         proc = subprocess.run(
-            [sys.executable, "-m", "incsync_tests.arrow_transfer", str(config), "2024-01-02", "--scheduled"],
+            [sys.executable, "-m", "incsync_tests.support.arrow_transfer", str(config), "2024-01-02", "--scheduled"],
             cwd=REPO, env={**os.environ, CRASH_ENV: point}, capture_output=True, text=True, timeout=180,
         )
         assert proc.returncode == -signal.SIGKILL, proc.stderr[-2000:]
@@ -124,7 +124,7 @@ def test_kill_inside_a_full_refresh_keeps_the_old_data(kind: str, tmp_path: Path
         current = [r for r in DAY2 if r["id"] != 2]
         write_table(tmp_path / "src", "orders", current)
         proc = subprocess.run(
-            [sys.executable, "-m", "incsync_tests.arrow_transfer", str(config), "2024-01-02", "--full-refresh"],
+            [sys.executable, "-m", "incsync_tests.support.arrow_transfer", str(config), "2024-01-02", "--full-refresh"],
             cwd=REPO, env={**os.environ, CRASH_ENV: "mid_publish"}, capture_output=True, text=True, timeout=180,
         )
         assert proc.returncode == -signal.SIGKILL, proc.stderr[-2000:]

@@ -14,12 +14,12 @@ import pytest
 from incsync.config.load import load_config
 from incsync.integrity.verify import verify_recipient
 from incsync.transfer.repair import repair_recipient
-from incsync_tests import arrow_transfer
-from incsync_tests.destination_support import Target, destination_env, destination_spec
 from incsync_tests.destinations.conformance.kinds import KINDS, damage
 from incsync_tests.faults.support import transfer
-from incsync_tests.integrity_support import every_damage
-from incsync_tests.support import lake_config, order, ts, write_table
+from incsync_tests.support import arrow_transfer
+from incsync_tests.support.destinations import Target, destination_env, destination_spec
+from incsync_tests.support.integrity import every_damage
+from incsync_tests.support.lake import lake_config, order, ts, write_table
 
 ROWS = [order(i, "org_1", ts(1 + i % 2, i % 24, 0, 0, i), amount=i / 4) for i in range(1, 21)] + [order(100, "org_2", ts(1, 5))]
 CLEAN = {"total_rows_compared": 20, "total_rows_pending": 0, "total_rows_stale": 0, "total_rows_missing": 0,

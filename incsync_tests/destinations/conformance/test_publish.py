@@ -1,7 +1,7 @@
 """Conformance: what every destination kind does with a transfer — backfill, incremental, the
 last-modified tie-break, no-op re-runs, full refresh (and a recipient's view through it), ownership.
 
-Transfers run without Spark (``incsync_tests.arrow_transfer``) against the real engines.
+Transfers run without Spark (``incsync_tests.support.arrow_transfer``) against the real engines.
 """
 
 from __future__ import annotations
@@ -12,10 +12,10 @@ from typing import Any
 import pytest
 
 from incsync.errors import OwnershipError
-from incsync_tests.arrow_transfer import run
-from incsync_tests.destination_support import Target, destination_env, destination_spec, mariadb_database
 from incsync_tests.destinations.conformance.kinds import BY_NAME, KINDS, KINDS_TABLE, create_view, kinds_with, view_rows
-from incsync_tests.support import lake_config, order, ts, write_table
+from incsync_tests.support.arrow_transfer import run
+from incsync_tests.support.destinations import Target, destination_env, destination_spec, mariadb_database
+from incsync_tests.support.lake import lake_config, order, ts, write_table
 
 LOOKBACK = 60
 ACME = [{"id": "acme", "id_in_provider_system": "org_1", "destination": "acme_dest"}]
@@ -42,7 +42,7 @@ def _org1(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def test_every_kind_declares_its_capabilities() -> None:
-    from incsync_tests.destination_support import KINDS as EVERY_KIND
+    from incsync_tests.support.destinations import KINDS as EVERY_KIND
 
     assert KINDS == EVERY_KIND  # the per-kind tests outside the suite run over the same kinds
     for kind in KINDS_TABLE:

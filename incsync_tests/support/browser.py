@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from incsync_tests.conftest import free_port, in_ci
+from incsync_tests.support.host import free_port, in_ci
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 CHROMIUM_FLAGS = [
     "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
     "--disable-background-networking", "--disable-component-update", "--disable-sync",

@@ -15,9 +15,9 @@ import yaml
 
 from incsync.config.load import load_config
 from incsync.integrity.verify import VerifyResult, verify_recipient
-from incsync_tests.destination_support import destination_spec, mariadb_database
-from incsync_tests.jdbc_support import PgDatabase
-from incsync_tests.support import JAN1_EPOCH, ts
+from incsync_tests.support.destinations import destination_spec, mariadb_database
+from incsync_tests.support.jdbc import PgDatabase
+from incsync_tests.support.lake import JAN1_EPOCH, ts
 
 TYPED_ORDERS = """CREATE TABLE orders (
     id bigint PRIMARY KEY, organization_id text NOT NULL, status text, amount numeric(12,2), paid boolean,

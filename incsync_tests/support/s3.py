@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from incsync_tests.conftest import in_ci
+from incsync_tests.support.host import in_ci
 
 SECRET_VAR = "INCSYNC_TEST_S3_SECRET"
 SECRET = "moto-secret-key"
@@ -60,7 +60,7 @@ def start_s3_server(log_file: Path) -> Iterator[S3Server]:
         if in_ci():
             pytest.fail("moto[server] is not installed (pip install -e '.[test]'); CI=true: S3 tests must run")
         pytest.skip("moto[server] is not installed (pip install -e '.[test]')")
-    from incsync_tests.conftest import free_port
+    from incsync_tests.support.host import free_port
 
     port = free_port()
     with open(log_file, "wb") as log:

@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 import yaml
 
-from incsync_tests.conftest import in_ci
-from incsync_tests.support import JAN1_EPOCH
+from incsync_tests.support.host import in_ci
+from incsync_tests.support.lake import JAN1_EPOCH
 
 HOST = "127.0.0.1"
 PG_PORT = 5432

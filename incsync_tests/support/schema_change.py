@@ -6,7 +6,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from incsync_tests.support import ts
+from incsync_tests.support.lake import ts
 
 BASE = pa.schema([
     ("id", pa.int64()), ("organization_id", pa.string()), ("code", pa.string()), ("qty", pa.int32()),

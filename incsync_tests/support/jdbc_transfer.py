@@ -13,9 +13,9 @@ from incsync.destinations.registry import build_destination
 from incsync.sources.registry import build_source
 from incsync.transfer.execute import run_transfer
 from incsync.transfer.request import TransferOutcome, TransferRun
-from incsync_tests.destination_support import PG_DSN_ENV, Target, destination_spec
-from incsync_tests.jdbc_support import MariaDatabase, PgDatabase
-from incsync_tests.support import JAN1_EPOCH
+from incsync_tests.support.destinations import PG_DSN_ENV, Target, destination_spec
+from incsync_tests.support.jdbc import MariaDatabase, PgDatabase
+from incsync_tests.support.lake import JAN1_EPOCH
 
 
 def write_config(root: Path, db: PgDatabase | MariaDatabase, kind: str, tenant: str = "org_1", **model: Any) -> Path:

@@ -51,7 +51,7 @@ def postgres_database() -> Iterator[str]:
     """A fresh database for one test (its DSN), dropped afterwards; skipped without a server, unless in CI."""
     import psycopg
 
-    from incsync_tests.conftest import in_ci
+    from incsync_tests.support.host import in_ci
 
     try:
         admin, user = _admin_connect()
@@ -75,7 +75,7 @@ def mariadb_admin():
     """A root session on the machine's MariaDB (127.0.0.1:3306); skipped without a server, unless in CI."""
     import pymysql
 
-    from incsync_tests.conftest import in_ci
+    from incsync_tests.support.host import in_ci
 
     try:
         return pymysql.connect(host="127.0.0.1", port=3306, user="root", password="", autocommit=True, connect_timeout=3)

@@ -1,4 +1,4 @@
-"""Run one transfer without Spark: ``python -m incsync_tests.arrow_transfer CONFIG WINDOW [--scheduled] [--full-refresh]``.
+"""Run one transfer without Spark: ``python -m incsync_tests.support.arrow_transfer CONFIG WINDOW [--scheduled] [--full-refresh]``.
 
 The crash-safety tests start it with ``INCSYNC_TEST_CRASH_AT`` set and expect it to die by SIGKILL;
 they also call ``run`` in-process for the run that follows the crash.
@@ -14,7 +14,7 @@ from incsync.config.load import load_config
 from incsync.destinations.registry import build_destination
 from incsync.transfer.execute import run_transfer
 from incsync.transfer.request import TransferOutcome, TransferRun
-from incsync_tests.destination_support import ArrowLakeSource
+from incsync_tests.support.destinations import ArrowLakeSource
 
 
 def _no_spark() -> None:
