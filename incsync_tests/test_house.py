@@ -12,10 +12,10 @@ LONGER = {
 }
 
 
-def _modules() -> dict[str, Path]:
+def _modules(root: Path = PACKAGE) -> dict[str, Path]:
     found = {}
-    for path in sorted(PACKAGE.rglob("*.py")):
-        parts = ["incsync", *path.relative_to(PACKAGE).with_suffix("").parts]
+    for path in sorted(root.rglob("*.py")):
+        parts = [root.name, *path.relative_to(root).with_suffix("").parts]
         if parts[-1] == "__init__":
             parts.pop()
         found[".".join(parts)] = path
@@ -31,12 +31,13 @@ def _type_only(tree: ast.AST) -> set[int]:
     return nodes
 
 
-def import_graph() -> dict[str, set[str]]:
-    """Module -> the incsync modules it imports at run time, at any depth (a function's lazy imports too).
+def import_graph(root: Path = PACKAGE) -> dict[str, set[str]]:
+    """Module -> the modules of the package at ``root`` it imports at run time, at any depth (a function's
+    lazy imports too).
 
     ``from incsync.a import b`` names module ``incsync.a.b`` when there is one, else ``incsync.a``.
     """
-    modules = _modules()
+    modules = _modules(root)
 
     def resolve(name: str) -> str | None:
         while name and name not in modules:
@@ -102,13 +103,17 @@ def test_the_graph_sees_lazy_imports_and_leaves_type_only_ones_out() -> None:
     assert "incsync.config.model" not in graph["incsync.config.recipients_table"]  # under `if TYPE_CHECKING:` only
 
 
-def test_no_import_cycle_among_incsync_modules() -> None:
-    graph = import_graph()
-    found = cycles(graph)
-    assert found == [], "\n".join(
+def _cycles_report(graph: dict[str, set[str]], found: list[list[str]]) -> str:
+    return "\n".join(
         " <-> ".join(group) + "\n" + "\n".join(f"  {m} imports {sorted(graph[m] & set(group))}" for m in group)
         for group in found
     )
+
+
+def test_no_import_cycle_among_incsync_modules() -> None:
+    graph = import_graph()
+    found = cycles(graph)
+    assert found == [], _cycles_report(graph, found)
 
 
 def test_modules_stay_under_the_length_limit() -> None:
@@ -189,12 +194,37 @@ def test_no_module_reaches_into_argparse_private_names() -> None:
     assert found == []
 
 
+TESTS = PACKAGE.parent / "incsync_tests"
+
+
 def test_the_tests_mirror_the_packages() -> None:
-    tests = PACKAGE.parent / "incsync_tests"
     # by top-level folder: a package's tests may have folders of their own (destinations/conformance)
-    folders = sorted({p.relative_to(tests).parts[0] for p in tests.rglob("test_*.py") if p.parent != tests})
+    folders = sorted({p.relative_to(TESTS).parts[0] for p in TESTS.rglob("test_*.py") if p.parent != TESTS})
     assert sorted(set(folders) - {"faults"}) == sorted(LAYERS)
-    assert sorted(p.name for p in tests.glob("test_*.py")) == ["test_house.py"]
+    assert sorted(p.name for p in TESTS.glob("test_*.py")) == ["test_house.py"]
+
+
+def test_the_tests_helpers_live_in_one_support_package() -> None:
+    """Beside the package folders, the top of ``incsync_tests/`` holds only the shared fixtures and this
+    file; helpers that several folders use are modules of ``incsync_tests/support/``."""
+    assert sorted(p.name for p in TESTS.glob("*.py")) == ["__init__.py", "conftest.py", "test_house.py"]
+    folders = sorted(p.name for p in TESTS.iterdir() if p.is_dir() and not p.name.startswith(("_", ".")))
+    assert folders == sorted([*LAYERS, "faults", "support"])
+    assert (TESTS / "support" / "__init__.py").is_file()
+
+
+def test_no_import_cycle_among_the_tests_modules() -> None:
+    graph = import_graph(TESTS)
+    found = cycles(graph)
+    assert found == [], _cycles_report(graph, found)
+
+
+def test_no_helper_imports_a_conftest() -> None:
+    """Fixtures reach a test through pytest; what a conftest and the tests share lives in ``support/``."""
+    found = sorted(f"{module} imports {target}" for module, targets in import_graph(TESTS).items()
+                   if module.startswith("incsync_tests.support") for target in targets
+                   if target.rpartition(".")[2] == "conftest")
+    assert found == []
 
 
 # One destination contract: every kind's special cases live in its own folder, so outside
