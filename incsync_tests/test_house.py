@@ -363,8 +363,9 @@ def test_the_code_cites_the_design_in_the_repository_not_an_outside_file() -> No
     assert found == []
 
 
-# Generic error text lives beside the errors, so the engine never reaches into a vendor's package to word
-# a failure.
+# A pure core: ``core`` knows nothing of the file model, the staging or any other package, not even for
+# typing (it declares the few fields it reads as Protocols). Generic error text lives beside the errors,
+# so the engine never reaches into a vendor's package to word a failure.
 def every_import(module: str, path: Path) -> set[str]:
     """Every name ``module`` imports, at any depth, ``if TYPE_CHECKING:`` blocks included; ``from a import b``
     gives ``a.b`` and a relative import is made absolute."""
@@ -396,6 +397,17 @@ def test_every_import_sees_type_only_lazy_and_relative_imports() -> None:
         found = every_import("incsync.core.example", path)
     assert found == {"typing.TYPE_CHECKING", "incsync.config.model.ModelConfig", "incsync.staging.batch",
                      "incsync.errors.ConfigError", "incsync.core.bounds"}
+
+
+def test_the_core_imports_nothing_of_incsync_but_the_errors() -> None:
+    found = sorted(
+        f"{module} imports {name}"
+        for module, path in _modules().items()
+        if _within(module, "incsync.core")
+        for name in every_import(module, path)
+        if _within(name, "incsync") and not _within(name, "incsync.core", "incsync.errors")
+    )
+    assert found == []
 
 
 def test_no_module_outside_the_sources_uses_a_vendors_error_text() -> None:
