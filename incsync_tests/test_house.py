@@ -391,3 +391,64 @@ def test_the_code_cites_the_design_in_the_repository_not_an_outside_file() -> No
     found = sorted(f"{path.relative_to(ROOT)}:{n}" for path in PACKAGE.rglob("*.py")
                    for n, line in enumerate(path.read_text().splitlines(), 1) if re.search(r"\bDESIGN\b", line))
     assert found == []
+
+
+# A pure core: ``core`` knows nothing of the file model, the staging or any other package, not even for
+# typing (it declares the few fields it reads as Protocols). Generic error text lives beside the errors,
+# so the engine never reaches into a vendor's package to word a failure.
+def every_import(module: str, path: Path) -> set[str]:
+    """Every name ``module`` imports, at any depth, ``if TYPE_CHECKING:`` blocks included; ``from a import b``
+    gives ``a.b`` and a relative import is made absolute."""
+    package = module.split(".") if path.name == "__init__.py" else module.split(".")[:-1]
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                base = ".".join([*package[: len(package) - node.level + 1], *([base] if base else [])])
+            names |= {f"{base}.{alias.name}" for alias in node.names}
+    return names
+
+
+def _within(name: str, *packages: str) -> bool:
+    return any(name == p or name.startswith(p + ".") for p in packages)
+
+
+def test_every_import_sees_type_only_lazy_and_relative_imports() -> None:
+    import tempfile
+
+    source = ("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from incsync.config.model import ModelConfig\n"
+              "def f():\n    import incsync.staging.batch\nfrom ..errors import ConfigError\nfrom . import bounds\n")
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "example.py"
+        path.write_text(source)
+        found = every_import("incsync.core.example", path)
+    assert found == {"typing.TYPE_CHECKING", "incsync.config.model.ModelConfig", "incsync.staging.batch",
+                     "incsync.errors.ConfigError", "incsync.core.bounds"}
+
+
+def test_the_core_imports_nothing_of_incsync_but_the_errors() -> None:
+    found = sorted(
+        f"{module} imports {name}"
+        for module, path in _modules().items()
+        if _within(module, "incsync.core")
+        for name in every_import(module, path)
+        if _within(name, "incsync") and not _within(name, "incsync.core", "incsync.errors")
+    )
+    assert found == []
+
+
+def test_no_module_outside_the_sources_uses_a_vendors_error_text() -> None:
+    import re
+
+    vendor_errors = re.compile(r"^incsync\.sources(\.\w+)*\.errors(\.|$)")
+    found = sorted(
+        f"{module} imports {name}"
+        for module, path in _modules().items()
+        if not _within(module, "incsync.sources")
+        for name in every_import(module, path)
+        if vendor_errors.match(name)
+    )
+    assert found == []

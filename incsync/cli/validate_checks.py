@@ -196,7 +196,7 @@ def connect_schema_problems(config: IncsyncConfig) -> tuple[list[str], set[str]]
         except IncsyncError as exc:
             return source.name, [f"sources[{source.name}] (model {model.model_name}, recipient {recipient.id}): {exc}"]
         except Exception as exc:  # noqa: BLE001 - a connection or SQL error, named with its source
-            from incsync.sources.jdbc.errors import root_cause, sanitize
+            from incsync.errors import root_cause, sanitize
 
             secrets = [os.environ[source.password_env]] if source.password_env and os.environ.get(source.password_env) else []
             text = sanitize(" ".join(root_cause(exc).split()), secrets)

@@ -6,6 +6,7 @@ from __future__ import annotations
 from incsync.config.model import IncsyncConfig, ModelConfig
 from incsync.config.base import ID_PATTERN, ID_RE, IDENTIFIER_RE, column_name_problem, listed_names, table_name_problem
 from incsync.core.cron import is_valid_cron
+from incsync.core.limits import MAX_NAME_LENGTH, MAX_VALUE_LENGTH, tag_length_problem, too_long
 
 
 def _window_problem(seconds: int) -> str | None:
@@ -186,4 +187,28 @@ def _column_types_problems(where: str, m: ModelConfig) -> list[str]:
             problems.append(f'{where}.column_types: column "{col}" is not in columns [{", ".join(m.columns)}]')
         if not isinstance(kind, str) or override_arrow(kind) is None:
             problems.append(f'{where}.column_types.{col}: "{kind}" is not a type incsync reads as; use {OVERRIDE_HELP}')
+    return problems
+
+
+def length_problems(cfg: IncsyncConfig) -> list[str]:
+    """One problem per name, id, tenant value or tag past its limit."""
+    problems: list[str] = []
+
+    def check(where: str, what: str, text: str | None, limit: int = MAX_NAME_LENGTH) -> None:
+        if text is not None and (problem := too_long(what, text, limit)):
+            problems.append(f"{where}: {problem}")
+
+    for i, s in enumerate(cfg.sources):
+        check(f"sources[{i}].name", "name", s.name)
+    for i, d in enumerate(cfg.destinations):
+        check(f"destinations[{i}].name", "name", d.name)
+        check(f"destinations[{i}].schema", "schema", getattr(d, "schema_name", None))
+    for i, m in enumerate(cfg.models):
+        check(f"models[{i}].model_name", "model name", m.model_name)
+    for i, r in enumerate(cfg.recipients):
+        check(f"recipients[{i}].id", "recipient id", r.id)
+        check(f"recipients[{i}].id_in_provider_system", "tenant value", r.id_in_provider_system, MAX_VALUE_LENGTH)
+        for key, value in r.tags.items():
+            if problem := tag_length_problem(key, value):
+                problems.append(f"recipients[{i}].tags: {problem}")
     return problems

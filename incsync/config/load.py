@@ -13,7 +13,7 @@ from pydantic import ValidationError as PydanticValidationError
 
 from incsync.config.model import IncsyncConfig, ModelConfig, RecipientConfig, RecipientsFromConfig
 from incsync.config.products import ProductConfig, TierConfig
-from incsync.config.checks import cross_check_problems
+from incsync.config.checks import cross_check_problems, length_problems
 from incsync.config.destinations import (
     DeltaDestinationConfig,
     ObjectStorageDestinationConfig,
@@ -124,8 +124,6 @@ def parse_config(data: Any, *, path: str = "<memory>", base: Path | None = None)
     except PydanticValidationError as exc:
         problems = [f"{_format_loc(err['loc'])}: {_pydantic_message(err)}" for err in exc.errors()]
         raise ConfigError(path, problems) from None
-    from incsync.core.limits import length_problems
-
     problems = cross_check_problems(cfg) + length_problems(cfg)
     if not problems:
         from incsync.config.locations import shared_location_problems

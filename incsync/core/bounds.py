@@ -4,10 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from incsync.config.model import ModelConfig, RecipientConfig
+from typing import Protocol
 
 UTC = timezone.utc
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -17,7 +14,21 @@ def from_epoch(seconds: int | float) -> datetime:
     return EPOCH + timedelta(seconds=seconds)
 
 
-def recipient_start(model: ModelConfig, recipient: RecipientConfig) -> datetime:
+class ModelStart(Protocol):
+    """Where a model's data starts (a model of the configuration is one)."""
+
+    @property
+    def min_start_time_epoch(self) -> int: ...
+
+
+class RecipientStart(Protocol):
+    """A recipient's own start, when it has one (a recipient of the configuration is one)."""
+
+    @property
+    def default_full_refresh_min_start_time_epoch(self) -> int | None: ...
+
+
+def recipient_start(model: ModelStart, recipient: RecipientStart) -> datetime:
     """Where a recipient's data starts: its own override, else the model's."""
     epoch = recipient.default_full_refresh_min_start_time_epoch
     return from_epoch(model.min_start_time_epoch if epoch is None else epoch)

@@ -8,10 +8,39 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-if TYPE_CHECKING:
-    from incsync.config.model import ModelConfig
+
+class RowShape(Protocol):
+    """The fields that decide what a model's rows are and how they are keyed (a model of the configuration
+    is one)."""
+
+    @property
+    def columns(self) -> list[str] | None: ...
+
+    @property
+    def primary_key(self) -> list[str]: ...
+
+    @property
+    def last_modified_column(self) -> str: ...
+
+    @property
+    def last_modified_timezone(self) -> str | None: ...
+
+    @property
+    def organization_column(self) -> str | None: ...
+
+    @property
+    def tenancy(self) -> str: ...
+
+    @property
+    def source_table(self) -> str | None: ...
+
+    @property
+    def source_query(self) -> str | None: ...
+
+    @property
+    def column_types(self) -> dict[str, str] | None: ...
 
 
 def fingerprint(parts: dict[str, object]) -> str:
@@ -20,7 +49,7 @@ def fingerprint(parts: dict[str, object]) -> str:
     return hashlib.sha256(canonical.encode()).hexdigest()[:16]
 
 
-def model_fingerprint(model: ModelConfig) -> str:
+def model_fingerprint(model: RowShape) -> str:
     """The fingerprint of the fields that decide what a model's rows are and how they are keyed."""
     return fingerprint(
         {

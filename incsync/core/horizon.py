@@ -11,10 +11,10 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
-    from incsync.staging.batch import StagedBatch
+    import pyarrow as pa
 
 TRANSACTIONS = "transactions"  # the oldest open transaction of other sessions holds the HW back
 REPLICA = "replica"  # a replica: its replay lag holds the HW back (the primary's sessions are not visible)
@@ -23,6 +23,12 @@ OFF = "off"  # turned off in the configuration (`safe_horizon: false`)
 DEFAULT_MAX_HORIZON_LAG_SECONDS = 3600
 
 log = logging.getLogger(__name__)
+
+
+class Rows(Protocol):
+    """Rows that can be read as an Arrow table, some columns only (a staged batch is one)."""
+
+    def table(self, columns: list[str] | None = None) -> pa.Table: ...
 
 
 @dataclass(frozen=True)
@@ -94,7 +100,7 @@ def held_back_seconds(previous: datetime | None, batch_max: datetime | None, cap
     return max((uncapped - capped).total_seconds(), 0.0)
 
 
-def future_dated_rows(batch: StagedBatch, *, column: str, extraction_start: datetime, batch_max: datetime | None) -> int:
+def future_dated_rows(batch: Rows, *, column: str, extraction_start: datetime, batch_max: datetime | None) -> int:
     """Rows of the staged batch dated after the extraction started (by the source's clock).
 
     They are transferred now and, since the HW stays at or below the extraction's start, read again
@@ -117,7 +123,7 @@ HORIZON_WARNING = "horizon_warning"
 
 
 def horizon_record(
-    horizon: SourceHorizon, cap: HorizonCap, *, previous: datetime | None, batch: StagedBatch, column: str,
+    horizon: SourceHorizon, cap: HorizonCap, *, previous: datetime | None, batch: Rows, column: str,
     batch_max: datetime | None,
 ) -> dict[str, str]:
     """What the transfer record (and so the materialization's metadata) says about the horizon."""

@@ -12,13 +12,27 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from incsync.core.bounds import UTC, Bounds
 from incsync.errors import ConfigError
 
-if TYPE_CHECKING:
-    from incsync.config.model import ModelConfig, RecipientConfig
+
+class ReadModel(Protocol):
+    """The columns a read's predicates name (a model of the configuration is one)."""
+
+    @property
+    def last_modified_column(self) -> str: ...
+
+    @property
+    def organization_column(self) -> str | None: ...
+
+
+class Tenant(Protocol):
+    """A recipient as the source knows it (a recipient of the configuration is one)."""
+
+    @property
+    def id_in_provider_system(self) -> str: ...
 
 
 @dataclass(frozen=True)
@@ -145,7 +159,7 @@ def dialect_for(vendor: str) -> _Dialect:
     return _MySqlDialect() if vendor in ("mysql", "mariadb") else _Dialect()
 
 
-def bounds_predicate(dialect: _Dialect, model: ModelConfig, bounds: Bounds, *, zoned: bool) -> str:
+def bounds_predicate(dialect: _Dialect, model: ReadModel, bounds: Bounds, *, zoned: bool) -> str:
     """``last_modified`` within ``bounds``, as the database compares it (``zoned``: a column with a zone)."""
     lower, upper = bounds.lower.astimezone(UTC), bounds.upper.astimezone(UTC)
     if not zoned:
@@ -160,7 +174,7 @@ def bounds_predicate(dialect: _Dialect, model: ModelConfig, bounds: Bounds, *, z
 
 
 def fan_out_predicate(
-    dialect: _Dialect, model: ModelConfig, targets: Sequence[tuple[RecipientConfig, Bounds]], *, zoned: bool
+    dialect: _Dialect, model: ReadModel, targets: Sequence[tuple[Tenant, Bounds]], *, zoned: bool
 ) -> str:
     """Several recipients' rows in one predicate: ``(tenant IN (...) AND bounds) OR ...``, grouped by bounds."""
     assert model.organization_column is not None

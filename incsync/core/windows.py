@@ -10,12 +10,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-from incsync.core.bounds import UTC, epoch_seconds_floor, from_epoch, recipient_start
+from incsync.core.bounds import UTC, ModelStart, RecipientStart, epoch_seconds_floor, from_epoch, recipient_start
 
-if TYPE_CHECKING:
-    from incsync.config.model import ModelConfig, RecipientConfig
+
+class GridModel(ModelStart, Protocol):
+    """What a model's grid is made of: its start and its window size (a model of the configuration is one)."""
+
+    @property
+    def max_transfer_time_window_seconds(self) -> int: ...
 
 
 @dataclass(frozen=True, order=True)
@@ -66,29 +70,29 @@ def window_format(seconds: int) -> str:
     return "%Y-%m-%d" if seconds == 86_400 else "%Y-%m-%d-%H:%M"
 
 
-def _window_starting(model: ModelConfig, start_epoch: int) -> Window:
+def _window_starting(model: GridModel, start_epoch: int) -> Window:
     seconds = model.max_transfer_time_window_seconds
     start = from_epoch(start_epoch)
     return Window(start=start, end=from_epoch(start_epoch + seconds), key=start.strftime(window_format(seconds)))
 
 
-def grid_start(model: ModelConfig) -> datetime:
+def grid_start(model: GridModel) -> datetime:
     """Start of the model's first window: the first boundary at or after ``min_start_time_epoch``."""
     seconds = model.max_transfer_time_window_seconds
     return from_epoch(-(-model.min_start_time_epoch // seconds) * seconds)
 
 
-def window_at(model: ModelConfig, ts: datetime) -> Window:
+def window_at(model: GridModel, ts: datetime) -> Window:
     """The window holding ``ts``."""
     seconds = model.max_transfer_time_window_seconds
     return _window_starting(model, epoch_seconds_floor(ts) // seconds * seconds)
 
 
-def window_key_for(model: ModelConfig, ts: datetime) -> str:
+def window_key_for(model: GridModel, ts: datetime) -> str:
     return window_at(model, ts).key
 
 
-def window_of(model: ModelConfig, key: str) -> Window:
+def window_of(model: GridModel, key: str) -> Window:
     """The window a key names; ValueError for text that is not a key of this model's grid."""
     seconds = model.max_transfer_time_window_seconds
     start = datetime.strptime(key, window_format(seconds)).replace(tzinfo=UTC)
@@ -98,7 +102,7 @@ def window_of(model: ModelConfig, key: str) -> Window:
     return window
 
 
-def windows_between(model: ModelConfig, first: datetime, last: datetime) -> list[Window]:
+def windows_between(model: GridModel, first: datetime, last: datetime) -> list[Window]:
     """Every window of the grid from the one holding ``first`` to the one holding ``last``, in order;
     none before the grid's start."""
     seconds = model.max_transfer_time_window_seconds
@@ -107,13 +111,13 @@ def windows_between(model: ModelConfig, first: datetime, last: datetime) -> list
     return [_window_starting(model, s) for s in range(begin, stop + 1, seconds)]
 
 
-def recipient_windows(model: ModelConfig, recipient: RecipientConfig, *, until: datetime | None = None) -> list[Window]:
+def recipient_windows(model: GridModel, recipient: RecipientStart, *, until: datetime | None = None) -> list[Window]:
     """A recipient's windows, from the first that ends after its start to the one holding ``until`` (default: now)."""
     start = recipient_start(model, recipient)
     return [w for w in windows_between(model, start, until or datetime.now(UTC)) if w.end > start]
 
 
-def scheduled_windows(model: ModelConfig, *, now: datetime | None = None, previous_tick: datetime | None = None) -> list[Window]:
+def scheduled_windows(model: GridModel, *, now: datetime | None = None, previous_tick: datetime | None = None) -> list[Window]:
     """What a run launched at ``now`` covers: the open window, plus the window that closed since
     ``previous_tick``. Without a previous tick (a command-line run) it includes the previous window,
     so a run just after a window closed still gives that window its final pass."""
@@ -126,14 +130,14 @@ def scheduled_windows(model: ModelConfig, *, now: datetime | None = None, previo
     return [current]
 
 
-def initial_backfill_span(model: ModelConfig, recipient: RecipientConfig, now: datetime) -> tuple[datetime, datetime] | None:
+def initial_backfill_span(model: GridModel, recipient: RecipientStart, now: datetime) -> tuple[datetime, datetime] | None:
     """From the recipient's start (never before the model's first window) to the open window at ``now``;
     None while that start lies in the future."""
     first = max(recipient_start(model, recipient), grid_start(model))
     return None if first > now else (first, now)
 
 
-def tick_span(model: ModelConfig, *, previous_tick: datetime, tick: datetime) -> tuple[datetime, datetime] | None:
+def tick_span(model: GridModel, *, previous_tick: datetime, tick: datetime) -> tuple[datetime, datetime] | None:
     """The window open at ``tick`` plus every window that closed after ``previous_tick``.
 
     A window ``[s, e)`` closed since the previous tick when ``previous_tick < e <= tick``: the
@@ -145,6 +149,6 @@ def tick_span(model: ModelConfig, *, previous_tick: datetime, tick: datetime) ->
     return max(previous_tick, start), tick
 
 
-def open_window_end(model: ModelConfig, now: datetime) -> datetime:
+def open_window_end(model: GridModel, now: datetime) -> datetime:
     """End of the window holding ``now``."""
     return window_at(model, now).end

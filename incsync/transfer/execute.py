@@ -21,8 +21,7 @@ from incsync.core.blame import SOURCE, on_side
 from incsync.core.crashpoints import crash_point
 from incsync.core.lease import LEASE_ATTEMPTS
 from incsync.core.transfer_id import new_transfer_id
-from incsync.errors import IncsyncError, LeaseError, SourceError, StagingError
-from incsync.sources.jdbc.errors import root_cause
+from incsync.errors import IncsyncError, LeaseError, SourceError, StagingError, root_cause
 from incsync.staging.batch import StagedBatch, filtered_batch, within_by_statistics
 from incsync.staging.folders import claim, remove, remove_stale_staging
 from incsync.staging.spark import stage, stage_by_tenant

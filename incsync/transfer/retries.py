@@ -14,8 +14,9 @@ from collections.abc import Callable
 from typing import TypeVar
 
 from incsync.config.model import RetryPolicy
-from incsync.errors import ConfigError, InputError, LeaseError, OwnershipError, SchemaError, StagingError, ValidationError
-from incsync.sources.jdbc.errors import root_cause, sanitize
+from incsync.errors import (
+    ConfigError, InputError, LeaseError, OwnershipError, SchemaError, StagingError, ValidationError, root_cause, sanitize,
+)
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

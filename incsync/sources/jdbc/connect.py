@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING
 
 from incsync.config.model import ModelConfig, RecipientConfig
 from incsync.config.sources import JdbcSourceConfig
-from incsync.errors import ConfigError, SourceError
-from incsync.sources.jdbc.errors import root_cause, sanitize, url_without_query
+from incsync.errors import ConfigError, SourceError, root_cause, sanitize
+from incsync.sources.jdbc.errors import url_without_query
 from incsync.core.schema_names import schema_name_problem, shown
 from incsync.core.vendor_sql import DRIVERS, dialect_for
 
