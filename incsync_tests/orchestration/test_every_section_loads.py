@@ -54,7 +54,7 @@ def every_key(db: PgDatabase) -> dict[str, Any]:
         ],
         "destinations": [
             {"name": "acme_delta", "kind": "delta", "path": "./out/acme", "storage_options": {"allow_http": "true"},
-             "max_concurrent_transfers": 2, "target_file_size": 1_048_576, "retention_hours": 24},
+             "max_concurrent_transfers": 2, "target_file_size": 1_048_576, "retention_hours": 24, "change_data_feed": True},
             {"name": "globex_pg", "kind": "postgres", "dsn_env": "GLOBEX_DSN", "schema": "globex",
              "max_concurrent_transfers": 2},
             {"name": "initech_files", "kind": "object_storage", "path": "./out/files", "disable_manifest": False,
