@@ -104,6 +104,9 @@ def every_key(db: PgDatabase) -> dict[str, Any]:
         "alerts": {"webhook_url_env": "OPS_WEBHOOK", "blamed": ["provider", "unknown"],
                    "dagster_url": "https://dagster.example.com", "timeout_seconds": 5},
         "audit": {"destination": "warehouse", "frequency": "0 * * * *", "lookback_seconds": 600},
+        "sharing": {"listen": "0.0.0.0:8089", "public_url": "https://share.example.com", "token_lifetime_days": 90,
+                    "url_lifetime_seconds": 600, "token_store": "./sharing.sqlite", "signing_key_env": "SHARING_KEY",
+                    "schema": "shop", "schema_by_source": False, "tables": {"invoices": {"schema": "billing", "table": "invoices"}}},
     }
 
 
