@@ -125,8 +125,8 @@ def test_modules_stay_under_the_length_limit() -> None:
 # Issue 28: packages that read as the flow. Each package may import only those below it in LAYERS
 # (``cli`` and ``worker`` at the top); top-level modules (errors, paths, definitions) sit outside.
 LAYERS = ["core", "storage", "spark", "config", "sources", "staging", "destinations", "integrity", "transfer",
-          "orchestration", "worker", "cli"]
-ENGINE = ["core", "config", "storage", "spark", "sources", "staging", "destinations", "transfer", "integrity"]
+          "sharing", "orchestration", "worker", "cli"]
+ENGINE = ["core", "config", "storage", "spark", "sources", "staging", "destinations", "transfer", "integrity", "sharing"]
 MAX_FLAT_MODULES = 12
 
 

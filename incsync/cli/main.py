@@ -153,6 +153,9 @@ def build_parser() -> Parser:
     from incsync.cli.integrity import add_parsers as add_integrity
 
     add_integrity(sub)
+    from incsync.cli.share import add_parsers as add_sharing
+
+    add_sharing(sub)
     add_state(sub)
     add_init(sub)
     return parser

@@ -145,6 +145,9 @@ def cross_check_problems(cfg: IncsyncConfig) -> list[str]:
     from incsync.config.jobs import audit_problems
 
     problems += audit_problems(cfg)
+    from incsync.config.sharing import sharing_problems
+
+    problems += sharing_problems(cfg)
     from incsync.spark.cluster import cluster_problems
 
     problems += cluster_problems(cfg.spark)

@@ -65,6 +65,12 @@ class DeltaDestinationConfig(Placed):
         "later commit replaced them (Delta's default, 7 days): a reader of any version younger than that never "
         "fails; files older than that are deleted (vacuum).",
     )
+    change_data_feed: bool = Field(
+        default=False,
+        description="Keep Delta's change data feed (`delta.enableChangeDataFeed`), set when a table is created: "
+        "share readers can then read the rows changed between two versions (docs/sharing.md), for a "
+        "`_change_data` file per MERGE.",
+    )
 
     def drop_hint(self, model: str, recipient: str) -> str:
         return f"delete the Delta table folder {self.path.rstrip('/')}/{model}"

@@ -24,6 +24,7 @@ from incsync.config.destinations import (
     PostgresDestinationConfig,
 )
 from incsync.config.products import ProductConfig, TierConfig
+from incsync.config.sharing import SharingConfig
 from incsync.config.sources import JdbcSourceConfig, LakeSourceConfig
 
 SECTIONS: list[tuple[str, str, list[type[BaseModel]]]] = [
@@ -40,6 +41,8 @@ SECTIONS: list[tuple[str, str, list[type[BaseModel]]]] = [
     ("maintenance", "Compaction, vacuum and log checkpoints of the destinations (docs/maintenance.md).", [MaintenanceConfig]),
     ("audit", "The transfer log in the provider's own warehouse (docs/operations.md).", [AuditConfig]),
     ("alerts", "A webhook that hears of every failed transfer and whose it is to fix (docs/operations.md).", [AlertsConfig]),
+    ("sharing", "`incsync serve`: each recipient's copy over Delta Sharing, with its own token (docs/sharing.md).",
+     [SharingConfig]),
 ]
 
 

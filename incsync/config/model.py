@@ -20,6 +20,7 @@ from incsync.config.destinations import DestinationConfig
 from incsync.config.jobs import AuditConfig, MaintenanceConfig
 from incsync.config.policies import RetryPolicy
 from incsync.config.products import ProductConfig, TierConfig
+from incsync.config.sharing import SharingConfig
 from incsync.config.sources import DEFAULT_LOOKBACK_SECONDS, FALLBACK_LOOKBACK_SECONDS, SourceConfig
 
 __all__ = ["IncsyncConfig", "MaintenanceConfig", "ModelConfig", "RecipientConfig", "RecipientsFromConfig", "RetryPolicy"]
@@ -244,6 +245,10 @@ class IncsyncConfig(StrictModel):
     audit: AuditConfig | None = Field(
         default=None, description="The transfer log in one of the provider's destinations "
         "(`audit: {destination: warehouse, frequency: \"*/15 * * * *\"}`; docs/operations.md). Unset: no log.",
+    )
+    sharing: SharingConfig = Field(
+        default_factory=SharingConfig, description="How `incsync serve` serves each recipient's copy over Delta "
+        "Sharing, and the names its share gives the models (docs/sharing.md).",
     )
 
     def source(self, name: str) -> SourceConfig:

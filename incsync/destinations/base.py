@@ -75,6 +75,8 @@ class Location:
 
     shown: str  # for people: a path, a relation, a file and schema (never a secret)
     path: str | None = None  # the copy's folder or table root when its files are a reader's way in; None: a database
+    # The open table format of the copy at ``path`` ("delta"), which a sharing server can serve; None: no such table.
+    table_format: str | None = None
 
 
 class RowHashes(Protocol):

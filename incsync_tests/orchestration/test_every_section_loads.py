@@ -54,7 +54,7 @@ def every_key(db: PgDatabase) -> dict[str, Any]:
         ],
         "destinations": [
             {"name": "acme_delta", "kind": "delta", "path": "./out/acme", "storage_options": {"allow_http": "true"},
-             "max_concurrent_transfers": 2, "target_file_size": 1_048_576, "retention_hours": 24},
+             "max_concurrent_transfers": 2, "target_file_size": 1_048_576, "retention_hours": 24, "change_data_feed": True},
             {"name": "globex_pg", "kind": "postgres", "dsn_env": "GLOBEX_DSN", "schema": "globex",
              "max_concurrent_transfers": 2},
             {"name": "initech_files", "kind": "object_storage", "path": "./out/files", "disable_manifest": False,
@@ -104,6 +104,9 @@ def every_key(db: PgDatabase) -> dict[str, Any]:
         "alerts": {"webhook_url_env": "OPS_WEBHOOK", "blamed": ["provider", "unknown"],
                    "dagster_url": "https://dagster.example.com", "timeout_seconds": 5},
         "audit": {"destination": "warehouse", "frequency": "0 * * * *", "lookback_seconds": 600},
+        "sharing": {"listen": "0.0.0.0:8089", "public_url": "https://share.example.com", "token_lifetime_days": 90,
+                    "url_lifetime_seconds": 600, "token_store": "./sharing.sqlite", "signing_key_env": "SHARING_KEY",
+                    "schema": "shop", "schema_by_source": False, "tables": {"invoices": {"schema": "billing", "table": "invoices"}}},
     }
 
 

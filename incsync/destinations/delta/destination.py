@@ -85,7 +85,7 @@ class DeltaDestination(Destination):
 
     def location(self, *, model: ModelConfig, recipient: RecipientConfig) -> Location:
         path = self.table_path(model)
-        return Location(shown=path, path=path)
+        return Location(shown=path, path=path, table_format="delta")
 
     def read_rows(self, *, model: ModelConfig, recipient: RecipientConfig) -> pa.Table:
         dt = self._table(model)  # the recipient owns the whole table
@@ -221,8 +221,12 @@ class DeltaDestination(Destination):
         return done
 
     def _layout(self) -> dict[str, str | None]:
-        """Table properties of a new table: files small enough that a MERGE rewrites only a few of them."""
-        return {"delta.targetFileSize": str(self.config.target_file_size)}
+        """Table properties of a new table: files small enough that a MERGE rewrites only a few of them, and the
+        change data feed when the destination keeps it."""
+        layout: dict[str, str | None] = {"delta.targetFileSize": str(self.config.target_file_size)}
+        if self.config.change_data_feed:
+            layout["delta.enableChangeDataFeed"] = "true"
+        return layout
 
     def _where(self, model: ModelConfig) -> str:
         return f"Delta table {self.table_path(model)} (destination {self.name})"

@@ -1,0 +1,146 @@
+"""Which tables each recipient's share holds: one share per enabled recipient, named after its id, holding the
+models it receives whose copy its destination keeps as a Delta table (``Location.table_format``), under the
+names of the ``sharing:`` section. Found through the destination contract, never a kind's name.
+
+Names compare without case, as the protocol asks. A share is built the first time its recipient asks, so
+10,000 recipients cost nothing until they read; a changed configuration file is read again.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from incsync.config.model import IncsyncConfig, RecipientConfig
+from incsync.config.products import product_models, receives
+from incsync.config.sharing import shared_schema, shared_table
+from incsync.destinations.base import Destination
+from incsync.destinations.registry import build_destination
+from incsync.storage.names import is_url, local_path
+
+log = logging.getLogger(__name__)
+
+DELTA = "delta"
+
+
+@dataclass(frozen=True)
+class SharedTable:
+    """One model's copy of one recipient, as its share lists it."""
+
+    share: str
+    schema: str
+    name: str
+    recipient: str
+    model: str
+    root: str  # the Delta table's folder
+
+    def key(self) -> str:
+        return f"{self.share}.{self.schema}.{self.name}"
+
+
+@dataclass(frozen=True)
+class RecipientShare:
+    """A recipient's share: its tables, in (schema, name) order."""
+
+    name: str
+    recipient: str
+    tables: tuple[SharedTable, ...]
+
+    def schemas(self) -> list[str]:
+        return sorted({t.schema for t in self.tables}, key=str.casefold)
+
+    def has_schema(self, schema: str) -> bool:
+        return any(t.schema.casefold() == schema.casefold() for t in self.tables)
+
+    def in_schema(self, schema: str) -> list[SharedTable]:
+        return [t for t in self.tables if t.schema.casefold() == schema.casefold()]
+
+    def table(self, schema: str, name: str) -> SharedTable | None:
+        return next((t for t in self.in_schema(schema) if t.name.casefold() == name.casefold()), None)
+
+
+class Catalog:
+    """The shares of one configuration."""
+
+    def __init__(self, config: IncsyncConfig):
+        self.config = config
+        self._held = product_models(config)
+        self._shares: dict[str, RecipientShare | None] = {}
+        self._destinations: dict[str, Destination] = {}
+
+    def share_of(self, recipient_id: str) -> RecipientShare | None:
+        """The share of an enabled recipient that holds at least one table; None for anyone else."""
+        if recipient_id not in self._shares:
+            try:
+                recipient = self.config.recipient(recipient_id)
+            except KeyError:
+                return None
+            self._shares[recipient_id] = self._build(recipient) if recipient.enabled else None
+        return self._shares[recipient_id]
+
+    def share(self, recipient_id: str, name: str) -> RecipientShare | None:
+        """The share called ``name`` when it is ``recipient_id``'s own; None otherwise, whoever else owns it."""
+        share = self.share_of(recipient_id)
+        return share if share is not None and share.name.casefold() == name.casefold() else None
+
+    def _destination(self, name: str) -> Destination:
+        if name not in self._destinations:
+            self._destinations[name] = build_destination(self.config.destination(name))
+        return self._destinations[name]
+
+    def _build(self, recipient: RecipientConfig) -> RecipientShare | None:
+        destination = self._destination(recipient.destination)
+        tables = []
+        for model in self.config.models:
+            if not receives(self.config, recipient, model.model_name, held=self._held):
+                continue
+            location = destination.location(model=model, recipient=recipient)
+            if location.table_format != DELTA or location.path is None:
+                continue
+            if is_url(location.path):
+                log.warning("recipient %s, model %s: its Delta table is on object storage, which the sharing server "
+                            "does not serve yet; it is left out of the share", recipient.id, model.model_name)
+                continue
+            tables.append(SharedTable(share=recipient.id, schema=shared_schema(self.config.sharing, model),
+                                      name=shared_table(self.config.sharing, model.model_name), recipient=recipient.id,
+                                      model=model.model_name, root=local_path(location.path)))
+        if not tables:
+            return None
+        tables.sort(key=lambda t: (t.schema.casefold(), t.name.casefold()))
+        return RecipientShare(name=recipient.id, recipient=recipient.id, tables=tuple(tables))
+
+
+class LiveCatalog:
+    """The catalog of a configuration file, built again when the file changes (checked at most every second)."""
+
+    def __init__(self, file: Path, load: Callable[[Path], IncsyncConfig], *, every: float = 1.0):
+        self.file = file
+        self._load = load
+        self._every = every
+        self._lock = threading.Lock()
+        self._stamp = self._stat()
+        self._checked = time.monotonic()
+        self._catalog = Catalog(load(file))
+
+    def _stat(self) -> tuple[int, int]:
+        stat = self.file.stat()
+        return stat.st_mtime_ns, stat.st_size
+
+    def current(self) -> Catalog:
+        if time.monotonic() - self._checked < self._every:
+            return self._catalog
+        with self._lock:
+            self._checked = time.monotonic()
+            try:
+                stamp = self._stat()
+                if stamp != self._stamp:
+                    self._stamp = stamp  # tried once per change: an invalid file is not read again until edited
+                    self._catalog = Catalog(self._load(self.file))
+            except Exception as exc:  # noqa: BLE001 - a file caught mid-edit or invalid: keep serving the last good one
+                log.error("the configuration file %s could not be read again (%s); serving its last valid state",
+                          self.file, exc)
+        return self._catalog

@@ -1,0 +1,206 @@
+"""What the protocol reads from a shared Delta table in a local folder: a version's protocol, metadata and data
+files (through delta-rs), the version at a time, and each version's file actions for changes (its commit file).
+
+Only ``delta.*`` table properties reach a reader: incsync's own (the owner stamp, which names the tenant value)
+stay the provider's. A version whose commit file or data files vacuum and log cleanup removed is an
+``Unavailable`` error naming the version, never a server error.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import unquote
+
+import pyarrow as pa
+from deltalake import DeltaTable
+from deltalake.exceptions import DeltaError, TableNotFoundError
+
+from incsync.destinations.ownership import OWNER_PROPERTY, Owner
+from incsync.sharing.errors import Unavailable
+
+CDF_PROPERTY = "delta.enableChangeDataFeed"
+
+
+@dataclass(frozen=True)
+class DataFile:
+    """One file of a table: ``path`` relative to its root as the log spells it (percent-encoded)."""
+
+    path: str
+    size: int
+    partition_values: dict[str, str | None] = field(default_factory=dict)
+    stats: str | None = None
+    modification_time: int = 0
+
+    def local(self, root: str) -> Path:
+        return Path(root) / unquote(self.path)
+
+
+@dataclass(frozen=True)
+class TableState:
+    """One version of a table: what a metadata or snapshot query answers."""
+
+    version: int
+    protocol: dict[str, Any]
+    metadata: dict[str, Any]  # a Delta metaData action, its properties cut to ``delta.*``
+    owner: str | None  # the recipient the table is stamped for
+    files: list[DataFile]
+
+
+@dataclass(frozen=True)
+class VersionActions:
+    """The file actions one commit made, for changes and streaming reads."""
+
+    version: int
+    timestamp_ms: int
+    adds: list[DataFile]
+    removes: list[DataFile]
+    cdc: list[DataFile]
+    metadata: dict[str, Any] | None
+    # A MERGE that reported no row inserted, updated or deleted: files it rewrote changed no row.
+    unchanged: bool = False
+
+
+def _open(root: str, version: int | None = None) -> DeltaTable:
+    try:
+        return DeltaTable(root) if version is None else DeltaTable(root, version=version)
+    except TableNotFoundError:
+        raise Unavailable("the table holds no data yet") from None
+    except DeltaError as exc:
+        raise Unavailable(f"version {version} of the table does not exist or is no longer kept") from exc
+
+
+def latest_version(root: str) -> int:
+    return _open(root).version()
+
+
+def public_metadata(action: dict[str, Any]) -> dict[str, Any]:
+    configuration = {k: v for k, v in (action.get("configuration") or {}).items() if k.startswith("delta.")}
+    return {**action, "configuration": configuration}
+
+
+def table_state(root: str, version: int | None = None, *, with_files: bool = True) -> TableState:
+    dt = _open(root, version)
+    meta = dt.metadata()
+    protocol = dt.protocol()
+    stamped = meta.configuration.get(OWNER_PROPERTY)
+    metadata = {
+        "id": meta.id, "name": meta.name, "description": meta.description, "format": {"provider": "parquet", "options": {}},
+        "schemaString": dt.schema().to_json(), "partitionColumns": list(meta.partition_columns),
+        "configuration": dict(meta.configuration), "createdTime": meta.created_time,
+    }
+    return TableState(
+        version=dt.version(),
+        protocol={k: v for k, v in {"minReaderVersion": protocol.min_reader_version, "minWriterVersion": protocol.min_writer_version,
+                                    "readerFeatures": protocol.reader_features, "writerFeatures": protocol.writer_features}.items()
+                  if v is not None},
+        metadata=public_metadata({k: v for k, v in metadata.items() if v is not None}),
+        owner=Owner.from_json(stamped).recipient if stamped else None,
+        files=_files(dt) if with_files else [],
+    )
+
+
+def _files(dt: DeltaTable) -> list[DataFile]:
+    actions = pa.table(dt.get_add_actions(flatten=False)).to_pylist()
+    return [DataFile(path=a["path"], size=a["size_bytes"], modification_time=a["modification_time"],
+                     partition_values={k: _partition_text(v) for k, v in (a.get("partition_values") or {}).items()},
+                     stats=None if a.get("num_records") is None else json.dumps(
+                         {"numRecords": a["num_records"], "nullCount": a.get("null_count") or {}}, separators=(",", ":")))
+            for a in actions]
+
+
+def _partition_text(value: Any) -> str | None:
+    """A partition value as the protocol serializes it."""
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return value.isoformat(sep=" ") if hasattr(value, "hour") else str(value)
+
+
+def _commit_file(root: str, version: int) -> Path:
+    return Path(root) / "_delta_log" / f"{version:020d}.json"
+
+
+def _commit_lines(root: str, version: int) -> list[dict[str, Any]]:
+    try:
+        text = _commit_file(root, version).read_text()
+    except FileNotFoundError:
+        raise Unavailable(f"the log of version {version} is no longer kept (log retention); ask for a later version") from None
+    return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+
+def commit_timestamp(root: str, version: int) -> int:
+    """When ``version`` was committed, in epoch milliseconds (its commitInfo, else its log file's time)."""
+    for action in _commit_lines(root, version):
+        if "commitInfo" in action and isinstance(action["commitInfo"].get("timestamp"), int):
+            return action["commitInfo"]["timestamp"]
+    return int(_commit_file(root, version).stat().st_mtime * 1000)
+
+
+def earliest_version(root: str) -> int:
+    """The oldest version whose commit file the log still keeps."""
+    versions = [int(p.name[:20]) for p in (Path(root) / "_delta_log").glob("*.json") if p.name[:20].isdigit()]
+    if not versions:
+        raise Unavailable("the table holds no data yet")
+    return min(versions)
+
+
+def version_at(root: str, timestamp_ms: int, *, at_or_after: bool) -> int:
+    """The last version committed at or before ``timestamp_ms`` (``at_or_after``: the first at or after it)."""
+    low, high = earliest_version(root), latest_version(root)
+    if at_or_after and timestamp_ms > commit_timestamp(root, high):
+        raise Unavailable("the timestamp is after the table's latest version")
+    if not at_or_after and timestamp_ms < commit_timestamp(root, low):
+        raise Unavailable("the timestamp is before the table's earliest version still kept")
+    while low < high:  # commit times grow with versions
+        if at_or_after:
+            middle = (low + high) // 2
+            low, high = (middle + 1, high) if commit_timestamp(root, middle) < timestamp_ms else (low, middle)
+        else:
+            middle = (low + high + 1) // 2
+            low, high = (middle, high) if commit_timestamp(root, middle) <= timestamp_ms else (low, middle - 1)
+    return low
+
+
+def version_actions(root: str, version: int) -> VersionActions:
+    adds, removes, cdc, metadata, timestamp, unchanged = [], [], [], None, None, False
+    for action in _commit_lines(root, version):
+        if "add" in action and action["add"].get("dataChange", True):
+            adds.append(_action_file(root, action["add"]))
+        elif "remove" in action and action["remove"].get("dataChange", True):
+            removes.append(_action_file(root, action["remove"]))
+        elif "cdc" in action:
+            cdc.append(_action_file(root, action["cdc"]))
+        elif "metaData" in action:
+            metadata = action["metaData"]
+        elif "commitInfo" in action:
+            info = action["commitInfo"]
+            timestamp = info["timestamp"] if isinstance(info.get("timestamp"), int) else None
+            unchanged = _unchanged_merge(info)
+    if timestamp is None:
+        timestamp = int(_commit_file(root, version).stat().st_mtime * 1000)
+    return VersionActions(version=version, timestamp_ms=timestamp, adds=adds, removes=removes, cdc=cdc,
+                          metadata=None if metadata is None else public_metadata(metadata), unchanged=unchanged)
+
+
+def _unchanged_merge(info: dict[str, Any]) -> bool:
+    metrics = info.get("operationMetrics") or {}
+    counts = [metrics.get(f"num_target_rows_{what}", metrics.get(f"numTargetRows{what.title()}"))
+              for what in ("inserted", "updated", "deleted")]
+    return info.get("operation") == "MERGE" and all(c is not None and int(c) == 0 for c in counts)
+
+
+def _action_file(root: str, action: dict[str, Any]) -> DataFile:
+    size = action.get("size")
+    if size is None:  # a remove may leave its size out; the file itself still has it until vacuum
+        local = Path(root) / unquote(action["path"])
+        size = local.stat().st_size if local.exists() else 0
+    return DataFile(path=action["path"], size=size, partition_values=action.get("partitionValues") or {},
+                    stats=action.get("stats"), modification_time=action.get("modificationTime") or 0)
+
+
+def keeps_changes(metadata: dict[str, Any]) -> bool:
+    return (metadata.get("configuration") or {}).get(CDF_PROPERTY, "false").lower() == "true"
