@@ -9,7 +9,7 @@ import dagster as dg
 from pydantic import Field, PrivateAttr
 
 from incsync.transfer import progress
-from incsync.orchestration.dagster_compat import add_partition_metadata, defers_asset_events
+from incsync.orchestration.dagster_compat import add_partition_metadata, defers_asset_events, store_events_in_batches
 from incsync.orchestration.reporting import RunReporter
 from incsync.errors import IncsyncError
 from incsync.transfer.errors import TransferFailures
@@ -39,6 +39,7 @@ class TransferIOManager(dg.ConfigurableIOManager):
     _instance: dg.DagsterInstance | None = PrivateAttr(default=None)
 
     def setup_for_execution(self, context: dg.InitResourceContext) -> None:
+        store_events_in_batches()  # a run's process: its asset events reach the event log in batches
         self._instance = context.instance  # the run's: transfer slots and the error tag live there
 
     def _run_instance(self) -> dg.DagsterInstance:

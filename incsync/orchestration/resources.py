@@ -8,6 +8,7 @@ import time
 from collections.abc import Sequence
 from functools import lru_cache
 from pathlib import Path
+from typing import Any
 
 import dagster as dg
 from pydantic import Field
@@ -18,13 +19,22 @@ from incsync.config.load import load_config
 from incsync.destinations.registry import Destination, build_destination
 from incsync.errors import ConfigError
 from incsync.sources.registry import Source, build_source
-from incsync.spark.session import spark_config
+from incsync.spark.session import spark_config, workers_use_this_python
+
+
+class SparkResource(LazyPySparkResource):
+    """The run's Spark session, started on first use; its Python workers run this interpreter."""
+
+    @property
+    def spark_session(self) -> Any:
+        workers_use_this_python()
+        return super().spark_session
 
 
 def spark_resource(
     overrides: dict[str, str] | None = None, *, extra_jars: Sequence[str] = (), packages: Sequence[str] = ()
-) -> LazyPySparkResource:
-    return LazyPySparkResource(spark_config=spark_config(overrides, extra_jars=extra_jars, packages=packages))
+) -> SparkResource:
+    return SparkResource(spark_config=spark_config(overrides, extra_jars=extra_jars, packages=packages))
 
 
 @lru_cache(maxsize=8)
