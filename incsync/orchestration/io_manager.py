@@ -1,9 +1,11 @@
-"""The IO manager: publishes the run's partitions as coalesced transfers (``transfer.execute``), reports each
-commit's materializations as it lands, and gives downstream assets a reader of the published copies."""
+"""The IO manager: publishes a model's planned transfers (``transfer.execute``) while it holds the run's
+transfer slots (``slots.run_holding``), reports each commit's materializations as it lands, and gives
+downstream assets a reader of the published copies."""
 
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Iterable
 
 import dagster as dg
 from pydantic import Field, PrivateAttr
@@ -14,21 +16,21 @@ from incsync.orchestration.reporting import RunReporter
 from incsync.errors import IncsyncError
 from incsync.transfer.errors import TransferFailures
 from incsync.transfer.execute import execute
-from incsync.transfer.reads import RunReads
-from incsync.core.blame import Blame
+from incsync.core.blame import Blame, blame
 from incsync.orchestration.blame import failure_metadata, recipient_blames, run_level, tag_blame
 from incsync.orchestration.metadata import transfer_metadata
 from incsync.orchestration.partitions import dagster_key, split_key
 from incsync.orchestration.resources import cached_config
+from incsync.orchestration.slots import run_holding
 from incsync.destinations.readers import PublishedCopies
 from incsync.destinations.registry import build_destination
 from incsync.storage.files import staging_root
 from incsync.config.tags import ERROR_TAG
-from incsync.transfer.request import SpanFailure, TransferOutcome, TransferRequest
+from incsync.transfer.request import SpanFailure, TransferOutcome, TransferPlan, TransferRequest
 
 
 class TransferIOManager(dg.ConfigurableIOManager):
-    """Runs the output's (window, recipient) partitions as coalesced transfers; every partition gets
+    """Runs the output's (window, recipient) partitions as their planned transfers; every partition gets
     its own materialization with exact metadata, and a failure fails only the partitions it touched."""
 
     staging_dir: str = Field(description="Root of the per-transfer staging folders: a local path or an object-store URL.")
@@ -47,16 +49,24 @@ class TransferIOManager(dg.ConfigurableIOManager):
             raise IncsyncError("the transfer IO manager publishes only inside a Dagster run (it has no instance)")
         return self._instance
 
-    def handle_output(self, context: dg.OutputContext, obj: RunReads) -> None:
-        """Stage, validate and publish the reads the asset opened; report each commit as it lands."""
+    def handle_output(self, context: dg.OutputContext, obj: TransferPlan) -> None:
+        """Take the run's transfer slots, then open, stage, validate and publish the planned transfers; report
+        each commit as it lands. The slots are released when the block ends, whatever happened in it."""
+        instance = self._run_instance()
         single = len(obj.requests) <= 1  # the asset made one request per partition of the run
         # A run of the model's job reports its own partitions (``reporting.RunReporter``): each commit's
         # windows within a second of landing, so a long backfill shows its progress, and only slow or
-        # failed spans' windows as planned; otherwise (an asset-page backfill, ``dg.materialize``)
+        # failed transfers' windows as planned; otherwise (an asset-page backfill, ``dg.materialize``)
         # Dagster planned every partition when it created the run and materializes them when the step ends.
-        deferred = defers_asset_events(self._run_instance().get_run_by_id(context.run_id))
+        deferred = defers_asset_events(instance.get_run_by_id(context.run_id))
         committed: list[tuple[TransferRequest, dict[str, dg.MetadataValue]]] = []
         reporter = RunReporter.for_output(context) if deferred else None
+        started: set[object] = set()
+
+        def on_start(requests: Iterable[TransferRequest]) -> None:
+            started.update(r.partition.key for r in requests)
+            if reporter is not None:
+                reporter.started(requests)
 
         def on_commit(request: TransferRequest, outcome: TransferOutcome) -> None:
             metadata = transfer_metadata(outcome, destination=request.destination.name, path=destination_path(request))
@@ -86,10 +96,15 @@ class TransferIOManager(dg.ConfigurableIOManager):
         root = staging_root(self.staging_dir, self.staging_storage_options)
         with reporter or contextlib.nullcontext():
             try:
-                failures = execute(obj, staging_root=root, on_commit=on_commit,
-                                   on_start=reporter.started if reporter is not None else _nothing)
-            finally:
-                obj.release()  # the run's transfer slots, taken by the asset before it read any state
+                with run_holding(obj, run_id=context.run_id, instance=instance, log=context.log):
+                    failures = execute(obj, staging_root=root, on_commit=on_commit, on_start=on_start)
+            except Exception as exc:
+                # Failed outside any one transfer (say its slots could not be taken): the run's own error;
+                # the windows that never started show as failed, the reporter plans those at work.
+                tag_blame(instance, context.run_id, blame(exc))
+                if reporter is not None:
+                    reporter.failed(r for r in obj.requests if r.partition.key not in started)
+                raise
             if failures and reporter is not None:
                 reporter.failed(r for f in failures for r in f.requests)
         if not failures:
@@ -99,11 +114,10 @@ class TransferIOManager(dg.ConfigurableIOManager):
         if not single and not deferred:
             _record_committed(context, committed)
         error = _combined(failures)
-        tag_error(self._run_instance(), context.run_id, error)
+        tag_error(instance, context.run_id, error)
         blames = recipient_blames(failures)
-        several = len({r.recipient.id for r in obj.requests})
-        tag_blame(self._run_instance(), context.run_id, run_level(blames, recipients=several))
-        raise transfer_failure(obj.requests[0].model.model_name, failures, blames, run_recipients=several) from error
+        tag_blame(instance, context.run_id, run_level(blames, recipients=obj.recipients))
+        raise transfer_failure(obj.run.model.model_name, failures, blames, run_recipients=obj.recipients) from error
 
     def load_input(self, context: dg.InputContext) -> PublishedCopies:
         """A reader of each recipient's published copy (a Delta table, a SQL relation, the manifested files):
@@ -131,10 +145,6 @@ class TransferIOManager(dg.ConfigurableIOManager):
             recipient = config.recipient(rid)
             copies[rid] = (recipient, build_destination(config.destination(recipient.destination)))
         return PublishedCopies(model, copies)
-
-
-def _nothing(_requests: object) -> None:
-    pass
 
 
 def _combined(failures: list[SpanFailure]) -> BaseException:

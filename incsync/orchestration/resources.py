@@ -113,5 +113,12 @@ def destination_resource_key(kind: str) -> str:
     return f"{kind}_destination"
 
 
+def recipient_destination(resources: Any, recipient: RecipientConfig) -> Destination:
+    """``recipient``'s destination, built by its kind's resource among ``resources`` (a step's or an IO
+    manager's, holding ``incsync`` and the destination kinds' resources)."""
+    kind = resources.incsync.config.destination(recipient.destination).kind
+    return getattr(resources, destination_resource_key(kind)).client(recipient.destination)
+
+
 def default_staging_dir(config: IncsyncConfig) -> str:
     return config.staging_dir or os.environ.get("INCSYNC_STAGING_DIR") or str(Path(os.environ.get("TMPDIR", "/tmp")) / "incsync-staging")
