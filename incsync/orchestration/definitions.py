@@ -13,7 +13,7 @@ from incsync.orchestration.triggers import automation
 from incsync.paths import config_path
 from incsync.config.load import load_config
 from incsync.config.model import IncsyncConfig
-from incsync.orchestration.io_manager import TransferIOManager
+from incsync.orchestration.io_manager import transfer_io_manager
 from incsync.orchestration.resources import (
     DestinationKindResource,
     IncsyncConfigResource,
@@ -60,9 +60,9 @@ def build_definitions(path: str | os.PathLike[str] | None = None, *, config: Inc
             config.spark, extra_jars=driver_jars(config.sources), packages=driver_packages(config.sources)
         ),
         "incsync": IncsyncConfigResource(config_path=file),
-        IO_MANAGER_KEY: TransferIOManager(
+        IO_MANAGER_KEY: transfer_io_manager(
             staging_dir=default_staging_dir(config), staging_storage_options=dict(config.staging_storage_options),
-            config_path=file,
+            kinds={d.kind for d in config.destinations},
         ),
     }
     for source in config.sources:
