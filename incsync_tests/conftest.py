@@ -18,6 +18,9 @@ def spark():
     """A warm local Spark session shared by every test (a cold start costs 10-30 s here)."""
     from pyspark.sql import SparkSession
 
+    from incsync.spark.session import workers_use_this_python
+
+    workers_use_this_python()
     builder = SparkSession.builder
     for key, value in SPARK_TEST_CONFIG.items():
         builder = builder.config(key, value)

@@ -46,9 +46,10 @@ def check_connectivity(config: IncsyncConfig) -> list[str]:
 def _jdbc_spark(config: IncsyncConfig):  # noqa: ANN202 - SparkSession, imported lazily
     from pyspark.sql import SparkSession
 
-    from incsync.spark.session import spark_config
+    from incsync.spark.session import spark_config, workers_use_this_python
     from incsync.sources.jdbc.connect import driver_jars, driver_packages
 
+    workers_use_this_python()
     builder = SparkSession.builder
     conf = spark_config(config.spark, extra_jars=driver_jars(config.sources), packages=driver_packages(config.sources))
     for key, value in conf.items():

@@ -1,9 +1,5 @@
 """One asset per model, partitioned by window × recipient, downstream of its source table."""
 
-
-from collections.abc import Iterator
-from contextlib import ExitStack
-
 import dagster as dg
 from pydantic import Field
 
@@ -17,12 +13,10 @@ from incsync.orchestration.dagster_compat import DEFER_ASSET_EVENTS_TAG, defers_
 from incsync.destinations.registry import Destination
 from incsync.core.fingerprint import model_fingerprint
 from incsync.orchestration.partitions import model_partitions, split_key
-from incsync.orchestration.resources import destination_resource_key, source_resource_key
+from incsync.orchestration.resources import destination_resource_key, recipient_destination, source_resource_key
 from incsync.spark.session import SparkWarmUp
 from incsync.config.tags import ALLOW_MASS_DELETE_TAG, FULL_REFRESH_TAG, MODE_TAG
-from incsync.orchestration.slots import run_holding
-from incsync.transfer.reads import RunReads, plan_reads
-from incsync.transfer.request import TransferRequest, TransferRun
+from incsync.transfer.request import TransferPlan, TransferRequest, TransferRun
 
 IO_MANAGER_KEY = "incsync_io_manager"
 # UI backfills batch up to this many (window, recipient) partitions into one run: the run reads each
@@ -114,23 +108,20 @@ def build_model_asset(config: IncsyncConfig, model: ModelConfig) -> dg.AssetsDef
             **({"products": ", ".join(products_with(config, model.model_name)) or "none"} if config.products else {}),
         },
     )
-    def _transfer(context: dg.AssetExecutionContext, config: TransferRunConfig) -> Iterator[dg.Output[RunReads]]:
-        """Plan the run's partitions and open their reads through the source resource (lazy DataFrames with
-        their bounds); the IO manager stages, validates and publishes them. The run's transfer slots are
-        held from the first destination state read to the last publish."""
+    def _transfer(context: dg.AssetExecutionContext, config: TransferRunConfig) -> dg.Output[TransferPlan]:
+        """Plan the run's transfers through the source and destination resources: per recipient, its
+        destination and each run of its contiguous windows, as plain values. The IO manager takes the run's
+        transfer slots, then reads each destination's state, opens the reads, stages, validates and publishes."""
         mark_running(context.instance, context.run_id)  # a process that dies now leaves an ORPHANED run, not a RUNNING one
         keys = context.partition_keys  # Dagster builds this list anew on each access
         try:
-            reads, slots = _open_reads(context, model, config, keys)
+            plan = _plan(context, model, config, keys)
         except Exception as exc:
             tag_blame(context.instance, context.run_id, blame(exc))  # failed before any transfer: the run's own error
             if defers_asset_events(context.run):  # the model's job plans only what fails: all of it did
                 report_planned(context.get_step_execution_context(), context.asset_key, keys)
             raise
-        try:
-            yield dg.Output(reads)
-        finally:
-            slots.close()
+        return dg.Output(plan)
 
     return _transfer
 
@@ -148,12 +139,8 @@ def _refuse_unsubscribed(config: IncsyncConfig, model: ModelConfig, keys: list[s
             raise NotSubscribedError(f"model {model.model_name}: {not_received(config, recipient, model.model_name)}")
 
 
-def _open_reads(
-    context: dg.AssetExecutionContext, model: ModelConfig, config: TransferRunConfig, keys: list[str]
-) -> tuple[RunReads, ExitStack]:
-    """The run's requests, its transfer slots taken, its reads opened. The IO manager releases the
-    slots when it is done (``RunReads.release``); the asset's own exit only covers a run that fails
-    before its output is handled."""
+def _plan(context: dg.AssetExecutionContext, model: ModelConfig, config: TransferRunConfig, keys: list[str]) -> TransferPlan:
+    """The run's transfers, planned from its partition keys; Spark starts warming up meanwhile."""
     resources, tags = context.resources, context.run.tags
     _refuse_unsubscribed(resources.incsync.config, model, keys)
     spark = SparkWarmUp(resources.spark)
@@ -172,16 +159,7 @@ def _open_reads(
         cell = split_key(model, key)
         if cell.recipient_id not in cells:
             recipient = resources.incsync.recipient(cell.recipient_id)
-            kind = resources.incsync.config.destination(recipient.destination).kind
-            cells[cell.recipient_id] = (recipient, getattr(resources, destination_resource_key(kind)).client(recipient.destination))
+            cells[cell.recipient_id] = (recipient, recipient_destination(resources, recipient))
         recipient, destination = cells[cell.recipient_id]
         requests.append(TransferRequest(run=run, recipient=recipient, destination=destination, partition=cell))
-    slots = ExitStack()
-    slots.enter_context(run_holding(requests, run_id=context.run_id, instance=context.instance, log=context.log))
-    try:
-        reads = plan_reads(requests)
-    except BaseException:
-        slots.close()
-        raise
-    reads.release = slots.close
-    return reads, slots
+    return run.plan(requests)

@@ -13,8 +13,7 @@ from incsync.orchestration.triggers import automation
 from incsync.paths import config_path
 from incsync.config.load import load_config
 from incsync.config.model import IncsyncConfig
-from incsync.orchestration.dagster_compat import store_events_in_batches, tune_sqlite_storage
-from incsync.orchestration.io_manager import TransferIOManager
+from incsync.orchestration.io_manager import transfer_io_manager
 from incsync.orchestration.resources import (
     DestinationKindResource,
     IncsyncConfigResource,
@@ -51,9 +50,9 @@ def config_for_code_location(*, cwd: Path | None = None, example: Path = EXAMPLE
 
 
 def build_definitions(path: str | os.PathLike[str] | None = None, *, config: IncsyncConfig | None = None) -> dg.Definitions:
-    """The definitions of the file at ``path``; ``config``: that file, already loaded."""
-    tune_sqlite_storage()  # every process that runs transfers loads these definitions
-    store_events_in_batches()
+    """The definitions of the file at ``path``; ``config``: that file, already loaded. Building them
+    changes nothing in the process (its environment, SQLAlchemy's listeners): a run's process tunes what
+    it needs when the run starts, an instance's storage from the instance's dagster.yaml."""
     file = str(config_path(path).resolve())
     config = config or load_config(file)
     resources: dict[str, object] = {
@@ -61,9 +60,9 @@ def build_definitions(path: str | os.PathLike[str] | None = None, *, config: Inc
             config.spark, extra_jars=driver_jars(config.sources), packages=driver_packages(config.sources)
         ),
         "incsync": IncsyncConfigResource(config_path=file),
-        IO_MANAGER_KEY: TransferIOManager(
+        IO_MANAGER_KEY: transfer_io_manager(
             staging_dir=default_staging_dir(config), staging_storage_options=dict(config.staging_storage_options),
-            config_path=file,
+            kinds={d.kind for d in config.destinations},
         ),
     }
     for source in config.sources:

@@ -1,61 +1,92 @@
-"""The IO manager: publishes the run's partitions as coalesced transfers (``transfer.execute``), reports each
-commit's materializations as it lands, and gives downstream assets a reader of the published copies."""
+"""The IO manager: publishes a model's planned transfers (``transfer.execute``) while it holds the run's
+transfer slots (``slots.run_holding``), reports each commit's materializations as it lands, and gives
+downstream assets a reader of the published copies. It reaches the configuration and the destinations
+through the run's resources (``incsync`` and each destination kind's), which it declares."""
 
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 import dagster as dg
-from pydantic import Field, PrivateAttr
 
 from incsync.transfer import progress
-from incsync.orchestration.dagster_compat import add_partition_metadata, defers_asset_events
+from incsync.orchestration.dagster_compat import add_partition_metadata, defers_asset_events, store_events_in_batches
 from incsync.orchestration.reporting import RunReporter
 from incsync.errors import IncsyncError
 from incsync.transfer.errors import TransferFailures
 from incsync.transfer.execute import execute
-from incsync.transfer.reads import RunReads
-from incsync.core.blame import Blame
+from incsync.core.blame import Blame, blame
 from incsync.orchestration.blame import failure_metadata, recipient_blames, run_level, tag_blame
 from incsync.orchestration.metadata import transfer_metadata
 from incsync.orchestration.partitions import dagster_key, split_key
-from incsync.orchestration.resources import cached_config
+from incsync.orchestration.resources import destination_resource_key, recipient_destination
+from incsync.orchestration.slots import run_holding
 from incsync.destinations.readers import PublishedCopies
-from incsync.destinations.registry import build_destination
 from incsync.storage.files import staging_root
 from incsync.config.tags import ERROR_TAG
-from incsync.transfer.request import SpanFailure, TransferOutcome, TransferRequest
+from incsync.transfer.request import SpanFailure, TransferOutcome, TransferPlan, TransferRequest
 
 
-class TransferIOManager(dg.ConfigurableIOManager):
-    """Runs the output's (window, recipient) partitions as coalesced transfers; every partition gets
+def transfer_io_manager(
+    *, staging_dir: str, staging_storage_options: Mapping[str, str], kinds: Iterable[str],
+) -> dg.IOManagerDefinition:
+    """The IO manager of a configuration whose destinations are of ``kinds``: it needs the ``incsync``
+    resource and those kinds' destination resources."""
+
+    @dg.io_manager(
+        config_schema={
+            "staging_dir": dg.Field(str, default_value=staging_dir, description=(
+                "Root of the per-transfer staging folders: a local path or an object-store URL.")),
+            "staging_storage_options": dg.Field(dg.Map(str, str), default_value=dict(staging_storage_options), description=(
+                "storage_options of an object-store staging_dir (secrets as `<name>_env`).")),
+        },
+        required_resource_keys={"incsync", *(destination_resource_key(kind) for kind in sorted(set(kinds)))},
+        description="Publishes a model's planned transfers; a downstream input reads each recipient's published copy.",
+    )
+    def _manager(init_context: dg.InitResourceContext) -> TransferIOManager:
+        store_events_in_batches()  # a run's process: its asset events reach the event log in batches
+        settings = init_context.resource_config
+        return TransferIOManager(staging_dir=settings["staging_dir"], staging_storage_options=settings["staging_storage_options"],
+                                 resources=init_context.resources, instance=init_context.instance)
+
+    return _manager
+
+
+class TransferIOManager(dg.IOManager):
+    """Runs the output's (window, recipient) partitions as their planned transfers; every partition gets
     its own materialization with exact metadata, and a failure fails only the partitions it touched."""
 
-    staging_dir: str = Field(description="Root of the per-transfer staging folders: a local path or an object-store URL.")
-    staging_storage_options: dict[str, str] = Field(
-        default_factory=dict, description="storage_options of an object-store staging_dir (secrets as `<name>_env`)."
-    )
-    config_path: str = Field(default="", description="The incsync file: a downstream asset's input reads the copies it names.")
-    _instance: dg.DagsterInstance | None = PrivateAttr(default=None)
-
-    def setup_for_execution(self, context: dg.InitResourceContext) -> None:
-        self._instance = context.instance  # the run's: transfer slots and the error tag live there
+    def __init__(self, *, staging_dir: str, staging_storage_options: Mapping[str, str], resources: Any,
+                 instance: dg.DagsterInstance | None) -> None:
+        self._staging_dir, self._staging_options = staging_dir, dict(staging_storage_options)
+        self._resources = resources
+        self._instance = instance  # the run's: transfer slots and the error tag live there
 
     def _run_instance(self) -> dg.DagsterInstance:
         if self._instance is None:
             raise IncsyncError("the transfer IO manager publishes only inside a Dagster run (it has no instance)")
         return self._instance
 
-    def handle_output(self, context: dg.OutputContext, obj: RunReads) -> None:
-        """Stage, validate and publish the reads the asset opened; report each commit as it lands."""
+    def handle_output(self, context: dg.OutputContext, obj: TransferPlan) -> None:
+        """Take the run's transfer slots, then open, stage, validate and publish the planned transfers; report
+        each commit as it lands. The slots are released when the block ends, whatever happened in it."""
+        instance = self._run_instance()
         single = len(obj.requests) <= 1  # the asset made one request per partition of the run
         # A run of the model's job reports its own partitions (``reporting.RunReporter``): each commit's
         # windows within a second of landing, so a long backfill shows its progress, and only slow or
-        # failed spans' windows as planned; otherwise (an asset-page backfill, ``dg.materialize``)
+        # failed transfers' windows as planned; otherwise (an asset-page backfill, ``dg.materialize``)
         # Dagster planned every partition when it created the run and materializes them when the step ends.
-        deferred = defers_asset_events(self._run_instance().get_run_by_id(context.run_id))
+        deferred = defers_asset_events(instance.get_run_by_id(context.run_id))
         committed: list[tuple[TransferRequest, dict[str, dg.MetadataValue]]] = []
         reporter = RunReporter.for_output(context) if deferred else None
+        started: set[object] = set()
+
+        def on_start(requests: Iterable[TransferRequest]) -> None:
+            started.update(r.partition.key for r in requests)
+            if reporter is not None:
+                reporter.started(requests)
 
         def on_commit(request: TransferRequest, outcome: TransferOutcome) -> None:
             metadata = transfer_metadata(outcome, destination=request.destination.name, path=destination_path(request))
@@ -82,13 +113,18 @@ class TransferIOManager(dg.ConfigurableIOManager):
             if single:
                 context.add_output_metadata(metadata)
 
-        root = staging_root(self.staging_dir, self.staging_storage_options)
+        root = staging_root(self._staging_dir, self._staging_options)
         with reporter or contextlib.nullcontext():
             try:
-                failures = execute(obj, staging_root=root, on_commit=on_commit,
-                                   on_start=reporter.started if reporter is not None else _nothing)
-            finally:
-                obj.release()  # the run's transfer slots, taken by the asset before it read any state
+                with run_holding(obj, run_id=context.run_id, instance=instance, log=context.log):
+                    failures = execute(obj, staging_root=root, on_commit=on_commit, on_start=on_start)
+            except Exception as exc:
+                # Failed outside any one transfer (say its slots could not be taken): the run's own error;
+                # the windows that never started show as failed, the reporter plans those at work.
+                tag_blame(instance, context.run_id, blame(exc))
+                if reporter is not None:
+                    reporter.failed(r for r in obj.requests if r.partition.key not in started)
+                raise
             if failures and reporter is not None:
                 reporter.failed(r for f in failures for r in f.requests)
         if not failures:
@@ -98,27 +134,22 @@ class TransferIOManager(dg.ConfigurableIOManager):
         if not single and not deferred:
             _record_committed(context, committed)
         error = _combined(failures)
-        tag_error(self._run_instance(), context.run_id, error)
+        tag_error(instance, context.run_id, error)
         blames = recipient_blames(failures)
-        several = len({r.recipient.id for r in obj.requests})
-        tag_blame(self._run_instance(), context.run_id, run_level(blames, recipients=several))
-        raise transfer_failure(obj.requests[0].model.model_name, failures, blames, run_recipients=several) from error
+        tag_blame(instance, context.run_id, run_level(blames, recipients=obj.recipients))
+        raise transfer_failure(obj.run.model.model_name, failures, blames, run_recipients=obj.recipients) from error
 
     def load_input(self, context: dg.InputContext) -> PublishedCopies:
         """A reader of each recipient's published copy (a Delta table, a SQL relation, the manifested files):
         the input's recipients when the downstream asset shares the recipient partitions, else every enabled one
         that receives the model."""
-        if not self.config_path:
-            raise IncsyncError(
-                f"asset {context.asset_key.to_user_string()} is read from each recipient's destination, and this IO "
-                "manager was built without config_path; build it with the incsync file's path"
-            )
-        config = cached_config(self.config_path)
+        incsync = self._resources.incsync
+        config = incsync.config
         name = context.asset_key.path[-1]
         try:
             model = config.model(name)
         except KeyError:
-            raise IncsyncError(f"asset {context.asset_key.to_user_string()}: no model {name!r} in {self.config_path}") from None
+            raise IncsyncError(f"asset {context.asset_key.to_user_string()}: no model {name!r} in {incsync.config_path}") from None
         if context.has_partition_key and context.has_asset_partitions:  # never list a whole grid
             ids = sorted({split_key(model, key).recipient_id for key in context.asset_partition_keys})
         else:
@@ -127,13 +158,9 @@ class TransferIOManager(dg.ConfigurableIOManager):
             ids = [r.id for r in subscribers(config, model.model_name)]
         copies = {}
         for rid in ids:
-            recipient = config.recipient(rid)
-            copies[rid] = (recipient, build_destination(config.destination(recipient.destination)))
+            recipient = incsync.recipient(rid)
+            copies[rid] = (recipient, recipient_destination(self._resources, recipient))
         return PublishedCopies(model, copies)
-
-
-def _nothing(_requests: object) -> None:
-    pass
 
 
 def _combined(failures: list[SpanFailure]) -> BaseException:

@@ -8,6 +8,7 @@ import time
 from collections.abc import Sequence
 from functools import lru_cache
 from pathlib import Path
+from typing import Any
 
 import dagster as dg
 from pydantic import Field
@@ -18,13 +19,22 @@ from incsync.config.load import load_config
 from incsync.destinations.registry import Destination, build_destination
 from incsync.errors import ConfigError
 from incsync.sources.registry import Source, build_source
-from incsync.spark.session import spark_config
+from incsync.spark.session import spark_config, workers_use_this_python
+
+
+class SparkResource(LazyPySparkResource):
+    """The run's Spark session, started on first use; its Python workers run this interpreter."""
+
+    @property
+    def spark_session(self) -> Any:
+        workers_use_this_python()
+        return super().spark_session
 
 
 def spark_resource(
     overrides: dict[str, str] | None = None, *, extra_jars: Sequence[str] = (), packages: Sequence[str] = ()
-) -> LazyPySparkResource:
-    return LazyPySparkResource(spark_config=spark_config(overrides, extra_jars=extra_jars, packages=packages))
+) -> SparkResource:
+    return SparkResource(spark_config=spark_config(overrides, extra_jars=extra_jars, packages=packages))
 
 
 @lru_cache(maxsize=8)
@@ -101,6 +111,13 @@ def source_resource_key(source_name: str) -> str:
 
 def destination_resource_key(kind: str) -> str:
     return f"{kind}_destination"
+
+
+def recipient_destination(resources: Any, recipient: RecipientConfig) -> Destination:
+    """``recipient``'s destination, built by its kind's resource among ``resources`` (a step's or an IO
+    manager's, holding ``incsync`` and the destination kinds' resources)."""
+    kind = resources.incsync.config.destination(recipient.destination).kind
+    return getattr(resources, destination_resource_key(kind)).client(recipient.destination)
 
 
 def default_staging_dir(config: IncsyncConfig) -> str:

@@ -11,6 +11,12 @@ Both are released by the operating system or the server when the process dies, s
 never leaves a slot taken. A run takes its slots in one fixed order (model and destination, then
 destination, then source; by name), so two runs never wait for each other; a run that has to wait
 says which slot and who holds it, and waits like a queued run.
+
+A run's slots live for one block, ``run_holding``'s, and have one owner: the IO manager's
+``handle_output``, which enters it before it reads any destination's state and leaves it after the last
+publish, so a run that fails anywhere in between (a read, a publish, the reporter) releases them on its
+way out. The asset body before it only plans the run's transfers (plain values) and touches no
+destination; nothing else takes or releases a run's slots.
 """
 
 from __future__ import annotations
@@ -25,7 +31,10 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any, Protocol
+from typing import IO, TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from incsync.transfer.request import TransferPlan
 
 POLL_SECONDS = 1.0
 
@@ -209,18 +218,20 @@ def instance_backend(instance: Any, holder: str) -> Backend:
 
 
 @contextmanager
-def run_holding(requests: Sequence[Any], *, run_id: str, instance: Any, log: Any) -> Iterator[None]:
-    """Hold a run's transfer slots while it reads and publishes ``requests`` (one model's partitions).
+def run_holding(plan: TransferPlan, *, run_id: str, instance: Any, log: Any) -> Iterator[None]:
+    """Hold the slots of a run's transfers (one model's) for the length of the block: the IO manager
+    reads each destination's state, opens the reads, stages and publishes inside it, and the block's end
+    releases them however the run ends.
 
     A run that has to wait says so in its log and on stderr, where the command line's user sees it.
     """
-    destinations = {r.destination.name: r.destination.config for r in requests}
-    sources = {c.name: c for r in requests for c in [getattr(r.source, "config", None)] if c is not None}
-    if not requests or not destinations:
+    destinations = {t.destination.name: t.destination.config for t in plan.transfers}
+    source = getattr(plan.run.source, "config", None)
+    if not destinations:
         yield
         return
-    slots = run_slots(model=requests[0].model.model_name, destinations=list(destinations.values()),
-                      sources=list(sources.values()))
+    slots = run_slots(model=plan.run.model.model_name, destinations=list(destinations.values()),
+                      sources=[] if source is None else [source])
     holder = holder_name(run_id)
 
     def notify(message: str) -> None:

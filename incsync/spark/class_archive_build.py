@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 from incsync.spark.class_archive import QUIET
-from incsync.spark.session import spark_config
+from incsync.spark.session import spark_config, workers_use_this_python
 
 
 def build(path: Path, *, timeout: float = 600) -> None:
@@ -22,6 +22,7 @@ def build(path: Path, *, timeout: float = 600) -> None:
     conf = spark_config()
     conf["spark.driver.extraJavaOptions"] = f"{conf.get('spark.driver.extraJavaOptions', '')} -XX:ArchiveClassesAtExit={partial} {QUIET}".strip()
     conf["spark.app.name"] = "incsync-class-archive"
+    workers_use_this_python()
     builder = SparkSession.builder
     for key, value in conf.items():
         builder = builder.config(key, value)

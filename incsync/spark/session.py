@@ -37,9 +37,6 @@ def spark_config(
     jars and Maven packages, plus the file's settings. ``spark.jars`` also ships the drivers to a
     cluster's executors. The driver stays on 127.0.0.1 unless the master runs executors elsewhere
     (``spark_cluster``)."""
-    # Spark's Python workers (staging to an object store runs in them) take PYSPARK_PYTHON, else the
-    # PATH's python3, which lacks incsync's packages; a cluster's own setting wins.
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     conf = dict(SPARK_DEFAULTS)
     conf.update(driver_address(overrides or {}))
     jars = [j for j in JDBC_DRIVER_JARS if Path(j).exists()] + [j for j in extra_jars if j not in JDBC_DRIVER_JARS]
@@ -54,6 +51,14 @@ def spark_config(
     if "spark.remote" in conf:  # Spark Connect: the server owns master, jars and driver settings
         conf = {k: v for k, v in conf.items() if k in ("spark.remote", "spark.app.name") or k.startswith("spark.sql.")}
     return conf
+
+
+def workers_use_this_python() -> None:
+    """Spark's Python workers (staging to an object store runs in them) take ``PYSPARK_PYTHON``, which
+    pyspark reads from the environment when a session starts, else the PATH's python3, which lacks
+    incsync's packages: this interpreter unless the environment names one (a cluster's own setting wins).
+    Called where a session starts, never where settings are only built."""
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
 
 class _SessionSource(Protocol):

@@ -53,7 +53,7 @@ def dry_run_transfers(
     from incsync.destinations.registry import build_destination
     from incsync.sources.registry import build_source
     from incsync.transfer.prepare import span_bounds
-    from incsync.transfer.request import TransferRun
+    from incsync.transfer.request import Transfer, TransferRun
 
     run = TransferRun.for_model(config, model, source=build_source(config.source(model.source)), spark=_no_spark,
                                 scheduled=scheduled, full_refresh=full_refresh)
@@ -61,11 +61,9 @@ def dry_run_transfers(
     def one(recipient: RecipientConfig) -> DryRunTransfer:
         destination = build_destination(config.destination(recipient.destination))
         keys = windows[recipient.id]
-        requests = [
-            run.request(recipient, destination, k) for k in keys
-        ]
+        transfer = Transfer(run, recipient, destination, tuple(run.request(recipient, destination, k) for k in keys))
         state = destination.read_state(model=model, recipient=recipient)
-        bounds, previous_hw, reason = span_bounds(requests, state)
+        bounds, previous_hw, reason = span_bounds(transfer, state)
         return DryRunTransfer(
             recipient=recipient.id, destination=destination.name, windows=keys, lower=bounds.lower, upper=bounds.upper,
             bounds_reason=bounds.reason, high_watermark=previous_hw, full_refresh_reason=reason,

@@ -1,9 +1,11 @@
-"""Execute a run's reads: stage each once, split a fan-out by tenant, validate and publish every span,
-in parallel within each destination's ``max_concurrent_transfers`` (docs/design.md#transfer-plans).
+"""Execute a run's transfer plan: open the reads, stage each once, split a fan-out by tenant, validate
+and publish every transfer, in parallel within each destination's ``max_concurrent_transfers``
+(docs/design.md#transfer-plans).
 
-A model's asset body opens the reads (``reads.plan_reads``); its IO manager runs ``execute``. A
-recipient's failure fails only its own partitions; a lost lease starts that recipient's uncommitted
-windows over from fresh state; a recipient's later spans run after its earlier ones committed.
+A model's asset body plans the run's transfers (``TransferRun.plan``); its IO manager runs ``execute``
+while it holds the run's transfer slots. A recipient's failure fails only its own partitions; a lost
+lease starts that recipient's uncommitted windows over from fresh state; a recipient's later transfers
+run after its earlier ones committed.
 """
 
 from __future__ import annotations
@@ -27,8 +29,10 @@ from incsync.staging.folders import claim, remove, remove_stale_staging
 from incsync.staging.spark import stage, stage_by_tenant
 from incsync.transfer.errors import named_error
 from incsync.transfer.publish import publish_span
-from incsync.transfer.reads import Read, RunReads, open_span, plan_reads, reopen
-from incsync.transfer.request import OnCommit, OnStart, PreparedSpan, SpanFailure, TransferOutcome, TransferRequest
+from incsync.transfer.reads import Read, open_transfer, plan_reads, reopen
+from incsync.transfer.request import (
+    OnCommit, OnStart, PreparedSpan, SpanFailure, Transfer, TransferOutcome, TransferPlan, TransferRequest,
+)
 from incsync.transfer.retries import PERMANENT_PHRASES, transient_cause, with_retries
 
 log = logging.getLogger(__name__)
@@ -40,10 +44,11 @@ def _started(_requests: Sequence[TransferRequest]) -> None:
     pass
 
 
-def execute(run: RunReads, *, staging_root: Path, on_commit: OnCommit, on_start: OnStart = _started) -> list[SpanFailure]:
-    """Stage and publish every read of ``run``, then the spans that waited; return what failed (empty: all committed).
+def execute(plan: TransferPlan, *, staging_root: Path, on_commit: OnCommit, on_start: OnStart = _started) -> list[SpanFailure]:
+    """Open, stage and publish every transfer of ``plan``, each recipient's in order; return what failed
+    (empty: all committed).
 
-    ``on_start`` hears of each span as its own work starts: its read and staging when it runs alone,
+    ``on_start`` hears of each transfer as its own work starts: its read and staging when it runs alone,
     its publish when it is a recipient's share of a fan-out read (whose shared read is the run's)."""
     committed: set[object] = set()
     lock = threading.Lock()
@@ -53,36 +58,33 @@ def execute(run: RunReads, *, staging_root: Path, on_commit: OnCommit, on_start:
             committed.add(request.partition.key)
             on_commit(request, outcome)
 
+    run = plan_reads(plan)
     failures = list(run.failures)
     for read in run.reads:
         if read.fan_out:
             failures += _publish_fan_out(read, staging_root=staging_root, on_commit=tracked, committed=committed,
                                          on_start=on_start)
         else:
-            failures += _run_alone(read.spans[0].requests, staging_root=staging_root, on_commit=tracked,
-                                   committed=committed, read=read, on_start=on_start)
+            [span] = read.spans
+            failures += _run_alone(span.transfer, staging_root=staging_root, on_commit=tracked, committed=committed,
+                                   read=read, on_start=on_start)
     failed = {f.recipient_id for f in failures}
-    for span in run.later:  # a recipient's later windows wait for its earlier ones, and fail with them
-        if span.recipient_id in failed:
-            failures.append(SpanFailure(span.recipient_id, span.windows, IncsyncError(
-                f"recipient {span.recipient_id}: not run because an earlier window of this run failed"
+    for transfer in run.later:  # a recipient's later windows wait for its earlier ones, and fail with them
+        if transfer.recipient.id in failed:
+            failures.append(SpanFailure.of(transfer, IncsyncError(
+                f"recipient {transfer.recipient.id}: not run because an earlier window of this run failed"
             )))
             continue
-        failures += _run_alone(span.windows, staging_root=staging_root, on_commit=tracked, committed=committed,
+        failures += _run_alone(transfer, staging_root=staging_root, on_commit=tracked, committed=committed,
                                on_start=on_start)
     return failures
 
 
-def execute_requests(requests: Sequence[TransferRequest], *, staging_root: Path, on_commit: OnCommit) -> list[SpanFailure]:
-    """Both halves in one call (tools and tests): plan and open the reads, then execute them."""
-    return execute(plan_reads(requests), staging_root=staging_root, on_commit=on_commit)
-
-
-def run_span(requests: Sequence[TransferRequest], *, staging_root: Path, on_commit: OnCommit, read: Read | None = None) -> None:
+def run_span(transfer: Transfer, *, staging_root: Path, on_commit: OnCommit, read: Read | None = None) -> None:
     """One transfer over contiguous windows of one recipient: its read (opened now unless given), staged
     once, published. The staging folder is removed on the way out, success or not."""
-    read = read or open_span(requests)
-    span = read.spans[0]
+    read = read or open_transfer(transfer)
+    [span] = read.spans
     _assign_staging(span, staging_root)
     with claim(span.staging):
         crash_point("after_claim")
@@ -92,15 +94,15 @@ def run_span(requests: Sequence[TransferRequest], *, staging_root: Path, on_comm
 
 
 def run_transfer(request: TransferRequest, *, staging_root: Path) -> TransferOutcome:
-    """One window alone (tests and tools): the span of a single partition."""
+    """One window alone (tests and tools): the transfer of a single partition."""
     outcomes: list[TransferOutcome] = []
-    run_span([request], staging_root=staging_root, on_commit=lambda _r, o: outcomes.append(o))
+    run_span(Transfer.alone(request), staging_root=staging_root, on_commit=lambda _r, o: outcomes.append(o))
     return outcomes[0]
 
 
 def _assign_staging(span: PreparedSpan, staging_root: Path) -> None:
-    """The span's private staging folder; folders that dead transfers of its (model, recipient) left go first."""
-    model, recipient = span.first.model, span.first.recipient
+    """The transfer's private staging folder; folders that dead transfers of its (model, recipient) left go first."""
+    model, recipient = span.transfer.model, span.transfer.recipient
     remove_stale_staging(staging_root, model, recipient)
     span.staging = staging_root / f"{model.model_name}-{recipient.id}-{span.transfer_id}"
 
@@ -113,33 +115,28 @@ def _stage_with_retries(read: Read, stage_it, *, folder: Path):  # noqa: ANN001,
         remove(folder)
         current[0] = reopen(current[0])
 
-    with on_side(SOURCE, read.first.model.source):  # staging runs the source query
-        return with_retries(lambda: stage_it(current[0]), policy=read.first.retries, before_retry=again, what=read.what)
-
-
-def _uncommitted(requests: Sequence[TransferRequest], committed: set[object]) -> tuple[TransferRequest, ...]:
-    return tuple(r for r in requests if r.partition.key not in committed)
+    with on_side(SOURCE, read.run.model.source):  # staging runs the source query
+        return with_retries(lambda: stage_it(current[0]), policy=read.run.retries, before_retry=again, what=read.what)
 
 
 def _run_alone(
-    requests: Sequence[TransferRequest], *, staging_root: Path, on_commit: OnCommit, committed: set[object],
+    transfer: Transfer, *, staging_root: Path, on_commit: OnCommit, committed: set[object],
     read: Read | None = None, on_start: OnStart = _started,
 ) -> list[SpanFailure]:
-    """One span with its own read; a lost lease starts the uncommitted windows over from fresh state."""
-    rid = requests[0].recipient.id
-    remaining = tuple(requests)
+    """One transfer with its own read; a lost lease starts the uncommitted windows over from fresh state."""
+    remaining = transfer
     for attempt in range(1, LEASE_ATTEMPTS + 1):
         try:
-            on_start(remaining)
+            on_start(remaining.requests)
             run_span(remaining, staging_root=staging_root, on_commit=on_commit, read=read)
             return []
         except LeaseError as exc:
-            remaining, read = _uncommitted(remaining, committed), None
+            remaining, read = remaining.without(committed), None
             if attempt == LEASE_ATTEMPTS:
-                return [SpanFailure(rid, remaining, exc)]
+                return [SpanFailure.of(remaining, exc)]
             log.warning("%s (attempt %s of %s; starting over from the new state)", exc, attempt, LEASE_ATTEMPTS)
         except Exception as exc:  # noqa: BLE001 - one recipient's failure is reported, the others go on
-            return [SpanFailure(rid, _uncommitted(remaining, committed), _named(exc, requests[0]))]
+            return [SpanFailure.of(remaining.without(committed), _named(exc, transfer))]
     raise AssertionError("unreachable")
 
 
@@ -151,7 +148,7 @@ def _publish_fan_out(
     When the shared read fails for a reason one tenant's rows may hold (a value no faithful type holds,
     an engine error), each recipient is read alone instead: the rows at fault fail their recipient only."""
     prepared = read.spans
-    model = read.first.model
+    model = read.run.model
     shared = staging_root / f"{model.model_name}-fanout-{new_transfer_id()}"
     with claim(shared):
         crash_point("after_claim")
@@ -163,10 +160,10 @@ def _publish_fan_out(
                                                 collect=r.collect),
                 folder=shared,
             )
-            _check_tenants(staged, prepared)
+            _check_tenants(staged, read)
         except Exception as exc:  # noqa: BLE001 - the shared read failed: every recipient of it fails, or is read alone
             if not _isolable(exc, prepared):
-                return [SpanFailure(p.first.recipient.id, p.requests, exc) for p in prepared]
+                return [SpanFailure.of(p.transfer, exc) for p in prepared]
             log.warning("%s failed (%s: %s); reading each recipient alone, so that rows at fault fail only their "
                         "recipient", read.what, type(exc).__name__, str(exc).splitlines()[0][:300] if str(exc) else "")
             staged = None
@@ -180,7 +177,7 @@ def _publish_fan_out(
                 on_start=on_start,
             ))
     return _in_parallel(prepared, lambda span: _run_alone(
-        span.requests, staging_root=staging_root, on_commit=on_commit, committed=committed, on_start=on_start,
+        span.transfer, staging_root=staging_root, on_commit=on_commit, committed=committed, on_start=on_start,
     ) or None)
 
 
@@ -196,20 +193,20 @@ def _publish_share(
             publish_span(span, _share_of(staged, schema, span), on_commit=on_commit)
         return None
     except LeaseError:
-        # Another writer committed since this span read its state: redo it alone, from fresh state.
-        rest = _run_alone(_uncommitted(span.requests, committed), staging_root=staging_root,
+        # Another writer committed since this transfer read its state: redo it alone, from fresh state.
+        rest = _run_alone(span.transfer.without(committed), staging_root=staging_root,
                           on_commit=on_commit, committed=committed, on_start=on_start)
         return rest[0] if rest else None
     except Exception as exc:  # noqa: BLE001 - one recipient's failure is its own
-        return SpanFailure(span.first.recipient.id, _uncommitted(span.requests, committed), _named(exc, span.first))
+        return SpanFailure.of(span.transfer.without(committed), _named(exc, span.transfer))
 
 
 def _in_parallel(prepared: Sequence[PreparedSpan], work) -> list[SpanFailure]:  # noqa: ANN001 - span -> failure(s)
-    """Run ``work`` for each span, in parallel within each destination's ``max_concurrent_transfers``."""
+    """Run ``work`` for each transfer, in parallel within each destination's ``max_concurrent_transfers``."""
     limits = _destination_limits(prepared)
 
     def limited(span: PreparedSpan) -> list[SpanFailure]:
-        with limits[span.first.destination.name]:
+        with limits[span.transfer.destination.name]:
             result = work(span)
         return [] if result is None else result if isinstance(result, list) else [result]
 
@@ -226,24 +223,24 @@ def _isolable(exc: Exception, prepared: Sequence[PreparedSpan]) -> bool:
     return not any(phrase in text for phrase in PERMANENT_PHRASES)  # refused, or no such table: alone too
 
 
-def _named(exc: Exception, request: TransferRequest) -> Exception:
-    return named_error(exc, model=request.model.model_name, recipient=request.recipient.id)
+def _named(exc: Exception, transfer: Transfer) -> Exception:
+    return named_error(exc, model=transfer.model.model_name, recipient=transfer.recipient.id)
 
 
 def _destination_limits(prepared: Sequence[PreparedSpan]) -> dict[str, threading.Semaphore]:
     limits: dict[str, threading.Semaphore] = {}
     for span in prepared:
-        destination = span.first.destination
+        destination = span.transfer.destination
         if destination.name not in limits:
             limits[destination.name] = threading.Semaphore(destination.max_concurrent_transfers)
     return limits
 
 
-def _check_tenants(staged: dict[str, StagedBatch], prepared: Sequence[PreparedSpan]) -> None:
+def _check_tenants(staged: dict[str, StagedBatch], read: Read) -> None:
     """Every staged row must belong to one of the run's recipients: a tenant value the database matched
     but incsync cannot (e.g. ``042`` against an integer 42) would otherwise be dropped silently."""
-    model = prepared[0].first.model
-    wanted = {p.first.recipient.id_in_provider_system for p in prepared}
+    model = read.run.model
+    wanted = set(read.tenants)
     stray = sorted(v for v, batch in staged.items() if batch.rows and v not in wanted)
     if stray:
         column = model.organization_column
@@ -257,7 +254,7 @@ def _check_tenants(staged: dict[str, StagedBatch], prepared: Sequence[PreparedSp
 def _share_of(staged: dict[str, StagedBatch], schema: pa.Schema, span: PreparedSpan) -> StagedBatch:
     """One recipient's rows of the shared read, within its own bounds (NULL last-modified rows of its
     tenant included, so its validation names them)."""
-    model, recipient = span.first.model, span.first.recipient
+    model, recipient = span.transfer.model, span.transfer.recipient
     mine = staged.get(recipient.id_in_provider_system)
     if mine is None:  # no row of this tenant in the read: an empty batch with the read's schema
         span.staging.mkdir(parents=True, exist_ok=True)

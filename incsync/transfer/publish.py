@@ -19,7 +19,7 @@ from incsync.transfer.retries import with_retries
 from incsync.staging.batch import StagedBatch, slice_batch
 from incsync.staging.folders import remove
 from incsync.staging.infinity import refuse_infinities
-from incsync.transfer.request import OnCommit, PreparedSpan, TransferOutcome, TransferRequest
+from incsync.transfer.request import OnCommit, PreparedSpan, Transfer, TransferOutcome
 
 log = logging.getLogger(__name__)
 
@@ -29,10 +29,10 @@ def publish_span(span: PreparedSpan, batch: StagedBatch, *, on_commit: OnCommit)
 
     Every window lies in exactly one commit; ``on_commit`` hears of each window once its commit landed.
     """
-    first = span.first
-    model, recipient, destination = first.model, first.recipient, first.destination
+    transfer = span.transfer
+    run, model, recipient, destination = transfer.run, transfer.model, transfer.recipient, transfer.destination
     threshold = delta_threshold(span.previous_hw)
-    windows = [r.partition for r in span.requests]
+    windows = transfer.windows
     # One pass over the last-modified column (NULLs refused first); then the other checks of the whole span.
     counts = count_windows(batch, windows, model=model, recipient_id=recipient.id,
                            delta_after_micros=None if threshold is None else to_micros(threshold))
@@ -45,8 +45,8 @@ def publish_span(span: PreparedSpan, batch: StagedBatch, *, on_commit: OnCommit)
     if model.deletes != "none" and not span.reason:  # a full refresh replaces the rows anyway
         from incsync.transfer.deletes import find_removals
 
-        removals = find_removals(first.source, destination, model=model, recipient=recipient, spark=first.spark,
-                                 staging_root=span.staging, allowed=first.allow_mass_delete)  # in the span's claim
+        removals = find_removals(run.source, destination, model=model, recipient=recipient, spark=run.spark,
+                                 staging_root=span.staging, allowed=run.allow_mass_delete)  # in the span's claim
     hw, state = span.previous_hw, span.state
     # A recipient's first transfer split in commits (a big tenant's backfill) writes only keys the table
     # cannot hold yet, when no key occurs twice in the read: a destination may append instead of merging
@@ -89,8 +89,8 @@ def publish_span(span: PreparedSpan, batch: StagedBatch, *, on_commit: OnCommit)
             delta_rows_transferred=sum(counts.delta_rows[lo : hi + 1]),
             high_watermark_micros=None if hw is None else to_micros(hw),
             transfer_type=FULL_REFRESH if span.reason else INCREMENTAL,
-            fingerprint=first.fingerprint,
-            lookback_seconds=first.lookback_seconds,
+            fingerprint=run.fingerprint,
+            lookback_seconds=run.lookback_seconds,
             committed_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             extra={**({"full_refresh_reason": span.reason} if span.reason else {}), **horizon_facts,
                    **({"rows_removed": str(removals.rows), "removal_mode": removals.mode} if removals and is_last else {})},
@@ -98,7 +98,7 @@ def publish_span(span: PreparedSpan, batch: StagedBatch, *, on_commit: OnCommit)
         # Soft: every publish goes with its removals (even none), so a key back at the source loses its stamp.
         remove_now = removals if removals is not None and (removals.rows or removals.mode == "soft") and is_last else None
         try:
-            destination_metadata = publish_with_retries(first, part, record, expected=state, removals=remove_now,
+            destination_metadata = publish_with_retries(transfer, part, record, expected=state, removals=remove_now,
                                                         new_keys=new_keys)
             if removals is not None and is_last:
                 destination_metadata = {**destination_metadata, "rows_removed": removals.rows, "removal_mode": removals.mode}
@@ -119,7 +119,7 @@ def publish_span(span: PreparedSpan, batch: StagedBatch, *, on_commit: OnCommit)
                 delta_rows_transferred=counts.delta_rows[i],
                 transfer_id=span.transfer_id,
             )
-            on_commit(span.requests[i], TransferOutcome(
+            on_commit(transfer.requests[i], TransferOutcome(
                 record=window_record,
                 bounds=batch_bounds,
                 staged_bytes=part.bytes,
@@ -140,12 +140,12 @@ def publish_span(span: PreparedSpan, batch: StagedBatch, *, on_commit: OnCommit)
 
 
 def publish_with_retries(
-    request: TransferRequest, batch: StagedBatch, record: TransferRecord, *, expected: DestinationState,
+    transfer: Transfer, batch: StagedBatch, record: TransferRecord, *, expected: DestinationState,
     removals: Removals | None = None, new_keys: bool = False,
 ) -> dict[str, object]:
     """Publish, trying again on a transient error. A connection lost while committing leaves it unknown
     whether the commit landed: the destination's transfer log says, so a landed commit is never redone."""
-    model, recipient, destination = request.model, request.recipient, request.destination
+    model, recipient, destination = transfer.model, transfer.recipient, transfer.destination
     tries = 0
 
     def attempt() -> dict[str, object]:
@@ -161,8 +161,7 @@ def publish_with_retries(
 
     with on_side(DESTINATION, destination.name):
         metadata = with_retries(
-            attempt, policy=request.retries,
-            what=f"publish of transfer {record.transfer_id} to destination {destination.name} "
-            f"(model {model.model_name}, recipient {recipient.id})",
+            attempt, policy=transfer.run.retries,
+            what=f"publish of transfer {record.transfer_id} to destination {destination.name} ({transfer.what})",
         )
     return {**metadata, "publish_attempts": tries} if tries > 1 else metadata

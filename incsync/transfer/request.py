@@ -1,15 +1,18 @@
-"""One transfer of (model, recipient, contiguous windows): its id, the request per partition, the span
-prepared for it and the outcome per window (docs/design.md#one-transfer).
+"""A run's unit of work: the transfer (docs/design.md#vocabulary), one recipient's contiguous windows of a
+model read once and published to its destination (docs/design.md#one-transfer).
 
-The steps are ``prepare`` (state and bounds) and ``reads`` (the lazy read), which a model's asset body
-runs, then ``execute`` (stage once) and ``publish`` (validate, attribute rows to windows, commit), which
-its IO manager runs; ``execute.run_span`` runs them all for one span.
+``TransferRun`` holds what a run's transfers share (the model, its source and Spark, how the run was
+launched); ``TransferRequest`` is one (window, recipient) partition, the unit of bookkeeping; a
+``Transfer`` is planned once from a run's requests (``TransferPlan``) and passed whole through
+``prepare`` (state and bounds), ``reads`` (the lazy read), staging and ``publish`` (validate, attribute
+rows to windows, commit); ``PreparedSpan`` is a transfer with its state and bounds, and
+``TransferOutcome`` what each of its windows records. ``execute.execute`` runs a plan.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -21,6 +24,7 @@ from incsync.core.horizon import HorizonCap, SourceHorizon, horizon_cap
 from incsync.core.fingerprint import model_fingerprint
 from incsync.core.windows import WindowPartition, grid_start, window_of
 from incsync.sources.base import Source
+from incsync.transfer.plan import coalesce
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -28,7 +32,7 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class TransferRun:
-    """What every partition of a run shares: the model, its source and Spark, and how the run was launched."""
+    """What every transfer of a run shares: the model, its source and Spark, and how the run was launched."""
 
     model: ModelConfig
     grid_start: datetime
@@ -53,27 +57,31 @@ class TransferRun:
         """The request of one (window, recipient) partition of this run."""
         return TransferRequest(self, recipient, destination, WindowPartition(window_of(self.model, window_key), recipient.id))
 
+    def plan(self, requests: Sequence[TransferRequest]) -> TransferPlan:
+        """The run's transfers: per recipient, each maximal run of contiguous windows (``plan.coalesce``); a
+        full refresh reads each recipient's windows as one transfer, gaps included. Order: recipients as
+        first seen, each one's transfers by time."""
+        whole = frozenset(r.recipient.id for r in requests) if self.full_refresh else frozenset()
+        transfers = []
+        for span in coalesce(list(requests), whole_recipient=whole):
+            one = span.windows[0]  # a span is one recipient's: every window names the same recipient and destination
+            transfers.append(Transfer(self, one.recipient, one.destination, span.windows))
+        return TransferPlan(self, tuple(transfers))
+
 
 @dataclass(frozen=True, slots=True)
 class TransferRequest:
-    """One (window, recipient) partition of a run: the asset builds them and opens their reads, the IO
-    manager publishes. What the run's partitions share is held once, in ``run``."""
+    """One (window, recipient) partition of a run: what the run's bookkeeping (materializations, failures,
+    resume points) names. What a recipient's requests share is held by their ``Transfer``."""
 
     run: TransferRun
     recipient: RecipientConfig
     destination: Destination
     partition: WindowPartition
 
-    model = property(lambda self: self.run.model)
-    grid_start = property(lambda self: self.run.grid_start)
-    lookback_seconds = property(lambda self: self.run.lookback_seconds)
-    fingerprint = property(lambda self: self.run.fingerprint)
-    source = property(lambda self: self.run.source)
-    spark = property(lambda self: self.run.spark)
-    scheduled = property(lambda self: self.run.scheduled)
-    full_refresh = property(lambda self: self.run.full_refresh)
-    retries = property(lambda self: self.run.retries)
-    allow_mass_delete = property(lambda self: self.run.allow_mass_delete)
+    @property
+    def model(self) -> ModelConfig:
+        return self.run.model
 
     @property
     def recipient_id(self) -> str:
@@ -86,6 +94,65 @@ class TransferRequest:
     @property
     def end(self) -> datetime:
         return self.partition.end
+
+
+@dataclass(frozen=True)
+class Transfer:
+    """One transfer: a recipient's contiguous windows of a run (``requests``, in time order), read once
+    from the run's source and published to the recipient's destination. Planned once, then passed whole
+    from step to step."""
+
+    run: TransferRun
+    recipient: RecipientConfig
+    destination: Destination
+    requests: tuple[TransferRequest, ...]
+
+    @classmethod
+    def alone(cls, request: TransferRequest) -> Transfer:
+        """The transfer of one partition by itself (tests and tools)."""
+        return cls(request.run, request.recipient, request.destination, (request,))
+
+    @property
+    def model(self) -> ModelConfig:
+        return self.run.model
+
+    @property
+    def windows(self) -> tuple[WindowPartition, ...]:
+        return tuple(r.partition for r in self.requests)
+
+    @property
+    def start(self) -> datetime:
+        return self.requests[0].start
+
+    @property
+    def end(self) -> datetime:
+        return self.requests[-1].end
+
+    @property
+    def what(self) -> str:
+        """The transfer as retries and errors name it."""
+        return f"model {self.model.model_name}, recipient {self.recipient.id}"
+
+    def without(self, committed: set[object]) -> Transfer:
+        """The same transfer over the windows not in ``committed`` (partition keys): what is left to do."""
+        return replace(self, requests=tuple(r for r in self.requests if r.partition.key not in committed))
+
+
+@dataclass(frozen=True)
+class TransferPlan:
+    """A run's transfers, planned: what a model's asset hands its IO manager (docs/design.md#dagster-shape).
+    Plain values: the model's run and, per transfer, its recipient, destination and windows."""
+
+    run: TransferRun
+    transfers: tuple[Transfer, ...]
+
+    @property
+    def requests(self) -> tuple[TransferRequest, ...]:
+        return tuple(r for t in self.transfers for r in t.requests)
+
+    @property
+    def recipients(self) -> int:
+        return len({t.recipient.id for t in self.transfers})
 
 
 @dataclass(frozen=True)
@@ -113,9 +180,9 @@ OnStart = Callable[[Sequence[TransferRequest]], None]
 
 @dataclass
 class PreparedSpan:
-    """A span's state, bounds and staging folder, decided before anything is read."""
+    """A transfer with its state, bounds and staging folder, decided before anything is read."""
 
-    requests: tuple[TransferRequest, ...]
+    transfer: Transfer
     state: DestinationState
     bounds: Bounds
     previous_hw: datetime | None
@@ -130,17 +197,21 @@ class PreparedSpan:
         self.horizon, self.cap = horizon, horizon_cap(horizon)
 
     @property
-    def first(self) -> TransferRequest:
-        return self.requests[0]
+    def requests(self) -> tuple[TransferRequest, ...]:
+        return self.transfer.requests
 
 
 @dataclass(frozen=True)
 class SpanFailure:
-    """A span that did not commit (or not all of it): its uncommitted partitions and why."""
+    """A transfer that did not commit (or not all of it): its uncommitted partitions and why."""
 
     recipient_id: str
     requests: tuple[TransferRequest, ...]
     error: BaseException
+
+    @classmethod
+    def of(cls, transfer: Transfer, error: BaseException) -> SpanFailure:
+        return cls(transfer.recipient.id, transfer.requests, error)
 
 
 def high_watermark_epoch(record: TransferRecord) -> int | None:

@@ -14,7 +14,6 @@ from incsync.orchestration.dagster_compat import (
     ASSET_PARTITION_RANGE_END_TAG,
     ASSET_PARTITION_RANGE_START_TAG,
     RUN_FAILURE_REASON_TAG,
-    SQLITE_SYNC_ENV_VAR,
     WORKER_LOST_REASONS,
     DEFER_ASSET_EVENTS_TAG,
     add_partition_metadata,
@@ -25,7 +24,6 @@ from incsync.orchestration.dagster_compat import (
     report_planned,
     report_run_orphaned,
     run_reaction,
-    tune_sqlite_storage,
 )
 from incsync.errors import ConfigError
 
@@ -187,15 +185,34 @@ def test_a_plain_sensor_reacts_to_a_failed_run_as_a_run_failure_sensor_does(dags
     assert data.skip_message is None and data.run_requests == []
 
 
-def test_sqlite_connections_commit_without_fsync_and_the_mode_is_validated(tmp_path, monkeypatch) -> None:
-    tune_sqlite_storage()
+def test_the_batching_event_log_commits_as_its_instance_says_and_nothing_else_does(tmp_path, monkeypatch) -> None:
+    """dagster.yaml's ``synchronous`` (default off) sets the event log's own connections; any other SQLite
+    connection keeps SQLite's default; a mode SQLite lacks, or the environment variable that chose it once,
+    is refused naming the setting."""
+    from incsync.orchestration.dagster_compat import BatchingSqliteEventLogStorage
+
+    monkeypatch.delenv("DAGSTER_EVENT_BATCH_SIZE", raising=False)  # the storage sets it; restored after the test
+    modes = {}
+    for name, setting in (("default", {}), ("normal", {"synchronous": "normal"}), ("bare_yaml_off", {"synchronous": False}),
+                          ("full", {"synchronous": "FULL"})):
+        home = tmp_path / name
+        home.mkdir()
+        storage = {**BATCHING, "config": {"base_dir": str(home / "runs"), **setting}}
+        with dg.instance_for_test(temp_dir=str(home), overrides={"event_log_storage": storage}) as instance:
+            with instance.event_log_storage.index_connection() as conn:
+                modes[name] = conn.exec_driver_sql("PRAGMA synchronous").scalar()
+    assert modes == {"default": 0, "normal": 1, "bare_yaml_off": 0, "full": 2}  # OFF, NORMAL, FULL
     engine = sqlalchemy.create_engine(f"sqlite:///{tmp_path / 'x.db'}")
     with engine.connect() as conn:
-        assert conn.exec_driver_sql("PRAGMA synchronous").scalar() == 0  # OFF
-    assert sqlite3.connect(tmp_path / "y.db").execute("PRAGMA synchronous").fetchone()[0] == 2  # others untouched
-    monkeypatch.setenv(SQLITE_SYNC_ENV_VAR, "sometimes")
-    with pytest.raises(ConfigError, match='INCSYNC_SQLITE_SYNC: "sometimes" must be one of off, normal, full'):
-        tune_sqlite_storage()
+        assert conn.exec_driver_sql("PRAGMA synchronous").scalar() == 2  # another engine: SQLite's default
+    engine.dispose()
+    assert sqlite3.connect(tmp_path / "y.db").execute("PRAGMA synchronous").fetchone()[0] == 2
+    storage_class = BatchingSqliteEventLogStorage
+    with pytest.raises(ConfigError, match='event_log_storage.config.synchronous: "sometimes" must be one of off, normal, full'):
+        storage_class(str(tmp_path / "bad"), synchronous="sometimes")
+    monkeypatch.setenv("INCSYNC_SQLITE_SYNC", "full")
+    with pytest.raises(ConfigError, match="INCSYNC_SQLITE_SYNC: .* write `synchronous: full` under event_log_storage.config"):
+        storage_class(str(tmp_path / "old"))
 
 
 BATCHING = {"module": "incsync.orchestration.dagster_compat", "class": "BatchingSqliteEventLogStorage"}

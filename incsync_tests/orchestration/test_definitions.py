@@ -37,6 +37,34 @@ def test_importing_definitions_starts_no_jvm(tmp_path: Path) -> None:
     assert facts["assets"] == ["lake/orders", "lake/tables/lake.orders"]
 
 
+def test_loading_the_definitions_changes_no_process_wide_state(tmp_path: Path) -> None:
+    """Importing `incsync.definitions` and building another file's definitions leave the environment and
+    SQLAlchemy's listeners as they were: a SQLite connection opened afterwards still syncs as SQLite's
+    default. What a run needs is set when it starts, what an instance needs by its dagster.yaml."""
+    config = lake_config(tmp_path, destinations=[{"name": "acme_delta", "kind": "delta", "path": "./out/acme"},
+                                                 {"name": "files", "kind": "object_storage", "path": "./out/files"}])
+    probe = (
+        "import json, os, sqlite3\n"
+        "import dagster, sqlalchemy\n"
+        "from sqlalchemy.event import registry\n"
+        "env, listeners = dict(os.environ), set(registry._key_to_collection)\n"
+        "import incsync.definitions\n"
+        "from incsync.orchestration.definitions import build_definitions\n"
+        "build_definitions(os.environ['INCSYNC_CONFIG'])\n"
+        "added = len(set(registry._key_to_collection) - listeners)\n"
+        "engine = sqlalchemy.create_engine('sqlite:///' + os.environ['PROBE_DB'])\n"
+        "with engine.connect() as conn:\n"
+        "    synchronous = conn.exec_driver_sql('PRAGMA synchronous').scalar()\n"
+        "print(json.dumps({'environment': sorted(k for k in {*env, *os.environ} if env.get(k) != os.environ.get(k)),\n"
+        "  'listeners': added, 'synchronous': synchronous}))\n"
+    )
+    quiet = ("PYSPARK_PYTHON", "DAGSTER_EVENT_BATCH_SIZE", "INCSYNC_SQLITE_SYNC")  # unset: a default set would show
+    env = {k: v for k, v in os.environ.items() if k not in quiet} | {"INCSYNC_CONFIG": str(config),
+                                                                    "PROBE_DB": str(tmp_path / "probe.db")}
+    out = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=120, check=True)
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == {"environment": [], "listeners": 0, "synchronous": 2}
+
+
 def test_asset_shape(tmp_path: Path) -> None:
     file = lake_config(tmp_path)
     defs = build_definitions(file)

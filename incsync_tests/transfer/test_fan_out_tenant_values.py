@@ -19,7 +19,7 @@ from incsync.destinations.registry import build_destination
 from incsync.orchestration.io_manager import transfer_failure
 from incsync.sources.registry import build_source
 from incsync.transfer.errors import EngineError, named_error
-from incsync.transfer.execute import execute_requests
+from incsync.transfer.execute import execute
 from incsync.transfer.request import TransferRun
 from incsync_tests.support.jdbc import jdbc_config, maria_database, pg_database
 from incsync_tests.support.lake import delta_rows, ts
@@ -75,8 +75,8 @@ def test_hostile_tenant_values_in_one_fan_out_run(
         requests = [run.request(r, build_destination(config.destination(r.destination)), "2024-01-01") for r in config.recipients]
         committed: list[str] = []
         with caplog.at_level(logging.INFO, logger="incsync.transfer.execute"):
-            failures = execute_requests(requests, staging_root=tmp_path / "staging",
-                                        on_commit=lambda request, _outcome: committed.append(request.recipient.id))
+            failures = execute(run.plan(requests), staging_root=tmp_path / "staging",
+                               on_commit=lambda request, _outcome: committed.append(request.recipient.id))
 
     assert "fan-out read of model orders: 21 rows for 10 recipients, staged once" in caplog.text
     assert sorted(committed) == sorted(set(TENANTS) - {"dup"})
@@ -115,7 +115,7 @@ def test_a_value_that_fails_the_shared_read_fails_only_its_recipient(
                                     scheduled=False)
         requests = [run.request(r, build_destination(config.destination(r.destination)), "2024-01-01") for r in config.recipients]
         with caplog.at_level(logging.WARNING, logger="incsync.transfer.execute"):
-            failures = execute_requests(requests, staging_root=tmp_path / "staging", on_commit=lambda *_: None)
+            failures = execute(run.plan(requests), staging_root=tmp_path / "staging", on_commit=lambda *_: None)
 
     assert "(3 recipients) failed (ConversionError: " in caplog.text and "reading each recipient alone" in caplog.text
     assert [r["id"] for r in delta_rows(tmp_path / "out" / "acme" / "orders")] == [1]

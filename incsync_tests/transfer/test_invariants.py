@@ -38,7 +38,7 @@ from incsync.destinations.registry import build_destination
 from incsync.errors import ValidationError
 from incsync.core.horizon import LOOKBACK_ONLY, TRANSACTIONS, SourceHorizon
 from incsync.core.windows import grid_start, window_key_for
-from incsync.transfer.execute import execute_requests as execute, run_transfer
+from incsync.transfer.execute import execute, run_transfer
 from incsync.sources.lake import LakeSource
 from incsync.config.tags import FULL_REFRESH_TAG, MODE_TAG
 from incsync.transfer.request import TransferRequest, TransferRun
@@ -372,9 +372,10 @@ class TransferMachine(RuleBasedStateMachine):
 
     def execute(self, keys: dict[str, list[str]], *, scheduled: bool = False, full_refresh: bool = False) -> dict[str, list[Any]]:
         """One run of several (window, recipient) partitions through the transfer plan; outcomes by recipient."""
-        requests = [self.request(rid, k, scheduled=scheduled, full_refresh=full_refresh) for rid, ks in keys.items() for k in ks]
+        run = self.transfer_run(scheduled=scheduled, full_refresh=full_refresh)
+        requests = [run.request(self.recipients[rid], self.destinations[rid], k) for rid, ks in keys.items() for k in ks]
         outcomes: dict[str, list[Any]] = {rid: [] for rid in keys}
-        failures = execute(requests, staging_root=self.staging, on_commit=lambda r, o: outcomes[r.recipient.id].append(o))
+        failures = execute(run.plan(requests), staging_root=self.staging, on_commit=lambda r, o: outcomes[r.recipient.id].append(o))
         assert not failures, failures
         return outcomes
 
@@ -385,11 +386,15 @@ class TransferMachine(RuleBasedStateMachine):
             t.outlived_lag |= self.now - t.start > HORIZON_LAG
         return min([self.now, *held])
 
-    def request(self, rid: str, window_key: str, *, scheduled: bool, full_refresh: bool) -> TransferRequest:
-        """The request the asset builds (assets.py), built here so most steps skip Dagster's overhead."""
+    def transfer_run(self, *, scheduled: bool, full_refresh: bool) -> TransferRun:
+        """The run the asset builds (assets.py), built here so most steps skip Dagster's overhead."""
         return TransferRun.for_model(
             self.config, self.model, source=self.source, spark=lambda: self.spark, scheduled=scheduled, full_refresh=full_refresh,
-        ).request(self.recipients[rid], self.destinations[rid], window_key)
+        )
+
+    def request(self, rid: str, window_key: str, *, scheduled: bool, full_refresh: bool) -> TransferRequest:
+        """One partition's request, as the asset builds it."""
+        return self.transfer_run(scheduled=scheduled, full_refresh=full_refresh).request(self.recipients[rid], self.destinations[rid], window_key)
 
     @staticmethod
     def tags(scheduled: bool, full_refresh: bool) -> dict[str, str]:

@@ -9,9 +9,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from incsync.config.load import load_config
 from incsync.core.bounds import to_micros
+from incsync.destinations.registry import build_destination
+from incsync.sources.registry import build_source
 from incsync.transfer.plan import count_by_window, coalesce, plan_batches
-from incsync_tests.support.lake import ts
+from incsync.transfer.request import TransferRun
+from incsync_tests.support.lake import lake_config, ts
 
 DAY = timedelta(days=1)
 
@@ -39,6 +43,32 @@ def test_contiguous_windows_of_a_recipient_form_one_span_and_gaps_split() -> Non
 def test_a_full_refresh_recipient_is_one_span_across_gaps() -> None:
     spans = coalesce([cell("a", 1), cell("a", 4), cell("b", 1), cell("b", 4)], whole_recipient=frozenset({"a"}))
     assert [(s.recipient_id, [c.start.day for c in s.windows]) for s in spans] == [("a", [1, 4]), ("b", [1]), ("b", [4])]
+
+
+def test_a_runs_plan_is_one_transfer_per_recipients_contiguous_windows_named_whole(tmp_path) -> None:
+    """A transfer carries its run, recipient, destination and windows, planned once from the run's
+    partitions; a full refresh is one transfer per recipient, gaps included."""
+    config = load_config(lake_config(tmp_path, recipients=[
+        {"id": "acme", "id_in_provider_system": "org_1", "destination": "acme_delta"},
+        {"id": "globex", "id_in_provider_system": "org_2", "destination": "globex_delta"},
+    ]))
+    model = config.model("orders")
+    destinations = {r.id: build_destination(config.destination(r.destination)) for r in config.recipients}
+    cells = [("acme", "2024-01-01"), ("globex", "2024-01-02"), ("acme", "2024-01-04"), ("acme", "2024-01-02")]
+
+    def plan(full_refresh: bool) -> list[tuple[str, str, list[str]]]:
+        run = TransferRun.for_model(config, model, source=build_source(config.source("lake")), spark=lambda: None,
+                                    full_refresh=full_refresh)
+        planned = run.plan([run.request(config.recipient(rid), destinations[rid], key) for rid, key in cells])
+        assert all(t.run is run for t in planned.transfers) and planned.recipients == 2
+        assert [r.partition.key for r in planned.requests] == [(w.window_key, t.recipient.id) for t in planned.transfers
+                                                                for w in t.windows]
+        return [(t.recipient.id, t.destination.name, [w.window_key for w in t.windows]) for t in planned.transfers]
+
+    assert plan(full_refresh=False) == [("acme", "acme_delta", ["2024-01-01", "2024-01-02"]), ("acme", "acme_delta", ["2024-01-04"]),
+                                        ("globex", "globex_delta", ["2024-01-02"])]
+    assert plan(full_refresh=True) == [("acme", "acme_delta", ["2024-01-01", "2024-01-02", "2024-01-04"]),
+                                       ("globex", "globex_delta", ["2024-01-02"])]
 
 
 def test_rows_count_in_their_window_the_first_takes_the_lookback_overlap_the_last_what_lies_above() -> None:

@@ -19,9 +19,8 @@ from incsync.orchestration.dagster_compat.postgres import is_postgres_event_log,
 from incsync.orchestration.dagster_compat.sqlite import (  # re-exported: the one compat module
     EVENT_BATCH_ENV_VAR,
     EVENT_BATCH_SIZE,
-    SQLITE_SYNC_ENV_VAR,
+    SYNCHRONOUS_MODES,
     event_log_storage_config,
-    tune_sqlite_storage,
 )
 
 __all__ = [
@@ -32,7 +31,7 @@ __all__ = [
     "EVENT_BATCH_ENV_VAR",
     "EVENT_BATCH_SIZE",
     "RUN_FAILURE_REASON_TAG",
-    "SQLITE_SYNC_ENV_VAR",
+    "SYNCHRONOUS_MODES",
     "WORKER_LOST_REASONS",
     "add_partition_metadata",
     "defers_asset_events",
@@ -45,7 +44,6 @@ __all__ = [
     "report_run_orphaned",
     "run_reaction",
     "store_events_in_batches",
-    "tune_sqlite_storage",
 ]
 
 # The run tags of a run over a partition range: what a backfill with a BackfillPolicy sets, what
@@ -203,13 +201,16 @@ def report_materialized(context: dg.OutputContext, materializations: Sequence[dg
 
 
 def store_events_in_batches() -> None:
-    """Let the instance store each batch of asset events at once, whatever its storage.
+    """Let the instance store each batch of asset events at once, whatever its storage: called when a
+    run starts (its IO manager's set-up), never when definitions load.
 
     Dagster buffers the events it is handed with batch metadata (``report_planned``,
-    ``report_materialized``) only while ``DAGSTER_EVENT_BATCH_SIZE`` is set; then dagster-postgres
+    ``report_materialized``, the output's materializations at a step's end) only while
+    ``DAGSTER_EVENT_BATCH_SIZE`` is set, which it reads from the environment; then dagster-postgres
     inserts a batch of materializations in one statement, and incsync's SQLite event log
-    (``BatchingSqliteEventLogStorage``) a batch of asset events in two transactions. Without it every
-    event is its own round trip. A value already in the environment is left as it is."""
+    (``BatchingSqliteEventLogStorage``, which sets it when the instance loads) a batch of asset events
+    in two transactions. Without it every event is its own round trip. A value already in the
+    environment is left as it is."""
     os.environ.setdefault(EVENT_BATCH_ENV_VAR, str(EVENT_BATCH_SIZE))
 
 

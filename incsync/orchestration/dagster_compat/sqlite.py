@@ -1,15 +1,15 @@
-"""Dagster's SQLite storage made fit for thousands of partitions: no fsync per event, a batch of asset
-events in two transactions, run shards copied from a template. Private Dagster API, pinned by
-``incsync_tests/orchestration/test_dagster_compat.py``."""
+"""Dagster's SQLite event log made fit for thousands of partitions: no fsync per event (on its own
+connections, as the instance's dagster.yaml says), a batch of asset events in two transactions, run
+shards copied from a template. Private Dagster API, pinned by ``incsync_tests/orchestration/test_dagster_compat.py``."""
 
 from __future__ import annotations
 
 import atexit
 import os
 import shutil
-import sqlite3
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any
 
 from incsync.errors import ConfigError
@@ -18,40 +18,19 @@ EVENT_BATCH_ENV_VAR = "DAGSTER_EVENT_BATCH_SIZE"
 EVENT_BATCH_SIZE = 10_000
 
 
-_TUNED = False
-SQLITE_SYNC_ENV_VAR = "INCSYNC_SQLITE_SYNC"
-_SYNC_MODES = ("off", "normal", "full")
+SYNCHRONOUS_MODES = ("off", "normal", "full")
+DEFAULT_SYNCHRONOUS = "off"
+# An environment variable that chose the mode once: refused when set, so its value is never silently ignored.
+_OLD_SYNC_ENV_VAR = "INCSYNC_SQLITE_SYNC"
 
 
-def tune_sqlite_storage() -> None:
-    """Let Dagster's SQLite storage write events without an fsync each (``PRAGMA synchronous``).
-
-    Dagster opens, commits and closes a connection per event, and with SQLite's default each commit and
-    each close waits for the disk, so a run of many windows (two events each) spends most of its time in
-    fsync. The default here is ``off``: an application crash loses nothing, an operating-system crash or
-    power loss may lose or damage the newest part of the run history. incsync's own state (HW, transfer
-    records) lives in each destination, committed with the data, and never depends on Dagster's event
-    log; production deployments use PostgreSQL storage, which this leaves untouched.
-    ``INCSYNC_SQLITE_SYNC=normal|full`` chooses SQLite's safer modes. Uses SQLAlchemy's public
-    ``connect`` event.
-    """
-    global _TUNED
-    mode = os.environ.get(SQLITE_SYNC_ENV_VAR, "off").lower()
-    if mode not in _SYNC_MODES:
-        raise ConfigError("environment", [f'{SQLITE_SYNC_ENV_VAR}: "{mode}" must be one of {", ".join(_SYNC_MODES)}'])
-    if _TUNED or mode == "full":
-        return
-    from sqlalchemy import event
-    from sqlalchemy.engine import Engine
-
-    @event.listens_for(Engine, "connect")
-    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
-        if isinstance(dbapi_connection, sqlite3.Connection):
-            cursor = dbapi_connection.cursor()
-            cursor.execute(f"PRAGMA synchronous={mode.upper()}")
-            cursor.close()
-
-    _TUNED = True
+def synchronous_mode(value: object) -> str:
+    """The event log's ``synchronous`` setting as SQLite names it. YAML reads a bare ``off`` as false."""
+    mode = "off" if value is False else str(value).lower()
+    if mode not in SYNCHRONOUS_MODES:
+        raise ConfigError("dagster.yaml", [
+            f'event_log_storage.config.synchronous: "{value}" must be one of {", ".join(SYNCHRONOUS_MODES)}'])
+    return mode
 
 
 def _batching_sqlite_event_log_storage() -> type:
@@ -61,7 +40,8 @@ def _batching_sqlite_event_log_storage() -> type:
     from dagster._core.storage.event_log.sqlite.sqlite_event_log import SqliteEventLogStorage
 
     class BatchingSqliteEventLogStorage(SqliteEventLogStorage):
-        """Dagster's SQLite event log, storing a batch of asset events in two transactions.
+        """Dagster's SQLite event log, storing a batch of asset events in two transactions, each commit
+        without an fsync unless the instance asks for one.
 
         A run over a year of daily windows records ~2 asset events per window partition (planned at
         launch, materialized at the end). Dagster hands them over as batches when
@@ -72,18 +52,42 @@ def _batching_sqlite_event_log_storage() -> type:
         rows, tags and asset-key entries as one event at a time (the asset-key row is written for the
         last event of each kind per asset: later ones overwrite earlier ones column by column). Anything
         that is not an asset event goes the stock way.
+
+        ``synchronous`` (dagster.yaml, default ``off``): Dagster opens, commits and closes a connection per
+        event, and with SQLite's default (``full``) each commit waits for the disk, so a run of many windows
+        would spend most of its time in fsync. With ``off`` an application crash loses nothing; an
+        operating-system crash or power loss may lose or damage the newest part of the run history.
+        incsync's own state (HW, transfer records) lives in each destination, committed with the data,
+        and never depends on Dagster's event log. Only this storage's connections are set.
         """
 
-        def __init__(self, base_dir: str, inst_data: Any = None) -> None:
+        def __init__(self, base_dir: str, inst_data: Any = None, synchronous: object = DEFAULT_SYNCHRONOUS) -> None:
+            if os.environ.get(_OLD_SYNC_ENV_VAR):
+                raise ConfigError("environment", [
+                    f"{_OLD_SYNC_ENV_VAR}: the event log's fsync mode is the instance's setting now; unset it and write "
+                    f"`synchronous: {os.environ[_OLD_SYNC_ENV_VAR]}` under event_log_storage.config in dagster.yaml"])
+            self._synchronous = synchronous_mode(synchronous)
+            # The instance stores a batch of asset events at once only while this is set (Dagster reads it
+            # from the environment): the instance that names this storage asks for batches.
             os.environ.setdefault(EVENT_BATCH_ENV_VAR, str(EVENT_BATCH_SIZE))
             self._template: str | None = None
             super().__init__(base_dir, inst_data=inst_data)
 
         @classmethod
         def config_type(cls) -> Any:
-            from dagster import StringSource
+            from dagster import Any as AnyValue, Field, StringSource
 
-            return {"base_dir": StringSource}
+            return {"base_dir": StringSource,
+                    "synchronous": Field(AnyValue, is_required=False, default_value=DEFAULT_SYNCHRONOUS,
+                                         description="SQLite's PRAGMA synchronous for the event log: off, normal or full.")}
+
+        @contextmanager
+        def _connect(self, shard: str) -> Iterator[Any]:
+            """Dagster's connection to a shard, committing as ``synchronous`` says (a connection's own setting)."""
+            with super()._connect(shard) as conn:
+                if self._synchronous != "full":
+                    conn.exec_driver_sql(f"PRAGMA synchronous={self._synchronous.upper()}")
+                yield conn
 
         @classmethod
         def from_config_value(cls, inst_data: Any, config_value: Mapping[str, Any]) -> Any:
