@@ -50,8 +50,8 @@ class Slot:
 
 
 def run_slots(*, model: str, destinations: Sequence[Any], sources: Sequence[Any]) -> list[Slot]:
-    """The slots of a run of ``model`` publishing to ``destinations`` and reading ``sources`` (their
-    configs: ``name``, ``max_concurrent_transfers``), in the order every run takes them.
+    """The slots of a run of ``model`` publishing to ``destinations`` and reading ``sources`` (each with
+    ``name`` and ``max_concurrent_transfers``: a destination's is its effective limit), in the order every run takes them.
 
     A destination that takes one transfer at a time (the default) needs no (model, destination) slot of
     its own: a run of 256 recipients then holds 256 destination slots, not 512 locks.
@@ -225,7 +225,7 @@ def run_holding(plan: TransferPlan, *, run_id: str, instance: Any, log: Any) -> 
 
     A run that has to wait says so in its log and on stderr, where the command line's user sees it.
     """
-    destinations = {t.destination.name: t.destination.config for t in plan.transfers}
+    destinations = {t.destination.name: t.destination for t in plan.transfers}  # their effective limits
     source = getattr(plan.run.source, "config", None)
     if not destinations:
         yield
