@@ -22,6 +22,7 @@ from incsync.config.destinations import (
 from incsync.config.sources import JdbcSourceConfig, LakeSourceConfig
 from incsync.errors import ConfigError
 from incsync.paths import CONFIG_ENV_VAR, config_path
+from incsync.config.secrets import bind_secrets
 from incsync.config.recipients_table import read_recipient_rows, recipients_source, rename_row_problems
 from incsync.config.yaml_load import load_yaml
 
@@ -131,7 +132,7 @@ def parse_config(data: Any, *, path: str = "<memory>", base: Path | None = None)
         problems = shared_location_problems(cfg, base or Path.cwd())
     if problems:
         raise ConfigError(path, problems)
-    return cfg
+    return bind_secrets(cfg, base or Path.cwd())
 
 
 def load_config(path: str | os.PathLike[str] | None = None) -> IncsyncConfig:

@@ -2,7 +2,7 @@
 
 Local paths are made absolute and resolved (``..``, symlinks, trailing slashes, ``file://``); storage URLs
 are normalised (scheme aliases, bucket case, key prefix); PostgreSQL destinations are (server, port,
-database, schema) from the DSN in their environment variable; DuckDB destinations are (file, schema); MariaDB
+database, schema) from the DSN in their environment variable (a DSN in the vault: its entry and schema); DuckDB destinations are (file, schema); MariaDB
 destinations are (server, port, database). Secrets never enter a location.
 """
 
@@ -19,6 +19,7 @@ from incsync.storage.names import local_path
 
 if TYPE_CHECKING:
     from incsync.config.model import IncsyncConfig
+    from incsync.config.secrets import SecretRef
     from incsync.config.destinations import DestinationConfig
 
 _SCHEME_ALIASES = {"s3a": "s3", "s3n": "s3", "abfs": "abfss", "wasb": "wasbs", "gcs": "gs"}
@@ -65,7 +66,18 @@ def storage_url(url: str) -> str:
     return f"{scheme}://{parts.netloc.lower()}{prefix.rstrip('/')}"
 
 
-def postgres_location(dsn_env: str, schema: str) -> Location:
+def postgres_location(dsn: SecretRef, schema: str) -> Location:
+    """(server, port, database, schema) from the DSN in a variable; a DSN in the vault is compared by its entry's
+    name and the schema: it is opened only where a connection is made."""
+    if dsn.store == "vault":
+        return Location(
+            "postgres", f"vault:{dsn.name}/{schema}", f"vault entry {dsn.name} schema {schema}",
+            note="destinations whose DSN is in the vault were compared by entry name and schema only",
+        )
+    return _env_postgres_location(dsn.name, schema)
+
+
+def _env_postgres_location(dsn_env: str, schema: str) -> Location:
     dsn = os.environ.get(dsn_env)
     if dsn is None:
         return Location(
