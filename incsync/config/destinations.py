@@ -3,6 +3,7 @@ Apache Iceberg tables or a MariaDB/MySQL database (``kind`` chooses)."""
 
 from __future__ import annotations
 
+import typing
 from pathlib import Path
 from typing import Annotated, ClassVar, Literal
 
@@ -273,3 +274,10 @@ DestinationConfig = Annotated[
     | IcebergDestinationConfig | MariaDBDestinationConfig,
     Field(discriminator="kind"),
 ]
+
+
+def secret_fields() -> dict[str, str]:
+    """kind -> the field a destinations table's `secret` column fills, for the kinds that take one."""
+    kinds = typing.get_args(typing.get_args(DestinationConfig)[0])
+    return {kind: cls.secret_field for cls in kinds if cls.secret_field
+            for kind in typing.get_args(cls.model_fields["kind"].annotation)}

@@ -169,5 +169,10 @@ def _compare(cfg: IncsyncConfig, base: Path) -> list[str]:
         if kind == "path":
             for parent in _parents(key):
                 for outer, _ in by_key.get(("path", parent), []):
-                    clash(outer, first, f"{key} lies inside {parent}", "writes inside the location of")
+                    # Named against the one listed later: a table row that lands on the file's (or an
+                    # earlier row's) location is refused alone (docs/design.md#recipients-and-secrets-as-data).
+                    if index[outer.name] > index[first.name]:
+                        clash(first, outer, f"{key} lies inside {parent}", "holds inside its location")
+                    else:
+                        clash(outer, first, f"{key} lies inside {parent}", "writes inside the location of")
     return problems

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from functools import cached_property
 from typing import Any, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, PrivateAttr, model_validator
 
 from incsync.config.alerts import AlertsConfig
 from incsync.config.base import StrictModel, listed_names
@@ -212,6 +212,14 @@ class IncsyncConfig(StrictModel):
         default_factory=SharingConfig, description="How `incsync serve` serves each recipient's copy over Delta "
         "Sharing, and the names its share gives the models (docs/sharing.md).",
     )
+
+    # The table rows left out (``incsync.config.rows``): set by the loader, never by the file.
+    _refused: tuple[Any, ...] = PrivateAttr(default=())
+
+    @property
+    def refused_rows(self) -> tuple[Any, ...]:
+        """The ``RefusedRow`` of each recipients or destinations table row the load left out, and why."""
+        return self._refused
 
     def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> IncsyncConfig:
         """A copy whose name lookups are built again: the copy's sections may differ from this one's."""

@@ -46,8 +46,15 @@ class RecipientConfig(StrictModel):
 
 
 class RecipientsFromConfig(StrictModel):
-    """A table of recipients (columns: the recipient fields), read through a postgres source."""
+    """A table of recipients (columns: the recipient fields), and optionally one of destinations, read through a
+    postgres source."""
 
     source: str = Field(description="A source of vendor postgres whose credentials read the table.")
     table: str = Field(description="`table` or `schema.table`.")
-    refresh_seconds: int = Field(default=30, ge=0, description="Read the table again after this long (0: every time).")
+    destinations_table: str | None = Field(
+        default=None,
+        description="`table` or `schema.table` of destinations kept as data, read through the same source: one row "
+        "per destination (columns `name`, `kind`, `fields` (a JSON object of the kind's fields) and `secret` (a "
+        "reference, e.g. `vault:acme_pg`), docs/secrets.md).",
+    )
+    refresh_seconds: int = Field(default=30, ge=0, description="Read the tables again after this long (0: every time).")

@@ -99,7 +99,8 @@ def every_key(db: PgDatabase) -> dict[str, Any]:
         "tiers": [{"name": "gold", "frequency": "*/5 * * * *", "models": {"invoices": "0 * * * *"}}],
         "staging_dir": "./staging",
         "staging_storage_options": {"allow_http": "true"},
-        "recipients_from": {"source": "app_db", "table": "public.incsync_recipients", "refresh_seconds": 0},
+        "recipients_from": {"source": "app_db", "table": "public.incsync_recipients",
+                            "destinations_table": "public.incsync_destinations", "refresh_seconds": 0},
         "recipients_per_run": 100,
         "spark": {"spark.sql.shuffle.partitions": "2"},
         "maintenance": {"frequency": "0 2 * * *", "compact": False},
@@ -185,6 +186,9 @@ def every_key_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[
         db.execute("""INSERT INTO public.incsync_recipients VALUES
             ('hooli', 'org_4', 'hooli_duckdb', true, '{"tier": "gold"}', '{billing}', NULL),
             ('hooli_lake', 'org_6', 'hooli_iceberg', false, NULL, NULL, 1704153600)""")
+        db.execute("CREATE TABLE public.incsync_destinations (name text, kind text, fields jsonb, secret text)")
+        db.execute("""INSERT INTO public.incsync_destinations VALUES
+            ('oscorp_pg', 'postgres', '{"schema": "oscorp", "max_concurrent_transfers": 2}', 'vault:oscorp_pg')""")
         file = tmp_path / "incsync.yaml"
         file.write_text(yaml.safe_dump(every_key(db), sort_keys=False))
         yield file
@@ -211,7 +215,7 @@ def test_a_file_setting_every_key_loads_in_dagster_and_validates(every_key_file:
     assert {"*/10 * * * *", "*/5 * * * *", "0 * * * *", "0 4 * * *"} <= set(schedules.values())
 
     assert main(["validate", "-c", str(file)]) == 0
-    assert capsys.readouterr().out.splitlines()[0] == f"{file}: OK (2 sources, 9 destinations, 2 models, 6 recipients)"
+    assert capsys.readouterr().out.splitlines()[0] == f"{file}: OK (2 sources, 10 destinations, 2 models, 6 recipients)"
 
     # Dagster's own command, as an operator runs it before `dagster dev`.
     home = tmp_path / "dagster_home"
