@@ -24,7 +24,7 @@ from incsync.config.messages import pydantic_problems
 from incsync.config.model import IncsyncConfig, RecipientConfig
 from incsync.errors import ConfigError
 
-_DESTINATION = TypeAdapter(DestinationConfig)
+_DESTINATION: TypeAdapter[Any] = TypeAdapter(DestinationConfig)
 _INDEX = re.compile(r"^(recipients|destinations)\[(\d+)\]")
 
 

@@ -13,6 +13,7 @@ import hashlib
 import os
 import re
 from dataclasses import dataclass
+from pathlib import Path
 
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
@@ -68,11 +69,11 @@ class KeyRing:
         """The keys ``place`` names: its key file, else its variable."""
         if place.key_file:
             try:
-                text = open(place.key_file, encoding="utf-8").read()  # noqa: SIM115 - read once
+                held = Path(place.key_file).read_text(encoding="utf-8")
             except OSError as exc:
                 raise VaultError(f"vault.key_file: cannot read {place.key_file} ({exc.strerror}); "
                                  "point it at the file holding the vault's keys") from None
-            return cls.parse(text, where=f"vault key file {place.key_file}")
+            return cls.parse(held, where=f"vault key file {place.key_file}")
         text = os.environ.get(place.key_env)
         if text is None:
             raise VaultError(f"vault.key_env: variable {place.key_env} is not set; export the vault's keys in it, "
