@@ -124,9 +124,9 @@ def test_modules_stay_under_the_length_limit() -> None:
 
 # Issue 28: packages that read as the flow. Each package may import only those below it in LAYERS
 # (``cli`` and ``worker`` at the top); top-level modules (errors, paths, definitions) sit outside.
-LAYERS = ["core", "storage", "spark", "config", "sources", "staging", "destinations", "integrity", "transfer",
+LAYERS = ["core", "storage", "spark", "config", "secrets", "sources", "staging", "destinations", "integrity", "transfer",
           "sharing", "orchestration", "worker", "cli"]
-ENGINE = ["core", "config", "storage", "spark", "sources", "staging", "destinations", "transfer", "integrity", "sharing"]
+ENGINE = ["core", "config", "secrets", "storage", "spark", "sources", "staging", "destinations", "transfer", "integrity", "sharing"]
 MAX_FLAT_MODULES = 12
 
 

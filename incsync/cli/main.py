@@ -156,6 +156,9 @@ def build_parser() -> Parser:
     from incsync.cli.share import add_parsers as add_sharing
 
     add_sharing(sub)
+    from incsync.cli.secrets import add_parsers as add_secrets
+
+    add_secrets(sub)
     add_state(sub)
     add_init(sub)
     return parser

@@ -24,7 +24,7 @@ MAX_PARALLEL = 16
 
 
 def unset_variables(config: IncsyncConfig) -> list[str]:
-    """One warning per ``password_env`` / ``dsn_env`` the environment does not set."""
+    """One warning per ``password_env`` / ``dsn_env`` (and the vault's key variable) the environment does not set."""
     warnings: list[str] = []
     for i, source in enumerate(config.sources):
         if isinstance(source, JdbcSourceConfig) and source.password_env and source.password_env not in os.environ:
@@ -35,6 +35,10 @@ def unset_variables(config: IncsyncConfig) -> list[str]:
             if variable not in os.environ:
                 warnings.append(f"destinations[{i}].{field}: variable {variable} is not set here; "
                                 f"export {variable}={example} wherever transfers run")
+    vault = config.vault
+    if vault is not None and vault.key_file is None and vault.key_env not in os.environ:
+        warnings.append(f"vault.key_env: variable {vault.key_env} is not set here; export the vault's keys in it "
+                        "wherever transfers run (docs/secrets.md)")
     return warnings
 
 

@@ -148,6 +148,9 @@ def cross_check_problems(cfg: IncsyncConfig) -> list[str]:
     from incsync.config.sharing import sharing_problems
 
     problems += sharing_problems(cfg)
+    from incsync.config.secrets import vault_problems
+
+    problems += vault_problems(cfg)
     from incsync.spark.cluster import cluster_problems
 
     problems += cluster_problems(cfg.spark)

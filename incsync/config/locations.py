@@ -2,7 +2,7 @@
 
 Local paths are made absolute and resolved (``..``, symlinks, trailing slashes, ``file://``); storage URLs
 are normalised (scheme aliases, bucket case, key prefix); PostgreSQL destinations are (server, port,
-database, schema) from the DSN in their environment variable; DuckDB destinations are (file, schema); MariaDB
+database, schema) from the DSN in their environment variable (a DSN in the vault: its entry and schema); DuckDB destinations are (file, schema); MariaDB
 destinations are (server, port, database). Secrets never enter a location.
 """
 
@@ -19,6 +19,7 @@ from incsync.storage.names import local_path
 
 if TYPE_CHECKING:
     from incsync.config.model import IncsyncConfig
+    from incsync.config.secrets import SecretRef
     from incsync.config.destinations import DestinationConfig
 
 _SCHEME_ALIASES = {"s3a": "s3", "s3n": "s3", "abfs": "abfss", "wasb": "wasbs", "gcs": "gs"}
@@ -65,7 +66,18 @@ def storage_url(url: str) -> str:
     return f"{scheme}://{parts.netloc.lower()}{prefix.rstrip('/')}"
 
 
-def postgres_location(dsn_env: str, schema: str) -> Location:
+def postgres_location(dsn: SecretRef, schema: str) -> Location:
+    """(server, port, database, schema) from the DSN in a variable; a DSN in the vault is compared by its entry's
+    name and the schema: it is opened only where a connection is made."""
+    if dsn.store == "vault":
+        return Location(
+            "postgres", f"vault:{dsn.name}/{schema}", f"vault entry {dsn.name} schema {schema}",
+            note="destinations whose DSN is in the vault were compared by entry name and schema only",
+        )
+    return _env_postgres_location(dsn.name, schema)
+
+
+def _env_postgres_location(dsn_env: str, schema: str) -> Location:
     dsn = os.environ.get(dsn_env)
     if dsn is None:
         return Location(
@@ -157,5 +169,10 @@ def _compare(cfg: IncsyncConfig, base: Path) -> list[str]:
         if kind == "path":
             for parent in _parents(key):
                 for outer, _ in by_key.get(("path", parent), []):
-                    clash(outer, first, f"{key} lies inside {parent}", "writes inside the location of")
+                    # Named against the one listed later: a table row that lands on the file's (or an
+                    # earlier row's) location is refused alone (docs/design.md#recipients-and-secrets-as-data).
+                    if index[outer.name] > index[first.name]:
+                        clash(first, outer, f"{key} lies inside {parent}", "holds inside its location")
+                    else:
+                        clash(outer, first, f"{key} lies inside {parent}", "writes inside the location of")
     return problems

@@ -13,7 +13,6 @@ the old rows or the new.
 from __future__ import annotations
 
 import contextlib
-import os
 from collections.abc import Iterator
 from dataclasses import replace
 
@@ -51,6 +50,7 @@ from incsync.destinations.postgres.types import pg_type
 from incsync.destinations.postgres.verify import PostgresRowHashes
 from incsync.destinations.postgres.write import read_table, stored_drift, write_statement
 from incsync.errors import ConfigError, LeaseError, OwnershipError, PublishError, SchemaError
+from incsync.secrets.stores import open_secret
 from incsync.staging.batch import StagedBatch
 
 
@@ -93,22 +93,19 @@ class PostgresDestination(Destination):
         """A connection of this server's pool (``postgres_pool``) for the ``with`` block: committed at
         its end, rolled back on an error, then returned to the pool (``autocommit``: for reads in one
         statement, which then need no BEGIN and COMMIT)."""
-        dsn = os.environ.get(self.config.dsn_env)
-        if dsn is None:
-            raise ConfigError(
-                "environment",
-                [f"destinations[{self.name}].dsn_env: variable {self.config.dsn_env} is not set; export the DSN in it"],
-            )
+        dsn_ref = self.config.dsn_ref
+        used_by = f"destinations[{self.name}].{self.config.dsn_field}"
+        dsn = open_secret(dsn_ref, used_by=used_by, what="the DSN").get_secret_value()
         try:
             password = conninfo_to_dict(dsn).get("password")
         except psycopg.ProgrammingError:  # its message quotes the DSN: never show it
             raise ConfigError(
-                "environment",
-                [f"destinations[{self.name}].dsn_env: ${self.config.dsn_env} is not a PostgreSQL connection string "
+                "environment" if dsn_ref.store == "env" else "vault",
+                [f"{used_by}: {dsn_ref.shown} is not a PostgreSQL connection string "
                  "(postgresql://user@host:port/dbname or key=value pairs)"],
             ) from None
         with connection(dsn, password=str(password) if password else None, destination=self.name,
-                        dsn_env=self.config.dsn_env, autocommit=autocommit) as conn:
+                        dsn_from=dsn_ref.shown, autocommit=autocommit) as conn:
             yield conn
 
     def check(self) -> None:
