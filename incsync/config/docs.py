@@ -13,8 +13,6 @@ from pydantic import BaseModel
 from pydantic_core import PydanticUndefined
 
 from incsync.config.alerts import AlertsConfig
-from incsync.config.jobs import AuditConfig
-from incsync.config.model import IncsyncConfig, MaintenanceConfig, ModelConfig, RecipientConfig, RecipientsFromConfig
 from incsync.config.destinations import (
     DeltaDestinationConfig,
     DuckDBDestinationConfig,
@@ -23,6 +21,8 @@ from incsync.config.destinations import (
     ObjectStorageDestinationConfig,
     PostgresDestinationConfig,
 )
+from incsync.config.jobs import AuditConfig
+from incsync.config.model import IncsyncConfig, MaintenanceConfig, ModelConfig, RecipientConfig, RecipientsFromConfig
 from incsync.config.products import ProductConfig, TierConfig
 from incsync.config.sharing import SharingConfig
 from incsync.config.sources import JdbcSourceConfig, LakeSourceConfig

@@ -11,19 +11,19 @@ from typing import Any
 import yaml
 from pydantic import ValidationError as PydanticValidationError
 
-from incsync.config.model import IncsyncConfig, ModelConfig, RecipientConfig, RecipientsFromConfig
-from incsync.config.products import ProductConfig, TierConfig
 from incsync.config.checks import cross_check_problems, length_problems
 from incsync.config.destinations import (
     DeltaDestinationConfig,
     ObjectStorageDestinationConfig,
     PostgresDestinationConfig,
 )
+from incsync.config.model import IncsyncConfig, ModelConfig, RecipientConfig, RecipientsFromConfig
+from incsync.config.products import ProductConfig, TierConfig
+from incsync.config.recipients_table import read_recipient_rows, recipients_source, rename_row_problems
 from incsync.config.sources import JdbcSourceConfig, LakeSourceConfig
+from incsync.config.yaml_load import load_yaml
 from incsync.errors import ConfigError
 from incsync.paths import CONFIG_ENV_VAR, config_path
-from incsync.config.recipients_table import read_recipient_rows, recipients_source, rename_row_problems
-from incsync.config.yaml_load import load_yaml
 
 
 def _format_loc(loc: tuple[Any, ...]) -> str:
@@ -40,7 +40,10 @@ def _format_loc(loc: tuple[Any, ...]) -> str:
     return out or "(top level)"
 
 
-_KINDS = {"vendor": ["lake", "postgres", "mysql", "mariadb"], "kind": ["delta", "postgres", "object_storage", "duckdb", "iceberg", "mariadb", "mysql"]}
+_KINDS = {
+    "vendor": ["lake", "postgres", "mysql", "mariadb"],
+    "kind": ["delta", "postgres", "object_storage", "duckdb", "iceberg", "mariadb", "mysql"],
+}
 # Source vendors people ask for that incsync does not read, and why.
 _UNSUPPORTED = {"athena": "incsync has no Amazon Athena reader"}
 

@@ -18,8 +18,8 @@ from urllib.parse import unquote, urlsplit
 from incsync.storage.names import local_path
 
 if TYPE_CHECKING:
-    from incsync.config.model import IncsyncConfig
     from incsync.config.destinations import DestinationConfig
+    from incsync.config.model import IncsyncConfig
 
 _SCHEME_ALIASES = {"s3a": "s3", "s3n": "s3", "abfs": "abfss", "wasb": "wasbs", "gcs": "gs"}
 LOOPBACK = {"", "localhost", "127.0.0.1", "::1", "[::1]"}
@@ -145,7 +145,8 @@ def _compare(cfg: IncsyncConfig, base: Path) -> list[str]:
         ra, rb = ", ".join(users[a.name]), ", ".join(users[b.name])
         problems.append(
             f'destinations[{index[b.name]}]: "{b.name}" (recipient {rb}) {how} "{a.name}" (recipient {ra}): {shown}; '
-            f"{'an' if b.kind[0] in 'aeiou' else 'a'} {b.kind} destination holds one recipient's copy, so give \"{b.name}\" a location of its own"
+            f"{'an' if b.kind[0] in 'aeiou' else 'a'} {b.kind} destination holds one recipient's copy, "
+            f"so give \"{b.name}\" a location of its own"
         )
 
     for (kind, key), group in by_key.items():

@@ -11,8 +11,8 @@ import pytest
 import yaml
 
 from incsync.cli.main import main
-from incsync_tests.support.lake import lake_config, order, ts, write_table
 from incsync_tests.cli.test_cli import CSV, HAND_WRITTEN
+from incsync_tests.support.lake import lake_config, order, ts, write_table
 
 
 def _line(file: Path, needle: str, nth: int = 0) -> int:
