@@ -14,10 +14,10 @@ from incsync.paths import config_path
 
 def cmd_validate(args: argparse.Namespace) -> int:
     from incsync.cli.output import fix_separator
-    from incsync.config.load import load_config
-    from incsync.config.lines import problem_lines
-    from incsync.config.locations import location_notes
     from incsync.cli.validate_checks import ignored_cluster_by, lake_schema_problems, unset_variables
+    from incsync.config.lines import problem_lines
+    from incsync.config.load import load_config
+    from incsync.config.locations import location_notes
     from incsync.orchestration.definitions import check_loadable
 
     file = config_path(args.config)

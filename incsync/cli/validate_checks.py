@@ -17,8 +17,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from incsync.config.model import IncsyncConfig, ModelConfig, RecipientConfig
-from incsync.config.sources import JdbcSourceConfig, LakeSourceConfig
 from incsync.config.products import subscribers
+from incsync.config.sources import JdbcSourceConfig, LakeSourceConfig
 
 MAX_PARALLEL = 16
 
@@ -141,14 +141,14 @@ def lake_schema_problems(config: IncsyncConfig) -> tuple[list[str], list[str]]:
 
 def _postgres_columns(source: JdbcSourceConfig, model: ModelConfig, recipient: RecipientConfig) -> list[str] | None:
     """The relation's columns through psycopg (``LIMIT 0``), or None when the URL needs the JDBC driver."""
-    from incsync.sources.jdbc.source import JdbcSource
     from incsync.core.vendor_sql import postgres_target
+    from incsync.sources.jdbc.source import JdbcSource
 
     target = postgres_target(source.jdbc_url)
     if target is None:
         return None
     client = JdbcSource(source)
-    with client._pg_connect(target, client.schema_of(model, recipient)) as conn:
+    with client.pg_connect(target, client.schema_of(model, recipient)) as conn:
         if model.source_table is not None:
             relation = client.dialect.relation(client.table_parts(model, recipient))
         else:

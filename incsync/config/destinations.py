@@ -9,8 +9,8 @@ from typing import Annotated, ClassVar, Literal
 
 from pydantic import ConfigDict, Field, model_validator
 
-from incsync.config.placed import Placed
 from incsync.config.locations import LOOPBACK, Location, folder_or_url, postgres_location, resolved_path
+from incsync.config.placed import Placed
 from incsync.config.secrets import REF_HELP, SecretField, SecretRef
 
 

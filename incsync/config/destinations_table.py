@@ -35,7 +35,7 @@ def read_destination_rows(config: JdbcSourceConfig, table: str, *, path: str) ->
     if missing:
         raise ConfigError(path, [f"{TABLE_SETTING}: table {table} lacks the column(s) {', '.join(missing)}; it needs "
                                  f"{', '.join(REQUIRED)} (and {', '.join(OPTIONAL)})"])
-    return [_mapping(dict(zip(names, row)), table) for row in rows]
+    return [_mapping(dict(zip(names, row, strict=False)), table) for row in rows]
 
 
 def _mapping(values: dict[str, Any], table: str) -> tuple[str, dict[str, Any] | str]:

@@ -13,8 +13,6 @@ from pydantic import BaseModel
 from pydantic_core import PydanticUndefined
 
 from incsync.config.alerts import AlertsConfig
-from incsync.config.jobs import AuditConfig
-from incsync.config.model import IncsyncConfig, MaintenanceConfig, ModelConfig, RecipientConfig, RecipientsFromConfig
 from incsync.config.destinations import (
     DeltaDestinationConfig,
     DuckDBDestinationConfig,
@@ -23,6 +21,8 @@ from incsync.config.destinations import (
     ObjectStorageDestinationConfig,
     PostgresDestinationConfig,
 )
+from incsync.config.jobs import AuditConfig
+from incsync.config.model import IncsyncConfig, MaintenanceConfig, ModelConfig, RecipientConfig, RecipientsFromConfig
 from incsync.config.products import ProductConfig, TierConfig
 from incsync.config.secrets import SecretRef, VaultConfig
 from incsync.config.sharing import SharingConfig
@@ -143,7 +143,8 @@ def render() -> str:
         "scripts/gen_config_docs.py: edit the field descriptions there. -->",
         "",
         "Secrets are never written in the file: it names the environment variables that hold them "
-        "(`password_env`, `dsn_env`) or the vault entries (`dsn_secret: vault:<entry>`, docs/secrets.md). Relative paths are relative to the file. `incsync validate` checks a file; "
+        "(`password_env`, `dsn_env`) or the vault entries (`dsn_secret: vault:<entry>`, docs/secrets.md). "
+        "Relative paths are relative to the file. `incsync validate` checks a file; "
         "`incsync init` writes a commented starter; `examples/` holds runnable ones.",
         "",
     ]

@@ -11,17 +11,17 @@ from typing import Any
 import yaml
 from pydantic import ValidationError as PydanticValidationError
 
-from incsync.config.model import IncsyncConfig
 from incsync.config.checks import cross_check_problems, length_problems
-from incsync.config.messages import pydantic_problems
-from incsync.config.sources import JdbcSourceConfig, LakeSourceConfig
-from incsync.errors import ConfigError
-from incsync.paths import CONFIG_ENV_VAR, config_path
-from incsync.config.secrets import bind_secrets
 from incsync.config.destinations_table import read_destination_rows
+from incsync.config.messages import pydantic_problems
+from incsync.config.model import IncsyncConfig
 from incsync.config.recipients_table import read_recipient_rows, recipients_source
 from incsync.config.rows import TableRows, merge_rows
+from incsync.config.secrets import bind_secrets
+from incsync.config.sources import JdbcSourceConfig, LakeSourceConfig
 from incsync.config.yaml_load import load_yaml
+from incsync.errors import ConfigError
+from incsync.paths import CONFIG_ENV_VAR, config_path
 
 
 def parse_config(data: Any, *, path: str = "<memory>", base: Path | None = None) -> IncsyncConfig:

@@ -2,8 +2,8 @@
 
 Local paths are made absolute and resolved (``..``, symlinks, trailing slashes, ``file://``); storage URLs
 are normalised (scheme aliases, bucket case, key prefix); PostgreSQL destinations are (server, port,
-database, schema) from the DSN in their environment variable (a DSN in the vault: its entry and schema); DuckDB destinations are (file, schema); MariaDB
-destinations are (server, port, database). Secrets never enter a location.
+database, schema) from the DSN in their environment variable (a DSN in the vault: its entry and schema); DuckDB
+destinations are (file, schema); MariaDB destinations are (server, port, database). Secrets never enter a location.
 """
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ from urllib.parse import unquote, urlsplit
 from incsync.storage.names import local_path
 
 if TYPE_CHECKING:
+    from incsync.config.destinations import DestinationConfig
     from incsync.config.model import IncsyncConfig
     from incsync.config.secrets import SecretRef
-    from incsync.config.destinations import DestinationConfig
 
 _SCHEME_ALIASES = {"s3a": "s3", "s3n": "s3", "abfs": "abfss", "wasb": "wasbs", "gcs": "gs"}
 LOOPBACK = {"", "localhost", "127.0.0.1", "::1", "[::1]"}
@@ -157,7 +157,8 @@ def _compare(cfg: IncsyncConfig, base: Path) -> list[str]:
         ra, rb = ", ".join(users[a.name]), ", ".join(users[b.name])
         problems.append(
             f'destinations[{index[b.name]}]: "{b.name}" (recipient {rb}) {how} "{a.name}" (recipient {ra}): {shown}; '
-            f"{'an' if b.kind[0] in 'aeiou' else 'a'} {b.kind} destination holds one recipient's copy, so give \"{b.name}\" a location of its own"
+            f"{'an' if b.kind[0] in 'aeiou' else 'a'} {b.kind} destination holds one recipient's copy, "
+            f"so give \"{b.name}\" a location of its own"
         )
 
     for (kind, key), group in by_key.items():

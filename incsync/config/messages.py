@@ -36,7 +36,10 @@ def format_loc(loc: tuple[Any, ...]) -> str:
     return out or "(top level)"
 
 
-_KINDS = {"vendor": ["lake", "postgres", "mysql", "mariadb"], "kind": ["delta", "postgres", "object_storage", "duckdb", "iceberg", "mariadb", "mysql"]}
+_KINDS = {
+    "vendor": ["lake", "postgres", "mysql", "mariadb"],
+    "kind": ["delta", "postgres", "object_storage", "duckdb", "iceberg", "mariadb", "mysql"],
+}
 # Source vendors people ask for that incsync does not read, and why.
 _UNSUPPORTED = {"athena": "incsync has no Amazon Athena reader"}
 

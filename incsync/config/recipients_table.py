@@ -76,7 +76,7 @@ def read_recipient_rows(config: JdbcSourceConfig, table: str, *, path: str) -> l
         raise ConfigError(path, [f"{WHERE}: table {table} lacks the column(s) {', '.join(missing)}; it needs {', '.join(REQUIRED)}"])
     out = []
     for row in rows:
-        values = dict(zip(names, row))
+        values = dict(zip(names, row, strict=False))
         entry = {k: values[k] for k in (*REQUIRED, *OPTIONAL) if k in values and values[k] is not None}
         for key in REQUIRED:
             entry[key] = str(entry[key]) if key in entry else entry.get(key)

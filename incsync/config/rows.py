@@ -40,7 +40,7 @@ class RefusedRow:
 
     def lines(self) -> list[str]:
         """Its problems, then which recipients a destination row takes with it, one line each."""
-        if not self.recipients or self.recipients == (self.row,) and self.label.startswith("recipients_from"):
+        if not self.recipients or (self.recipients == (self.row,) and self.label.startswith("recipients_from")):
             return list(self.problems)
         return [*self.problems, f"{self.label}: so recipient(s) {', '.join(self.recipients)} are disabled until it "
                 "is fixed"]

@@ -157,7 +157,7 @@ def vault_problems(cfg: IncsyncConfig) -> list[str]:
 
 def secret_refs(destination: object) -> list[tuple[str, SecretRef]]:
     """(field, reference) of each secret reference a destination model holds."""
-    return [(name, value) for name in type(destination).model_fields  # type: ignore[attr-defined]
+    return [(name, value) for name in type(destination).model_fields  # type: ignore[attr-defined]  # a destination config model: pydantic fields
             if isinstance(value := getattr(destination, name), SecretRef)]
 
 

@@ -95,7 +95,7 @@ class KeyRing:
 
     def open(self, name: str, sealed: str) -> str:
         """The value of entry ``name``; a VaultError naming the entry (never its value) when it cannot be opened."""
-        form, kid, body = (sealed.split(".", 2) + ["", ""])[:3]
+        form, kid, body = ([*sealed.split(".", 2), "", ""])[:3]
         key = next((k for k in self.keys if key_id(k) == kid), None)
         if form != FORMAT:
             raise VaultError(f"vault entry {name} is not a sealed value of this vault; set it again "

@@ -37,7 +37,7 @@ class SecretStore(Protocol):
 class EnvironmentStore:
     """Secrets in environment variables: the variable's name is the secret's."""
 
-    def __init__(self, what: str = "the secret"):
+    def __init__(self, what: str = "the secret") -> None:
         self.what = what
 
     def open(self, name: str, *, used_by: str) -> SecretStr:
@@ -50,7 +50,7 @@ class EnvironmentStore:
 class VaultStore:
     """Secrets sealed in the vault's table under its keys."""
 
-    def __init__(self, place: VaultPlace):
+    def __init__(self, place: VaultPlace) -> None:
         self.place = place
         self.table = VaultTable(place)
 

@@ -33,7 +33,7 @@ def _utc(value: Any) -> datetime:
 class VaultTable:
     """The sealed entries of the vault at ``place``."""
 
-    def __init__(self, place: VaultPlace):
+    def __init__(self, place: VaultPlace) -> None:
         self.place = place
         self.postgres = place.source is not None
 

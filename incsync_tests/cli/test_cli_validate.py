@@ -11,8 +11,8 @@ import pytest
 import yaml
 
 from incsync.cli.main import main
-from incsync_tests.support.lake import lake_config, order, ts, write_table
 from incsync_tests.cli.test_cli import CSV, HAND_WRITTEN
+from incsync_tests.support.lake import lake_config, order, ts, write_table
 
 
 def _line(file: Path, needle: str, nth: int = 0) -> int:
@@ -174,7 +174,11 @@ def test_validate_json_lists_warnings(tmp_path: Path, capsys, vendor: str) -> No
 
 def test_validate_names_each_refused_table_row_and_loads_the_rest(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from incsync_tests.config.test_destinations_table import (
-        DESTINATIONS, RECIPIENTS, add_destination, add_recipient, table_config,
+        DESTINATIONS,
+        RECIPIENTS,
+        add_destination,
+        add_recipient,
+        table_config,
     )
     from incsync_tests.support.jdbc import pg_database
 

@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from incsync.orchestration.sensors import build_recipient_sensor
 from incsync.config.load import load_config
 from incsync.config.rows import refused_lines
 from incsync.errors import ConfigError
 from incsync.orchestration.partitions import RECIPIENTS_PARTITIONS
+from incsync.orchestration.sensors import build_recipient_sensor
 from incsync_tests.orchestration.test_sensors_schedules import NOW, _defs_with, _evaluate_sensor
 from incsync_tests.support.jdbc import pg_database
 from incsync_tests.support.lake import lake_config

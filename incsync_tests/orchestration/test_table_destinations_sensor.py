@@ -15,7 +15,11 @@ from incsync.orchestration.partitions import RECIPIENTS_PARTITIONS, split_key
 from incsync.orchestration.resources import cached_config
 from incsync.orchestration.sensors import build_recipient_sensor
 from incsync_tests.config.test_destinations_table import (
-    DESTINATIONS, RECIPIENTS, add_destination, add_recipient, table_config,
+    DESTINATIONS,
+    RECIPIENTS,
+    add_destination,
+    add_recipient,
+    table_config,
 )
 from incsync_tests.orchestration.test_sensors_schedules import NOW, _defs_with
 from incsync_tests.support.jdbc import pg_database

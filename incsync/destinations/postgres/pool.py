@@ -67,16 +67,16 @@ class Server:
         self.failure: str | None = None  # the last attempt's error; None once one succeeds
         server = self
 
-        class PooledConnection(psycopg.Connection):  # type: ignore[type-arg]
+        class PooledConnection(psycopg.Connection):  # type: ignore[type-arg]  # psycopg's generic Connection, used with its default row type
             @classmethod
-            def connect(cls, conninfo: str = "", **kwargs: object) -> PooledConnection:  # type: ignore[override]
+            def connect(cls, conninfo: str = "", **kwargs: object) -> PooledConnection:  # type: ignore[override]  # a classmethod narrowing psycopg's connect to the pool's keyword arguments
                 try:
-                    conn = super().connect(conninfo, **kwargs)  # type: ignore[arg-type]
+                    conn = super().connect(conninfo, **kwargs)  # type: ignore[arg-type]  # psycopg's connect takes these keyword arguments
                 except psycopg.Error as exc:
                     server.failure = masked(exc, password)
                     raise psycopg.OperationalError(server.failure) from None  # what the pool logs: no secret
                 server.failure = None
-                return conn  # type: ignore[return-value]
+                return conn  # type: ignore[return-value]  # the connection psycopg made is of this class
 
         self.pool: ConnectionPool = ConnectionPool(
             dsn,
