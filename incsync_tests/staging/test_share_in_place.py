@@ -64,7 +64,7 @@ def test_a_share_is_the_staged_files_when_in_bounds_and_a_filtered_copy_otherwis
     model = SimpleNamespace(last_modified_column="updated_at")
     recipient = SimpleNamespace(id_in_provider_system="org_1")
     upper = _ts(10) if in_bounds else _ts(9)
-    span = SimpleNamespace(first=SimpleNamespace(model=model, recipient=recipient), staging=tmp_path / "span",
+    span = SimpleNamespace(transfer=SimpleNamespace(model=model, recipient=recipient), staging=tmp_path / "span",
                            bounds=SimpleNamespace(lower=_ts(1), upper=upper))
     share = _share_of({"org_1": mine}, mine.schema, span)  # type: ignore[arg-type]
     assert (tmp_path / "span").is_dir()
