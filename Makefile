@@ -9,7 +9,7 @@ DEMO_STAMP := $(VENV)/.installed-demo-$(HASH)
 STAMP := $(VENV)/.installed-test-$(HASH)
 PYTEST_ARGS ?=
 
-.PHONY: demo test test-long test-faults bench system-deps venv clean dev ui
+.PHONY: demo test lint test-long test-faults bench system-deps venv clean dev ui
 
 $(DEMO_STAMP): pyproject.toml
 	@bash scripts/system-deps.sh demo
@@ -33,8 +33,14 @@ demo: $(DEMO_STAMP)
 # Two workers, a test file each at a time (files share their module fixtures); `PYTEST_ARGS=-n0` runs serially.
 # Every correctness test, end-to-end ones included; only what is marked `slow` waits for `make test-long` (among
 # them the Iceberg and MariaDB rows of the end-to-end kind matrix: support.destinations.LONG_KINDS).
-test: $(STAMP)
+test: $(STAMP) lint
 	$(BIN)/python -m pytest -q -n 2 --dist loadfile -m "not slow" $(PYTEST_ARGS)
+
+# ruff (pyproject's [tool.ruff]: lint and import order) and mypy ([tool.mypy]: strict on core, transfer and the
+# destination contract); `make test` runs both first.
+lint: $(STAMP)
+	$(BIN)/ruff check --no-cache .
+	$(BIN)/mypy
 
 # The `slow` tests: the state machine's long profile (9-14 min, docs/invariants.md) and the end-to-end
 # runs that start servers (dagster dev, dagster-daemon on PostgreSQL, a Spark cluster, S3 through Connect,

@@ -558,7 +558,8 @@ def day_one(args: argparse.Namespace, first_sync: str, kind: str, recipients: in
     source_db, dest_db = f"bench_d1_src_{suffix}", f"bench_d1_dst_{suffix}"
     dagster_db = instances.next_name() if kind == "postgres" else None
     admin = f"postgresql://{user}@{HOST}:{PORT}/postgres"
-    dsn = lambda db: f"postgresql://{user}@{HOST}:{PORT}/{db}"
+    def dsn(db):
+        return f"postgresql://{user}@{HOST}:{PORT}/{db}"
     home, config = work / ".dagster", work / "incsync.yaml"
     env = {**os.environ, "DAGSTER_HOME": str(home), "INCSYNC_CONFIG": str(config), "INCSYNC_STAGING_DIR": str(work / "staging"),
            "BENCH_DEST_DSN": dsn(dest_db), "DAGSTER_DISABLE_TELEMETRY": "yes"}

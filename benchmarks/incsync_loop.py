@@ -22,8 +22,8 @@ def main() -> int:
     warnings.simplefilter("ignore")
 
     from incsync.config.load import load_config
-    from incsync.orchestration.definitions import build_definitions
     from incsync.core.windows import recipient_windows
+    from incsync.orchestration.definitions import build_definitions
     from incsync.orchestration.instance import dagster_instance
     from incsync.orchestration.runs import run_transfers
 

@@ -159,14 +159,13 @@ def main() -> None:
         }, sort_keys=False))
         with PeakRss() as rss:
             import dagster as dg
+            from deltalake import DeltaTable
+            from pyspark.sql import SparkSession
 
             from incsync.config.load import load_config
             from incsync.orchestration.definitions import build_definitions
-            from incsync.spark.session import spark_config
             from incsync.orchestration.runs import run_transfers
-            from deltalake import DeltaTable
-
-            from pyspark.sql import SparkSession
+            from incsync.spark.session import spark_config
 
             t_start = time.monotonic()
             builder = SparkSession.builder

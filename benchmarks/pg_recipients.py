@@ -28,9 +28,9 @@ from pathlib import Path
 
 import psycopg
 import pyarrow as pa
-from psycopg.waiting import Wait
 import pyarrow.parquet as pq
 import yaml
+from psycopg.waiting import Wait
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from jdbc_postgres import HOST, PORT, pg_user  # noqa: E402

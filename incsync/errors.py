@@ -13,7 +13,7 @@ class IncsyncError(Exception):
 class ConfigError(IncsyncError):
     """The configuration file is invalid; ``problems`` holds one line per problem."""
 
-    def __init__(self, path: str, problems: list[str], lines: list[int | None] | None = None):
+    def __init__(self, path: str, problems: list[str], lines: list[int | None] | None = None) -> None:
         self.path = path
         self.problems = problems
         self.lines = list(lines) if lines is not None else [None] * len(problems)  # 1-based, where known
@@ -22,7 +22,7 @@ class ConfigError(IncsyncError):
 
     def located(self) -> list[str]:
         """``file:line: problem`` (``file: problem`` where the line is unknown), one per problem."""
-        return [f"{self.path}:{line}: {p}" if line else f"{self.path}: {p}" for p, line in zip(self.problems, self.lines)]
+        return [f"{self.path}:{line}: {p}" if line else f"{self.path}: {p}" for p, line in zip(self.problems, self.lines, strict=False)]
 
 
 class InputError(IncsyncError):

@@ -15,8 +15,8 @@ def check_connectivity(config: IncsyncConfig) -> list[str]:
     """One line per source or destination that cannot be reached or lacks a column a model names,
     with the fix. Lake and PostgreSQL sources are checked in parallel without Spark
     (``validate_checks``); other databases through Spark JDBC, the path their transfers take."""
-    from incsync.storage.names import is_url, local_path
     from incsync.cli.validate_checks import connect_schema_problems
+    from incsync.storage.names import is_url, local_path
 
     problems: list[str] = []
     for source in config.sources:
@@ -46,8 +46,8 @@ def check_connectivity(config: IncsyncConfig) -> list[str]:
 def _jdbc_spark(config: IncsyncConfig):  # noqa: ANN202 - SparkSession, imported lazily
     from pyspark.sql import SparkSession
 
-    from incsync.spark.session import spark_config, workers_use_this_python
     from incsync.sources.jdbc.connect import driver_jars, driver_packages
+    from incsync.spark.session import spark_config, workers_use_this_python
 
     workers_use_this_python()
     builder = SparkSession.builder

@@ -224,8 +224,8 @@ def verify(config_file: Path, source: pa.Table) -> list[str]:
 def run_demo(workdir: Path, *, rows: int = 120_000, acme: str = "delta", mariadb: bool = False) -> int:
     """Build everything under ``workdir`` from scratch (idempotent), transfer, verify, print per-transfer lines."""
     from incsync.config.load import load_config
-    from incsync.orchestration.definitions import build_definitions
     from incsync.core.windows import recipient_windows, scheduled_windows
+    from incsync.orchestration.definitions import build_definitions
     from incsync.orchestration.instance import dagster_instance
     from incsync.orchestration.runs import run_transfers
 

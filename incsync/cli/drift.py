@@ -6,9 +6,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from incsync.config.model import IncsyncConfig, ModelConfig, RecipientConfig
+from incsync.core.schema_change import SchemaDiff
 from incsync.destinations.registry import build_destination
 from incsync.errors import IncsyncError
-from incsync.core.schema_change import SchemaDiff
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -29,8 +29,8 @@ def describe(diff: SchemaDiff, *, model: ModelConfig, recipient: RecipientConfig
 def drift_report(config: IncsyncConfig, spark: SparkSession, *, sources: set[str] | None = None) -> list[str]:
     """One line per (model, enabled recipient receiving it) whose source columns differ from its destination's."""
     from incsync.config.products import subscribers
-    from incsync.sources.registry import build_source
     from incsync.sources.base import _nothing
+    from incsync.sources.registry import build_source
     from incsync.staging.spark import spark_parquet_schema
 
     lines: list[str] = []

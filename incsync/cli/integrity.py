@@ -5,15 +5,21 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from typing import TYPE_CHECKING
 
 from incsync.cli.parsing import Commands
 from incsync.errors import ConfigError
 
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from incsync.config.model import IncsyncConfig
+
 
 def _targets(args: argparse.Namespace):  # noqa: ANN202 - (file, config, model, recipients)
     from incsync.config.load import load_config
-    from incsync.paths import config_path
     from incsync.integrity.verify import recipients_of
+    from incsync.paths import config_path
 
     file = config_path(args.config)
     config = load_config(file)
@@ -25,10 +31,10 @@ def _targets(args: argparse.Namespace):  # noqa: ANN202 - (file, config, model, 
     return file, config, model, recipients
 
 
-def _spark(config):  # noqa: ANN001, ANN202 - a lazy SparkSession factory: verify starts Spark only for differing buckets
+def _spark(config: IncsyncConfig):  # noqa: ANN202 - a lazy SparkSession factory: verify starts Spark only for differing buckets
     session = []
 
-    def get():  # noqa: ANN202
+    def get():  # noqa: ANN202 - the SparkSession, imported lazily
         if not session:
             from incsync.cli.connectivity import _jdbc_spark
 
@@ -38,7 +44,7 @@ def _spark(config):  # noqa: ANN001, ANN202 - a lazy SparkSession factory: verif
     return get
 
 
-def _staging(config):  # noqa: ANN001, ANN202
+def _staging(config: IncsyncConfig) -> Path:
     from pathlib import Path
 
     from incsync.orchestration.resources import default_staging_dir
@@ -67,8 +73,8 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
 
 def cmd_repair(args: argparse.Namespace) -> int:
-    from incsync.transfer.repair import repair_recipient
     from incsync.integrity.verify import verify_recipient
+    from incsync.transfer.repair import repair_recipient
 
     _, config, model, recipients = _targets(args)
     spark, failed = _spark(config), 0

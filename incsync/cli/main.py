@@ -29,8 +29,8 @@ def run_transfer_request(command: TransferCommand, *, config: str, resident: Res
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
-    from incsync.worker.server import serve
     from incsync.worker.client import default_socket
+    from incsync.worker.server import serve
 
     file = config_path(args.config)
     socket_path = Path(args.socket) if args.socket else default_socket(file)
@@ -156,6 +156,9 @@ def build_parser() -> Parser:
     from incsync.cli.share import add_parsers as add_sharing
 
     add_sharing(sub)
+    from incsync.cli.secrets import add_parsers as add_secrets
+
+    add_secrets(sub)
     add_state(sub)
     add_init(sub)
     return parser
@@ -198,7 +201,7 @@ def run_guarded(action: Callable[[], int], *, command: str, config: str | None, 
             except KeyboardInterrupt:
                 print("interrupted", file=sys.stderr)
                 code = 130
-            except Exception as exc:  # noqa: BLE001 - an unexpected error: one line, the traceback with --debug
+            except Exception as exc:
                 if debug or resident is not None:
                     raise
                 import logging

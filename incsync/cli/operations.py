@@ -36,8 +36,8 @@ def cmd_janitor(args: argparse.Namespace) -> int:
 
 
 def cmd_dagster_yaml(args: argparse.Namespace) -> int:
-    from incsync.orchestration.concurrency import dagster_yaml
     from incsync.config.load import load_config
+    from incsync.orchestration.concurrency import dagster_yaml
 
     home = Path(args.output).parent if args.output else (Path(os.environ["DAGSTER_HOME"]) if os.environ.get("DAGSTER_HOME") else None)
     text = dagster_yaml(load_config(args.config), Path(args.base) if args.base else None, dagster_home=home)
@@ -78,8 +78,8 @@ def cmd_spark_server(args: argparse.Namespace) -> int:
 def cmd_maintain(args: argparse.Namespace) -> int:
     """Compact and vacuum the destinations now (what the `incsync_maintenance` schedule runs)."""
     from incsync.config.load import load_config
-    from incsync.orchestration.instance import dagster_instance
     from incsync.destinations.maintenance import size_text
+    from incsync.orchestration.instance import dagster_instance
     from incsync.orchestration.maintenance import maintain_destinations, summary
 
     file = config_path(args.config)

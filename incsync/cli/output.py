@@ -86,7 +86,7 @@ class Chatter:
     reach the terminal. The file is removed when nothing was written to it.
     """
 
-    def __init__(self, directory: Path, command: str):
+    def __init__(self, directory: Path, command: str) -> None:
         self.directory = directory
         self.path = directory / f"incsync-{command}-{datetime.now(timezone.utc):%Y%m%dT%H%M%S}-{os.getpid()}.log"
         self._stack = contextlib.ExitStack()
@@ -98,7 +98,7 @@ class Chatter:
         # a command that says nothing creates no folder.
         fd, temporary = tempfile.mkstemp(prefix="incsync-", suffix=".log")
         self._temporary = Path(temporary)
-        self.file = open(fd, "a", buffering=1, encoding="utf-8")  # noqa: SIM115 - closed in __exit__
+        self.file = open(fd, "a", buffering=1, encoding="utf-8")
         stack = self._stack
         stack.callback(self.file.close)
         # Warnings: formatted into the file.

@@ -16,7 +16,7 @@ from incsync.cli.errors import UsageError
 class Parser(argparse.ArgumentParser):
     """argparse whose mistakes are one line naming the fix (exit status 2), not a usage dump."""
 
-    def __init__(self, *args: Any, **kwargs: Any):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.commands: dict[str, argparse.ArgumentParser] = {}  # filled by the Commands of add_commands()
 
@@ -24,7 +24,7 @@ class Parser(argparse.ArgumentParser):
         """``add_subparsers(**kwargs)``, whose parsers this parser knows by name (to suggest one for a typo)."""
         return Commands(self.add_subparsers(**kwargs), self.commands)
 
-    def error(self, message: str) -> None:  # type: ignore[override]
+    def error(self, message: str) -> None:  # type: ignore[override]  # argparse's error never returns; ours raises instead of exiting
         names = list(self.commands)
         choice = re.match(r"argument (\S+): invalid choice: '([^']*)' \(choose from (.*)\)", message)
         if choice and names and choice.group(2) not in names and "'validate'" in choice.group(3):
@@ -39,7 +39,7 @@ class Commands:
     """The commands of a ``Parser``: what ``add_subparsers()`` returned, used through its public
     ``add_parser`` only, each new parser remembered by its name."""
 
-    def __init__(self, subparsers: Any, known: dict[str, argparse.ArgumentParser]):
+    def __init__(self, subparsers: Any, known: dict[str, argparse.ArgumentParser]) -> None:
         self._subparsers = subparsers
         self._known = known
 

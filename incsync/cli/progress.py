@@ -13,7 +13,7 @@ from typing import Any
 
 
 def duration(seconds: float) -> str:
-    seconds = int(round(seconds))
+    seconds = round(seconds)
     if seconds < 60:
         return f"{seconds}s"
     if seconds < 3600:
@@ -104,7 +104,7 @@ def recipient_line(lines: Sequence[Any]) -> str:
 class RecipientLines:
     """Prints one line per recipient as soon as every one of its windows has reported (``recipient_line``)."""
 
-    def __init__(self, windows: dict[str, int], emit: Callable[[str], None]):
+    def __init__(self, windows: dict[str, int], emit: Callable[[str], None]) -> None:
         self._expected = windows
         self._lines: dict[str, list[Any]] = {}
         self._emit = emit

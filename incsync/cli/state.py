@@ -5,20 +5,24 @@ from __future__ import annotations
 
 import argparse
 from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING
 
 from incsync.cli.parsing import Commands
 from incsync.errors import ConfigError
 
+if TYPE_CHECKING:
+    from incsync.config.model import IncsyncConfig, ModelConfig, RecipientConfig
+
 MAX_PARALLEL = 8
 
 
-def recipient_states(config, model, recipients) -> list[dict[str, object]]:  # noqa: ANN001
+def recipient_states(config: IncsyncConfig, model: ModelConfig, recipients: list[RecipientConfig]) -> list[dict[str, object]]:
     from incsync.core.fingerprint import model_fingerprint
     from incsync.destinations.registry import build_destination
 
     current = model_fingerprint(model)
 
-    def one(recipient) -> dict[str, object]:  # noqa: ANN001
+    def one(recipient: RecipientConfig) -> dict[str, object]:
         destination = build_destination(config.destination(recipient.destination))
         state = destination.read_state(model=model, recipient=recipient)
         last = state.last_transfer
@@ -52,7 +56,7 @@ def state_lines(states: list[dict[str, object]]) -> list[str]:
         if last is None:
             kind, committed, rows = "never", "-", "-"
         else:
-            kind, committed, rows = last["transfer_type"], last["committed_at"], str(last["rows_transferred"])  # type: ignore[index]
+            kind, committed, rows = last["transfer_type"], last["committed_at"], str(last["rows_transferred"])  # type: ignore[index]  # a transfer's JSON record
         if s["fingerprint"] is None:
             fp = f"- (current {s['current_fingerprint']})"
         elif s["fingerprint_matches"]:

@@ -7,6 +7,7 @@ import argparse
 import os
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 # Standard library, incsync.paths and the errors and worker command modules (which import the same) only at
 # import time: `incsync transfer --worker` stays a thin client.
@@ -14,13 +15,17 @@ from incsync.errors import ConfigError, InputError
 from incsync.paths import config_path
 from incsync.worker.command import Resident, TransferCommand
 
+if TYPE_CHECKING:
+    from incsync.config.model import IncsyncConfig, ModelConfig, RecipientConfig
+
 
 def transfer_command(args: argparse.Namespace) -> TransferCommand:
     """What ``incsync transfer`` was asked, parsed once."""
     return TransferCommand(
         model=args.model, recipients=tuple(args.recipient or ()), window=args.window, backfill=bool(args.backfill),
         full_refresh=bool(args.full_refresh), tags=tuple(args.tag or ()), from_=args.from_, to=args.to,
-        json=bool(args.json), verbose=bool(getattr(args, "verbose", False)), dry_run=bool(args.dry_run), allow_mass_delete=bool(args.allow_mass_delete),
+        json=bool(args.json), verbose=bool(getattr(args, "verbose", False)), dry_run=bool(args.dry_run),
+        allow_mass_delete=bool(args.allow_mass_delete),
     )
 
 
@@ -44,12 +49,12 @@ def run_transfer(command: TransferCommand, *, config: str | None, resident: Resi
     if socket:
         return forward(socket, command=command, config=config)
 
-    from incsync.config.tags import BACKFILL, INCREMENTAL, parse_tags, reported_mode, user_run_tags
     from incsync.cli.windows import backfill_windows, window_key
     from incsync.config.load import load_config
     from incsync.config.products import not_received, receives, subscribers
-    from incsync.errors import NotSubscribedError
+    from incsync.config.tags import BACKFILL, INCREMENTAL, parse_tags, reported_mode, user_run_tags
     from incsync.core.windows import recipient_windows, scheduled_windows
+    from incsync.errors import NotSubscribedError
     from incsync.orchestration.runs import MANUAL
 
     file = config_path(config)
@@ -98,9 +103,10 @@ def run_transfer(command: TransferCommand, *, config: str | None, resident: Resi
     return _launch(command, resident, file, loaded, model, recipients, windows, mode=mode, user_tags=user_tags)
 
 
-def _dry_run(config, model, recipients, windows, *, mode: str, full_refresh: bool, as_json: bool) -> int:  # noqa: ANN001
-    from incsync.config.tags import INCREMENTAL, reported_mode
+def _dry_run(config: IncsyncConfig, model: ModelConfig, recipients: list[RecipientConfig], windows: dict[str, list[str]], *,
+             mode: str, full_refresh: bool, as_json: bool) -> int:
     from incsync.cli.output import print_json
+    from incsync.config.tags import INCREMENTAL, reported_mode
     from incsync.transfer.dry_run import dry_run_lines, dry_run_transfers
 
     previewed = dry_run_transfers(config, model, recipients, windows, scheduled=mode == INCREMENTAL, full_refresh=full_refresh)
@@ -115,16 +121,16 @@ def _dry_run(config, model, recipients, windows, *, mode: str, full_refresh: boo
     return 0
 
 
-def _launch(command: TransferCommand, resident: Resident | None, file, config, model, recipients, windows, *,  # noqa: ANN001
-             mode: str, user_tags: dict[str, str]) -> int:
-    from incsync.transfer import progress as progress_events
+def _launch(command: TransferCommand, resident: Resident | None, file: Path, config: IncsyncConfig, model: ModelConfig,
+            recipients: list[RecipientConfig], windows: dict[str, list[str]], *, mode: str, user_tags: dict[str, str]) -> int:
     from incsync.cli.output import print_json
     from incsync.cli.progress import Progress, RecipientLines
-    from incsync.orchestration.launch import run_specs, register
+    from incsync.config.tags import ALLOW_MASS_DELETE_TAG, reported_mode
     from incsync.orchestration.definitions import build_definitions
     from incsync.orchestration.instance import dagster_instance
+    from incsync.orchestration.launch import register, run_specs
     from incsync.orchestration.runs import run_in_process
-    from incsync.config.tags import ALLOW_MASS_DELETE_TAG, reported_mode
+    from incsync.transfer import progress as progress_events
 
     as_json = command.json
     defs, instance = resident(file) if resident else (build_definitions(file), dagster_instance(file))
@@ -167,14 +173,13 @@ def _launch(command: TransferCommand, resident: Resident | None, file, config, m
 
 
 def cmd_transfers(args: argparse.Namespace) -> int:
-    from incsync.orchestration.statuses import counts_by_model, list_transfers
-    from incsync.config.tags import parse_tags
     from incsync.cli.output import print_json, transfers_lines
     from incsync.config.load import load_config
+    from incsync.config.tags import parse_tags
     from incsync.orchestration.instance import dagster_instance
-
     from incsync.orchestration.liveness import reap
     from incsync.orchestration.resources import default_staging_dir
+    from incsync.orchestration.statuses import counts_by_model, list_transfers
 
     file = config_path(args.config)
     config = load_config(file)

@@ -14,10 +14,10 @@ from incsync.paths import config_path
 
 def cmd_validate(args: argparse.Namespace) -> int:
     from incsync.cli.output import fix_separator
-    from incsync.config.load import load_config
-    from incsync.config.lines import problem_lines
-    from incsync.config.locations import location_notes
     from incsync.cli.validate_checks import ignored_cluster_by, lake_schema_problems, unset_variables
+    from incsync.config.lines import problem_lines
+    from incsync.config.load import load_config
+    from incsync.config.locations import location_notes
     from incsync.orchestration.definitions import check_loadable
 
     file = config_path(args.config)
@@ -26,6 +26,9 @@ def cmd_validate(args: argparse.Namespace) -> int:
     summary = (f"{len(config.sources)} sources, {len(config.destinations)} destinations, "
                f"{len(config.models)} models, {len(config.recipients)} recipients")
     text = file.read_text()
+    from incsync.config.rows import refused_lines
+
+    refused = refused_lines(config)  # table rows left out: each disables only its own recipients
     notes = [f"note: {note}" for note in location_notes(config, Path.cwd())]
     problems: list[str] = []
     drift: list[str] = []
@@ -45,7 +48,10 @@ def cmd_validate(args: argparse.Namespace) -> int:
             raise ConfigError(str(file), schema_problems, problem_lines(text, schema_problems))
         warnings += unset_variables(config)
     warnings += ignored_cluster_by(config)
-    located = ConfigError(str(file), [fix_separator(p) for p in problems], problem_lines(text, problems)).located()
+    at_tables = problem_lines(text, ["recipients_from: the tables"]) * len(refused)  # a row's line is the tables'
+    lines = at_tables + problem_lines(text, problems)
+    problems = refused + problems
+    located = ConfigError(str(file), [fix_separator(p) for p in problems], lines).located()
     warned = ConfigError(str(file), [fix_separator(w) for w in warnings], problem_lines(text, warnings)).located()
     if getattr(args, "json", False):
         from incsync.cli.output import print_json
@@ -58,6 +64,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
     if problems:
         for line in located:
             print(f"error: {line}", file=sys.stderr)
+        if refused:
+            print(f"{file}: {len(config.refused_rows)} table row(s) refused, the rest loads ({summary})", file=sys.stderr)
         return 1
     print(f"{file}: OK ({summary})")
     for note in notes:

@@ -17,14 +17,14 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from incsync.config.model import IncsyncConfig, ModelConfig, RecipientConfig
-from incsync.config.sources import JdbcSourceConfig, LakeSourceConfig
 from incsync.config.products import subscribers
+from incsync.config.sources import JdbcSourceConfig, LakeSourceConfig
 
 MAX_PARALLEL = 16
 
 
 def unset_variables(config: IncsyncConfig) -> list[str]:
-    """One warning per ``password_env`` / ``dsn_env`` the environment does not set."""
+    """One warning per ``password_env`` / ``dsn_env`` (and the vault's key variable) the environment does not set."""
     warnings: list[str] = []
     for i, source in enumerate(config.sources):
         if isinstance(source, JdbcSourceConfig) and source.password_env and source.password_env not in os.environ:
@@ -35,6 +35,10 @@ def unset_variables(config: IncsyncConfig) -> list[str]:
             if variable not in os.environ:
                 warnings.append(f"destinations[{i}].{field}: variable {variable} is not set here; "
                                 f"export {variable}={example} wherever transfers run")
+    vault = config.vault
+    if vault is not None and vault.key_file is None and vault.key_env not in os.environ:
+        warnings.append(f"vault.key_env: variable {vault.key_env} is not set here; export the vault's keys in it "
+                        "wherever transfers run (docs/secrets.md)")
     return warnings
 
 
@@ -137,14 +141,14 @@ def lake_schema_problems(config: IncsyncConfig) -> tuple[list[str], list[str]]:
 
 def _postgres_columns(source: JdbcSourceConfig, model: ModelConfig, recipient: RecipientConfig) -> list[str] | None:
     """The relation's columns through psycopg (``LIMIT 0``), or None when the URL needs the JDBC driver."""
-    from incsync.sources.jdbc.source import JdbcSource
     from incsync.core.vendor_sql import postgres_target
+    from incsync.sources.jdbc.source import JdbcSource
 
     target = postgres_target(source.jdbc_url)
     if target is None:
         return None
     client = JdbcSource(source)
-    with client._pg_connect(target, client.schema_of(model, recipient)) as conn:
+    with client.pg_connect(target, client.schema_of(model, recipient)) as conn:
         if model.source_table is not None:
             relation = client.dialect.relation(client.table_parts(model, recipient))
         else:

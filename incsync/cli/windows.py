@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from incsync.core.bounds import UTC
 from incsync.config.model import ModelConfig
-from incsync.errors import InputError
+from incsync.core.bounds import UTC
 from incsync.core.windows import grid_start, window_format, window_key_for
+from incsync.errors import InputError
 
 
 def describe_windows(seconds: int) -> str:

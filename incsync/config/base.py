@@ -6,7 +6,6 @@ import re
 
 from pydantic import BaseModel, ConfigDict
 
-
 ID_PATTERN = r"^[A-Za-z0-9_-]+$"
 ID_RE = re.compile(ID_PATTERN)
 IDENTIFIER_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")

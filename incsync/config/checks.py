@@ -3,8 +3,8 @@ exist, windows, schedules, column types), one message per problem."""
 
 from __future__ import annotations
 
-from incsync.config.model import IncsyncConfig, ModelConfig
 from incsync.config.base import ID_PATTERN, ID_RE, IDENTIFIER_RE, column_name_problem, listed_names, table_name_problem
+from incsync.config.model import IncsyncConfig, ModelConfig
 from incsync.core.cron import is_valid_cron
 from incsync.core.limits import MAX_NAME_LENGTH, MAX_VALUE_LENGTH, tag_length_problem, too_long
 
@@ -12,7 +12,7 @@ from incsync.core.limits import MAX_NAME_LENGTH, MAX_VALUE_LENGTH, tag_length_pr
 def _window_problem(seconds: int) -> str | None:
     if seconds < 86_400 and 86_400 % seconds == 0 and (seconds % 60 == 0):
         minutes = seconds // 60
-        if minutes < 60 and 60 % minutes == 0 or minutes % 60 == 0 and 24 % (minutes // 60) == 0:
+        if (minutes < 60 and 60 % minutes == 0) or (minutes % 60 == 0 and 24 % (minutes // 60) == 0):
             return None
     if seconds == 86_400:
         return None
@@ -124,8 +124,9 @@ def cross_check_problems(cfg: IncsyncConfig) -> list[str]:
         users.setdefault(r.destination, {})[r.id] = None  # ordered, and O(1) per recipient at 10,000
     users = {name: list(ids) for name, ids in users.items()}
     for i, d in enumerate(cfg.destinations):
-        # A Delta table root, PostgreSQL schema, DuckDB file, Iceberg namespace or MariaDB database holds one recipient's copy: tables are keyed on the
-        # primary key alone, so a second tenant would merge into (and full refreshes would wipe) the first.
+        # A Delta table root, PostgreSQL schema, DuckDB file, Iceberg namespace or MariaDB database holds one
+        # recipient's copy: tables are keyed on the primary key alone, so a second tenant would merge into
+        # (and full refreshes would wipe) the first.
         if kinds[d.name] in ("delta", "postgres", "duckdb", "iceberg", "mariadb", "mysql") and len(users.get(d.name, [])) > 1:
             problems.append(
                 f'destinations[{i}]: "{d.name}" is used by recipients {", ".join(users[d.name])}; {"an" if d.kind[0] in "aeiou" else "a"} '
@@ -148,6 +149,9 @@ def cross_check_problems(cfg: IncsyncConfig) -> list[str]:
     from incsync.config.sharing import sharing_problems
 
     problems += sharing_problems(cfg)
+    from incsync.config.secrets import vault_problems
+
+    problems += vault_problems(cfg)
     from incsync.spark.cluster import cluster_problems
 
     problems += cluster_problems(cfg.spark)
@@ -168,7 +172,7 @@ def _schema_name_problems(cfg: IncsyncConfig) -> list[str]:
             if not receives(cfg, r, m.model_name, held=held):
                 continue  # a recipient never reads the schema of a model it does not receive
             vendor = vendors[m.source]
-            if problem := schema_name_problem(vendor, r.id_in_provider_system, source_query=m.source_query is not None):  # type: ignore[arg-type]
+            if problem := schema_name_problem(vendor, r.id_in_provider_system, source_query=m.source_query is not None):  # type: ignore[arg-type]  # vendor is one of the JDBC vendors here; the checker cannot narrow the literal
                 problems.append(f'recipients[{i}].id_in_provider_system: schema {shown(r.id_in_provider_system)} of '
                                 f"schema-tenanted model {m.model_name} (source {m.source}, {vendor}) {problem}")
                 break

@@ -3,41 +3,15 @@ Apache Iceberg tables or a MariaDB/MySQL database (``kind`` chooses)."""
 
 from __future__ import annotations
 
+import typing
 from pathlib import Path
 from typing import Annotated, ClassVar, Literal
 
-from pydantic import ConfigDict, Field
+from pydantic import ConfigDict, Field, model_validator
 
-from incsync.config.base import StrictModel
 from incsync.config.locations import LOOPBACK, Location, folder_or_url, postgres_location, resolved_path
-
-
-class Placed(StrictModel):
-    """What every destination model says of where it writes: a comparable location (``validate`` compares
-    destinations by it, never by name) and a description without a secret (the transfer log's)."""
-
-    # Several recipients may share one location (their keys apart by design): object-storage prefixes.
-    shares_location: ClassVar[bool] = False
-
-    def location(self, base: Path, *, folders: dict[str, str] | None = None) -> Location:
-        """Where it writes; relative paths are taken against ``base`` (the config file's folder)."""
-        key = folder_or_url(self.path, base, folders=folders)  # type: ignore[attr-defined]  # the path kinds'
-        return Location("path", key, key)
-
-    def location_note(self) -> str | None:
-        """Why comparing this location could only be partial (an unset DSN variable), or None."""
-        return None
-
-    def described(self) -> str:
-        return str(self.path)  # type: ignore[attr-defined]  # the path kinds'
-
-    def required_variables(self) -> list[tuple[str, str, str]]:
-        """(field, variable, an example value) of each environment variable a transfer here needs set."""
-        return []
-
-    def drop_hint(self, model: str, recipient: str) -> str:
-        """How the provider drops one recipient's copy of ``model`` by hand."""
-        return f"drop table {model} there"
+from incsync.config.placed import Placed
+from incsync.config.secrets import REF_HELP, SecretField, SecretRef
 
 
 class DeltaDestinationConfig(Placed):
@@ -77,29 +51,54 @@ class DeltaDestinationConfig(Placed):
 
 
 class PostgresDestinationConfig(Placed):
-    """A PostgreSQL schema; the DSN comes from an environment variable."""
+    """A PostgreSQL schema; the DSN comes from an environment variable or the vault."""
 
     name: str = Field(description="Destination name, referenced by recipients.")
     kind: Literal["postgres"] = Field(description="`postgres`.")
-    dsn_env: str = Field(
-        description="Name of the environment variable holding the connection string (postgresql://...).",
+    dsn_env: str | None = Field(
+        default=None,
+        description="Name of the environment variable holding the connection string (postgresql://...); or set "
+        "`dsn_secret`.",
+    )
+    dsn_secret: SecretField | None = Field(
+        default=None,
+        description=f"The connection string by reference instead of `dsn_env`: {REF_HELP} (docs/secrets.md).",
     )
     schema_name: str = Field(alias="schema", description="Target schema, created when missing.")
     max_concurrent_transfers: int = Field(default=1, ge=1, description="At most this many runs publish here at once.")
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+    secret_field: ClassVar[str | None] = "dsn_secret"
+
+    @model_validator(mode="after")
+    def _one_dsn(self) -> PostgresDestinationConfig:
+        if (self.dsn_env is None) == (self.dsn_secret is None):
+            raise ValueError("set exactly one of `dsn_env` (a variable's name) and `dsn_secret` "
+                             f"({REF_HELP}) for the connection string")
+        return self
+
+    @property
+    def dsn_ref(self) -> SecretRef:
+        """Where the connection string is."""
+        return self.dsn_secret or SecretRef("env", self.dsn_env or "")
+
+    @property
+    def dsn_field(self) -> str:
+        """The field that names it, for messages."""
+        return "dsn_env" if self.dsn_secret is None else "dsn_secret"
 
     def location(self, base: Path, *, folders: dict[str, str] | None = None) -> Location:
-        return postgres_location(self.dsn_env, self.schema_name)  # (server, port, database, schema) from the DSN
+        return postgres_location(self.dsn_ref, self.schema_name)  # (server, port, database, schema) from the DSN
 
     def location_note(self) -> str | None:
-        return postgres_location(self.dsn_env, self.schema_name).note
+        return postgres_location(self.dsn_ref, self.schema_name).note
 
     def described(self) -> str:
-        return f"schema {self.schema_name} (DSN in ${self.dsn_env})"
+        return f"schema {self.schema_name} (DSN in {self.dsn_ref.shown})"
 
     def required_variables(self) -> list[tuple[str, str, str]]:
-        return [("dsn_env", self.dsn_env, "postgresql://...")]
+        ref = self.dsn_ref
+        return [(self.dsn_field, ref.name, "postgresql://...")] if ref.store == "env" else []
 
     def drop_hint(self, model: str, recipient: str) -> str:
         return f'run DROP TABLE "{self.schema_name}"."{model}" there'
@@ -218,7 +217,7 @@ class IcebergDestinationConfig(Placed):
 
 class MariaDBDestinationConfig(Placed):
     """A MariaDB (or MySQL) database: one InnoDB table per model, the transfer log beside them; the password
-    comes from an environment variable."""
+    comes from an environment variable or the vault."""
 
     name: str = Field(description="Destination name, referenced by recipients.")
     kind: Literal["mariadb", "mysql"] = Field(description="`mariadb` (or its alias `mysql`).")
@@ -229,8 +228,30 @@ class MariaDBDestinationConfig(Placed):
     password_env: str | None = Field(
         default=None, description="Name of the environment variable holding the password (none: no password).",
     )
+    password_secret: SecretField | None = Field(
+        default=None, description=f"The password by reference instead of `password_env`: {REF_HELP} (docs/secrets.md).",
+    )
     database: str = Field(description="The recipient's database (created when missing); one recipient's copy.")
     max_concurrent_transfers: int = Field(default=1, ge=1, description="At most this many runs publish here at once.")
+
+    secret_field: ClassVar[str | None] = "password_secret"
+
+    @model_validator(mode="after")
+    def _one_password(self) -> MariaDBDestinationConfig:
+        if self.password_env is not None and self.password_secret is not None:
+            raise ValueError("set at most one of `password_env` and `password_secret`")
+        return self
+
+    @property
+    def password_ref(self) -> SecretRef | None:
+        """Where the password is (None: no password)."""
+        if self.password_secret is not None:
+            return self.password_secret
+        return SecretRef("env", self.password_env) if self.password_env else None
+
+    @property
+    def password_field(self) -> str:
+        return "password_env" if self.password_secret is None else "password_secret"
 
     def location(self, base: Path, *, folders: dict[str, str] | None = None) -> Location:
         host = "localhost" if self.host.lower() in LOOPBACK else self.host.lower()  # a database is a copy
@@ -241,7 +262,8 @@ class MariaDBDestinationConfig(Placed):
         return f"mariadb://{self.host}:{self.port}/{self.database}"
 
     def required_variables(self) -> list[tuple[str, str, str]]:
-        return [("password_env", self.password_env, "...")] if self.password_env else []
+        ref = self.password_ref
+        return [(self.password_field, ref.name, "...")] if ref is not None and ref.store == "env" else []
 
     def drop_hint(self, model: str, recipient: str) -> str:
         return f"run DROP TABLE `{self.database}`.`{model}` there"
@@ -252,3 +274,10 @@ DestinationConfig = Annotated[
     | IcebergDestinationConfig | MariaDBDestinationConfig,
     Field(discriminator="kind"),
 ]
+
+
+def secret_fields() -> dict[str, str]:
+    """kind -> the field a destinations table's `secret` column fills, for the kinds that take one."""
+    kinds = typing.get_args(typing.get_args(DestinationConfig)[0])
+    return {kind: cls.secret_field for cls in kinds if cls.secret_field
+            for kind in typing.get_args(cls.model_fields["kind"].annotation)}

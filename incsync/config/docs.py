@@ -13,8 +13,6 @@ from pydantic import BaseModel
 from pydantic_core import PydanticUndefined
 
 from incsync.config.alerts import AlertsConfig
-from incsync.config.jobs import AuditConfig
-from incsync.config.model import IncsyncConfig, MaintenanceConfig, ModelConfig, RecipientConfig, RecipientsFromConfig
 from incsync.config.destinations import (
     DeltaDestinationConfig,
     DuckDBDestinationConfig,
@@ -23,7 +21,10 @@ from incsync.config.destinations import (
     ObjectStorageDestinationConfig,
     PostgresDestinationConfig,
 )
+from incsync.config.jobs import AuditConfig
+from incsync.config.model import IncsyncConfig, MaintenanceConfig, ModelConfig, RecipientConfig, RecipientsFromConfig
 from incsync.config.products import ProductConfig, TierConfig
+from incsync.config.secrets import SecretRef, VaultConfig
 from incsync.config.sharing import SharingConfig
 from incsync.config.sources import JdbcSourceConfig, LakeSourceConfig
 
@@ -43,6 +44,8 @@ SECTIONS: list[tuple[str, str, list[type[BaseModel]]]] = [
     ("alerts", "A webhook that hears of every failed transfer and whose it is to fix (docs/operations.md).", [AlertsConfig]),
     ("sharing", "`incsync serve`: each recipient's copy over Delta Sharing, with its own token (docs/sharing.md).",
      [SharingConfig]),
+    ("vault", "Secrets sealed in a table under a key from one variable or file, named `vault:<entry>` by the "
+     "destinations that connect with them (docs/secrets.md).", [VaultConfig]),
 ]
 
 
@@ -99,6 +102,8 @@ def _type(annotation: Any) -> str:
         return f"mapping of {_type(args[0])} to {_type(args[1])}" if args else "mapping"
     if isinstance(annotation, type) and issubclass(annotation, BaseModel):
         return "mapping"
+    if annotation is SecretRef:
+        return "`vault:<entry>` or `env:<VARIABLE>`"
     names = {str: "text", int: "integer", bool: "true/false", float: "number"}
     return names.get(annotation, getattr(annotation, "__name__", str(annotation)))
 
@@ -138,7 +143,8 @@ def render() -> str:
         "scripts/gen_config_docs.py: edit the field descriptions there. -->",
         "",
         "Secrets are never written in the file: it names the environment variables that hold them "
-        "(`password_env`, `dsn_env`). Relative paths are relative to the file. `incsync validate` checks a file; "
+        "(`password_env`, `dsn_env`) or the vault entries (`dsn_secret: vault:<entry>`, docs/secrets.md). "
+        "Relative paths are relative to the file. `incsync validate` checks a file; "
         "`incsync init` writes a commented starter; `examples/` holds runnable ones.",
         "",
     ]

@@ -52,11 +52,11 @@ def audit_problems(cfg: object) -> list[str]:
     if audit is None:
         return []
     problems: list[str] = []
-    names = [d.name for d in getattr(cfg, "destinations")]
+    names = [d.name for d in cfg.destinations]
     if audit.destination not in names:
         problems.append(f'audit.destination: "{audit.destination}" is not a configured destination; '
                         f"known: [{listed_names(names)}]")
-    users = [r.id for r in getattr(cfg, "recipients") if r.destination == audit.destination]
+    users = [r.id for r in cfg.recipients if r.destination == audit.destination]
     if users:
         problems.append(f'audit.destination: "{audit.destination}" is the destination of recipient(s) '
                         f"{', '.join(users[:5])}; the transfer log names every recipient, so give it a destination "

@@ -2,8 +2,8 @@
 
 Local paths are made absolute and resolved (``..``, symlinks, trailing slashes, ``file://``); storage URLs
 are normalised (scheme aliases, bucket case, key prefix); PostgreSQL destinations are (server, port,
-database, schema) from the DSN in their environment variable; DuckDB destinations are (file, schema); MariaDB
-destinations are (server, port, database). Secrets never enter a location.
+database, schema) from the DSN in their environment variable (a DSN in the vault: its entry and schema); DuckDB
+destinations are (file, schema); MariaDB destinations are (server, port, database). Secrets never enter a location.
 """
 
 from __future__ import annotations
@@ -18,8 +18,9 @@ from urllib.parse import unquote, urlsplit
 from incsync.storage.names import local_path
 
 if TYPE_CHECKING:
-    from incsync.config.model import IncsyncConfig
     from incsync.config.destinations import DestinationConfig
+    from incsync.config.model import IncsyncConfig
+    from incsync.config.secrets import SecretRef
 
 _SCHEME_ALIASES = {"s3a": "s3", "s3n": "s3", "abfs": "abfss", "wasb": "wasbs", "gcs": "gs"}
 LOOPBACK = {"", "localhost", "127.0.0.1", "::1", "[::1]"}
@@ -65,7 +66,18 @@ def storage_url(url: str) -> str:
     return f"{scheme}://{parts.netloc.lower()}{prefix.rstrip('/')}"
 
 
-def postgres_location(dsn_env: str, schema: str) -> Location:
+def postgres_location(dsn: SecretRef, schema: str) -> Location:
+    """(server, port, database, schema) from the DSN in a variable; a DSN in the vault is compared by its entry's
+    name and the schema: it is opened only where a connection is made."""
+    if dsn.store == "vault":
+        return Location(
+            "postgres", f"vault:{dsn.name}/{schema}", f"vault entry {dsn.name} schema {schema}",
+            note="destinations whose DSN is in the vault were compared by entry name and schema only",
+        )
+    return _env_postgres_location(dsn.name, schema)
+
+
+def _env_postgres_location(dsn_env: str, schema: str) -> Location:
     dsn = os.environ.get(dsn_env)
     if dsn is None:
         return Location(
@@ -145,7 +157,8 @@ def _compare(cfg: IncsyncConfig, base: Path) -> list[str]:
         ra, rb = ", ".join(users[a.name]), ", ".join(users[b.name])
         problems.append(
             f'destinations[{index[b.name]}]: "{b.name}" (recipient {rb}) {how} "{a.name}" (recipient {ra}): {shown}; '
-            f"{'an' if b.kind[0] in 'aeiou' else 'a'} {b.kind} destination holds one recipient's copy, so give \"{b.name}\" a location of its own"
+            f"{'an' if b.kind[0] in 'aeiou' else 'a'} {b.kind} destination holds one recipient's copy, "
+            f"so give \"{b.name}\" a location of its own"
         )
 
     for (kind, key), group in by_key.items():
@@ -157,5 +170,10 @@ def _compare(cfg: IncsyncConfig, base: Path) -> list[str]:
         if kind == "path":
             for parent in _parents(key):
                 for outer, _ in by_key.get(("path", parent), []):
-                    clash(outer, first, f"{key} lies inside {parent}", "writes inside the location of")
+                    # Named against the one listed later: a table row that lands on the file's (or an
+                    # earlier row's) location is refused alone (docs/design.md#recipients-and-secrets-as-data).
+                    if index[outer.name] > index[first.name]:
+                        clash(first, outer, f"{key} lies inside {parent}", "holds inside its location")
+                    else:
+                        clash(outer, first, f"{key} lies inside {parent}", "writes inside the location of")
     return problems

@@ -1,7 +1,8 @@
 """The configuration file's model: the whole file, its models and recipients (the retry and maintenance
 policies are ``incsync.config.policies``).
 
-Secrets are never in the file, only the names of the environment variables that hold them. Sources are
+Secrets are never in the file, only references to them: environment variables' names or vault entries
+(``incsync.config.secrets``). Sources are
 ``incsync.config.sources``, destinations ``incsync.config.destinations``, what every section shares
 ``incsync.config.base``. Reading a file (environment, paths, the recipients table) is
 ``incsync.config.load``; the checks across fields are ``incsync.config.checks``.
@@ -9,17 +10,20 @@ Secrets are never in the file, only the names of the environment variables that 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from functools import cached_property
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, PrivateAttr, model_validator
 
 from incsync.config.alerts import AlertsConfig
-from incsync.config.base import ID_PATTERN, ID_RE, StrictModel, listed_names
+from incsync.config.base import StrictModel, listed_names
 from incsync.config.destinations import DestinationConfig
 from incsync.config.jobs import AuditConfig, MaintenanceConfig
 from incsync.config.policies import RetryPolicy
 from incsync.config.products import ProductConfig, TierConfig
+from incsync.config.recipients import RecipientConfig, RecipientsFromConfig
+from incsync.config.secrets import VaultConfig
 from incsync.config.sharing import SharingConfig
 from incsync.config.sources import DEFAULT_LOOKBACK_SECONDS, FALLBACK_LOOKBACK_SECONDS, SourceConfig
 
@@ -140,52 +144,6 @@ class ModelConfig(StrictModel):
         return list(self.columns) if self.columns else None
 
 
-class RecipientConfig(StrictModel):
-    """One customer: a dynamic partition key and where its copy lives."""
-
-    id: str = Field(
-        pattern=ID_PATTERN,
-        description="Recipient id: letters, digits, _ and -; the recipient partition key.",
-    )
-    id_in_provider_system: str = Field(
-        description="The recipient's tenant value (organization_column) or schema name (tenancy: schema), exactly as "
-        "the database spells it (see Names below).",
-    )
-    destination: str = Field(description="Name of the destination holding its copy.")
-    default_full_refresh_min_start_time_epoch: int | None = Field(
-        default=None, ge=0,
-        description="Overrides the model's min_start_time_epoch for this recipient.",
-    )
-    enabled: bool = Field(
-        default=True,
-        description="false: no schedule, no sensor backfill; its partitions are removed.",
-    )
-    tags: dict[str, str] = Field(
-        default_factory=dict,
-        description="key: value pairs carried as run tags (incsync/tag/<key>), e.g. tier: gold (with `tiers`: its schedule tier).",
-    )
-    products: list[str] | None = Field(
-        default=None,
-        description="The products it subscribes to: it receives their models only. Unset: every model.",
-    )
-
-    @field_validator("tags")
-    @classmethod
-    def _tags(cls, tags: dict[str, str]) -> dict[str, str]:
-        for key, value in tags.items():
-            if not ID_RE.match(key) or not ID_RE.match(str(value)):
-                raise ValueError(f'tag {key}={value} is invalid: keys and values must match {ID_PATTERN}')
-        return tags
-
-
-class RecipientsFromConfig(StrictModel):
-    """A table of recipients (columns: the recipient fields), read through a postgres source."""
-
-    source: str = Field(description="A source of vendor postgres whose credentials read the table.")
-    table: str = Field(description="`table` or `schema.table`.")
-    refresh_seconds: int = Field(default=30, ge=0, description="Read the table again after this long (0: every time).")
-
-
 class IncsyncConfig(StrictModel):
     """The whole file."""
 
@@ -246,10 +204,29 @@ class IncsyncConfig(StrictModel):
         default=None, description="The transfer log in one of the provider's destinations "
         "(`audit: {destination: warehouse, frequency: \"*/15 * * * *\"}`; docs/operations.md). Unset: no log.",
     )
+    vault: VaultConfig | None = Field(
+        default=None, description="Where incsync's vault keeps secrets sealed under its key, for destinations that "
+        "name them `vault:<entry>` (`vault: {source: app_db, table: incsync.vault}`; docs/secrets.md).",
+    )
     sharing: SharingConfig = Field(
         default_factory=SharingConfig, description="How `incsync serve` serves each recipient's copy over Delta "
         "Sharing, and the names its share gives the models (docs/sharing.md).",
     )
+
+    # The table rows left out (``incsync.config.rows``): set by the loader, never by the file.
+    _refused: tuple[Any, ...] = PrivateAttr(default=())
+
+    @property
+    def refused_rows(self) -> tuple[Any, ...]:
+        """The ``RefusedRow`` of each recipients or destinations table row the load left out, and why."""
+        return self._refused
+
+    def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> IncsyncConfig:
+        """A copy whose name lookups are built again: the copy's sections may differ from this one's."""
+        copied = super().model_copy(update=update, deep=deep)
+        for cached in ("_recipients_by_id", "_destinations_by_name"):
+            copied.__dict__.pop(cached, None)
+        return copied
 
     def source(self, name: str) -> SourceConfig:
         for s in self.sources:

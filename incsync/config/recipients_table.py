@@ -41,15 +41,16 @@ def recipients_source(data: dict[str, Any], *, path: str) -> dict[str, Any] | No
     return source
 
 
-def read_recipient_rows(config: JdbcSourceConfig, table: str, *, path: str) -> list[dict[str, Any]]:
-    """The rows of ``table``, read through the source ``config``, as recipient mappings."""
+def read_table(config: JdbcSourceConfig, table: str, *, path: str, where: str) -> tuple[list[str], list[tuple[Any, ...]]]:
+    """The column names and rows of ``table``, read through the source ``config`` in a read-only session; a
+    table that cannot be read fails the load, naming ``where`` (the setting) and why."""
     from incsync.core.vendor_sql import postgres_target
 
     target = postgres_target(config.jdbc_url)
     if target is None:
         raise ConfigError(path, [f"{WHERE}.source: {config.name}'s jdbc_url must be jdbc:postgresql://host[:port]/database"])
     if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)?", table):
-        raise ConfigError(path, [f'{WHERE}.table: "{table}" must be `table` or `schema.table`'])
+        raise ConfigError(path, [f'{where}: "{table}" must be `table` or `schema.table`'])
     import psycopg
     from psycopg import sql
 
@@ -61,17 +62,21 @@ def read_recipient_rows(config: JdbcSourceConfig, table: str, *, path: str) -> l
             options="-c default_transaction_read_only=on",
         ) as conn:
             cursor = conn.execute(sql.SQL("SELECT * FROM {} ORDER BY 1").format(sql.Identifier(*table.split("."))))
-            names = [c.name for c in cursor.description or []]
-            rows = cursor.fetchall()
+            return [c.name for c in cursor.description or []], cursor.fetchall()
     except psycopg.Error as exc:
         detail = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise ConfigError(path, [f"{WHERE}: cannot read {table} through source {config.name}: {detail}"]) from None
+
+
+def read_recipient_rows(config: JdbcSourceConfig, table: str, *, path: str) -> list[dict[str, Any]]:
+    """The rows of ``table``, read through the source ``config``, as recipient mappings."""
+    names, rows = read_table(config, table, path=path, where=f"{WHERE}.table")
     missing = [c for c in REQUIRED if c not in names]
     if missing:
         raise ConfigError(path, [f"{WHERE}: table {table} lacks the column(s) {', '.join(missing)}; it needs {', '.join(REQUIRED)}"])
     out = []
     for row in rows:
-        values = dict(zip(names, row))
+        values = dict(zip(names, row, strict=False))
         entry = {k: values[k] for k in (*REQUIRED, *OPTIONAL) if k in values and values[k] is not None}
         for key in REQUIRED:
             entry[key] = str(entry[key]) if key in entry else entry.get(key)
@@ -83,16 +88,3 @@ def read_recipient_rows(config: JdbcSourceConfig, table: str, *, path: str) -> l
                     pass  # validation then names the row and the field
         out.append(entry)
     return out
-
-
-def rename_row_problems(problems: list[str], *, first_row: int, table: str, ids: list[str]) -> list[str]:
-    """``recipients[i]`` of a table row becomes ``recipients_from (<table>, row id "x")`` in the messages."""
-
-    def name(match: re.Match[str]) -> str:
-        i = int(match.group(1))
-        if i < first_row:
-            return match.group(0)
-        rid = ids[i - first_row] if i - first_row < len(ids) else "?"
-        return f'recipients_from ({table}, row id "{rid}")'
-
-    return [re.sub(r"recipients\[(\d+)\]", name, p) for p in problems]

@@ -87,8 +87,8 @@ class SharingConfig(StrictModel):
 
 def sharing_problems(cfg: object) -> list[str]:
     """What `incsync validate` says about `sharing:` (``cfg`` is the whole file's IncsyncConfig)."""
-    sharing: SharingConfig = getattr(cfg, "sharing")
-    models = getattr(cfg, "models")
+    sharing: SharingConfig = cfg.sharing
+    models = cfg.models
     names = [m.model_name for m in models]
     problems = [f'sharing.tables.{name}: "{name}" is not a model; known: [{", ".join(names[:20])}]'
                 for name in sharing.tables if name not in names]
@@ -113,10 +113,10 @@ def sharing_problems(cfg: object) -> list[str]:
 
 def shared_schema(sharing: SharingConfig, model: object) -> str:
     """The schema ``model`` (a ModelConfig) is listed under."""
-    named = sharing.tables.get(getattr(model, "model_name"))
+    named = sharing.tables.get(model.model_name)
     if named is not None and named.schema_name:
         return named.schema_name
-    return getattr(model, "source") if sharing.schema_by_source else sharing.schema_name
+    return model.source if sharing.schema_by_source else sharing.schema_name
 
 
 def shared_table(sharing: SharingConfig, model_name: str) -> str:

@@ -11,7 +11,6 @@ from pydantic import Field, SecretStr, field_validator, model_validator
 from incsync.config.base import StrictModel
 from incsync.errors import ConfigError
 
-
 # Prequel's documented lookback defaults, by source vendor (seconds).
 DEFAULT_LOOKBACK_SECONDS: dict[str, int] = {
     "postgres": 30,

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from incsync.config.model import IncsyncConfig, ModelConfig, RecipientConfig
 from incsync.config.base import ID_PATTERN, ID_RE
 from incsync.config.errors import TagError
+from incsync.config.model import IncsyncConfig, ModelConfig, RecipientConfig
 
 MODE_TAG = "incsync/mode"  # incremental | backfill | manual: which windows (the asset reads it)
 FULL_REFRESH_TAG = "incsync/full_refresh"

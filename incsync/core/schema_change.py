@@ -66,8 +66,15 @@ def _int_bits(t: pa.DataType) -> tuple[int, bool] | None:
     return (t.bit_width, pa.types.is_signed_integer(t)) if pa.types.is_integer(t) else None
 
 
+def _int_form(t: pa.DataType) -> tuple[int, bool]:
+    """(bit width, signed) of a type known to be an integer."""
+    found = _int_bits(t)
+    assert found is not None, t
+    return found
+
+
 def _int_digits(t: pa.DataType) -> int:
-    bits, signed = _int_bits(t)  # type: ignore[misc]
+    bits, signed = _int_form(t)
     return _INT_DIGITS[bits] + (0 if signed or bits < 64 else 1)
 
 
@@ -81,11 +88,11 @@ def arrow_widens(old: pa.DataType, new: pa.DataType) -> bool:
     if old == new:
         return False
     if _int_bits(old) and _int_bits(new):
-        (b1, s1), (b2, s2) = _int_bits(old), _int_bits(new)  # type: ignore[misc]
+        (b1, s1), (b2, s2) = _int_form(old), _int_form(new)
         return b2 > b1 and (s1 == s2 or s2)  # a signed type never fits an unsigned one
     if _int_bits(old) and pa.types.is_floating(new):
         mantissa = {16: 11, 32: 24, 64: 53}[new.bit_width]
-        return _int_bits(old)[0] < mantissa  # type: ignore[index]
+        return _int_form(old)[0] < mantissa
     if _int_bits(old) and pa.types.is_decimal(new):
         return new.scale >= 0 and new.precision - new.scale >= _int_digits(old)
     if pa.types.is_floating(old) and pa.types.is_floating(new):
@@ -103,7 +110,7 @@ def arrow_type_name(t: pa.DataType) -> str:
     """A short SQL-like name for metadata and errors: integer, bigint, decimal(12,2), timestamp(us, UTC)."""
     t = _arrow_norm(t)
     if _int_bits(t):
-        bits, signed = _int_bits(t)  # type: ignore[misc]
+        bits, signed = _int_form(t)
         name = {8: "tinyint", 16: "smallint", 32: "integer", 64: "bigint"}[bits]
         return name if signed else f"unsigned {name}"
     if pa.types.is_floating(t):
@@ -144,14 +151,14 @@ def pg_widens(old: str, new: str) -> bool:
     if base1 in _PG_INTS and base2 == "numeric":
         return not mod2 or (len(mod2) == 1 and mod2[0] >= _INT_DIGITS[_PG_INTS[base1]]) or (
             len(mod2) == 2 and mod2[0] - mod2[1] >= _INT_DIGITS[_PG_INTS[base1]] and mod2[1] >= 0)
-    if base1 in ("smallint", "integer") and base2 == "double precision" or (base1, base2) == ("smallint", "real"):
+    if (base1 in ("smallint", "integer") and base2 == "double precision") or (base1, base2) == ("smallint", "real"):
         return True
     if (base1, base2) == ("real", "double precision"):
         return True
     if base1 == "character varying" and base2 in ("character varying", "text"):
-        return base2 == "text" or not mod2 or bool(mod1) and mod2[0] > mod1[0]
+        return base2 == "text" or not mod2 or (bool(mod1) and mod2[0] > mod1[0])
     if base1 == "bit varying" and base2 == "bit varying":
-        return not mod2 or bool(mod1) and mod2[0] > mod1[0]
+        return not mod2 or (bool(mod1) and mod2[0] > mod1[0])
     if base1 == "numeric" and base2 == "numeric":
         if not mod2:
             return True

@@ -27,7 +27,8 @@ def _segments(query: str, *, mysql: bool) -> list[tuple[str, int, int]]:
         kind = "quoted"
         if ch in "'\"`":
             # Backslash escapes: MySQL strings, and PostgreSQL E'' strings only.
-            escapes = ch == "'" and (mysql or (i > 0 and query[i - 1] in "eE" and (i < 2 or not (query[i - 2].isalnum() or query[i - 2] == "_"))))
+            e_prefix = i > 0 and query[i - 1] in "eE" and (i < 2 or not (query[i - 2].isalnum() or query[i - 2] == "_"))
+            escapes = ch == "'" and (mysql or e_prefix)
             j = i + 1
             while j < n:
                 if escapes and query[j] == "\\" and j + 1 < n:

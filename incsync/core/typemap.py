@@ -122,7 +122,7 @@ def _decimal_plan(plan: ColumnPlan, spark_type: str, metadata: dict[str, object]
             return plan
         return _with(plan, cast="text", arrow=_decimal_form(precision, scale))
     # No catalog (a source_query): Spark clamps wider decimals to 38 digits and rounds the scale.
-    declared_scale = int(metadata.get("scale", spark_scale))  # type: ignore[arg-type]
+    declared_scale = int(str(metadata.get("scale", spark_scale)))
     unconstrained = plan.vendor == "postgres" and (spark_precision, spark_scale) == (38, 18) and declared_scale == 0
     if unconstrained or (spark_precision == ARROW_DECIMAL_DIGITS and declared_scale != spark_scale):
         return _with(plan, cast="text", arrow="string")

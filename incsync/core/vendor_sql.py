@@ -179,12 +179,12 @@ def fan_out_predicate(
     """Several recipients' rows in one predicate: ``(tenant IN (...) AND bounds) OR ...``, grouped by bounds."""
     assert model.organization_column is not None
     tenant = dialect.ident(model.organization_column)
-    by_bounds: dict[tuple[object, object], list[str]] = {}
+    by_bounds: dict[tuple[datetime, datetime], list[str]] = {}
     for recipient, bounds in targets:
         by_bounds.setdefault((bounds.lower, bounds.upper), []).append(recipient.id_in_provider_system)
     terms = []
     for (lower, upper), values in by_bounds.items():
         literals = ", ".join(dialect.literal(v) for v in sorted(set(values)))
-        bounds = Bounds(lower=lower, upper=upper, lookback_seconds=0, reason="fan_out")  # type: ignore[arg-type]
+        bounds = Bounds(lower=lower, upper=upper, lookback_seconds=0, reason="fan_out")
         terms.append(f"({tenant} IN ({literals}) AND {bounds_predicate(dialect, model, bounds, zoned=zoned)})")
     return "(" + " OR ".join(terms) + ")"

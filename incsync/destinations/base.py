@@ -3,7 +3,8 @@
 A kind declares its ``Capabilities`` once; the engine, the CLI and the conformance suite read those, never
 the kind's name. Beyond publishing (``read_state``, ``publish``, ``maintain``), a kind says where a reader
 finds a copy (``location``), reads it back as that reader sees it (``read_rows``, ``current_rows``), names
-its stored columns (``stored_schema``) and compares them with a batch's (``drift``), checks that it can be reached (``check``) and may hash its
+its stored columns (``stored_schema``) and compares them with a batch's (``drift``), checks that it can be reached
+(``check``) and may hash its
 rows itself for verify (``row_hashes``). Adding a kind is its config model, its folder, one line of the
 registry and one row of the conformance suite's table (docs/architecture.md).
 """
@@ -156,6 +157,7 @@ class Destination(ABC):
     def check(self) -> None:
         """Reach the store once (``incsync validate --connect``); raise ConfigError or an IncsyncError naming
         the setting and the fix. A local folder the first transfer creates needs no check."""
+        return None
 
     def row_hashes(self, *, model: ModelConfig, recipient: RecipientConfig) -> RowHashes | None:
         """The copy's own SQL hashing for verify, or None (the default): verify reads ``current_rows``."""

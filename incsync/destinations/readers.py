@@ -15,7 +15,7 @@ class PublishedCopies:
     holds now (an append log reduced to each key's newest row) as an Arrow table.
     """
 
-    def __init__(self, model: ModelConfig, copies: dict[str, tuple[RecipientConfig, Destination]]):
+    def __init__(self, model: ModelConfig, copies: dict[str, tuple[RecipientConfig, Destination]]) -> None:
         self.model = model
         self._copies = copies
 

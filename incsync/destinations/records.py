@@ -87,7 +87,7 @@ def reset_reason(where: str, record: TransferRecord | None, *, has_data: bool, m
         return f"destination_reset: {missing}"
     if record is not None and record.high_watermark_micros is not None and not has_data:
         return (f"destination_reset: {where} holds no rows, but its transfer log records transfer {record.transfer_id} "
-                f"up to {record.high_watermark.isoformat()}")  # type: ignore[union-attr]
+                f"up to {from_micros(record.high_watermark_micros).isoformat()}")
     if record is None and has_data:
         return f"destination_reset: {where} holds rows but no transfer record of this recipient"
     return None

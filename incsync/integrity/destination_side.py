@@ -21,7 +21,7 @@ from incsync.destinations.base import DELETED_AT, Destination
 class DestinationSide:
     """One recipient's copy of one model."""
 
-    def __init__(self, destination: Destination, *, model: ModelConfig, recipient: RecipientConfig):
+    def __init__(self, destination: Destination, *, model: ModelConfig, recipient: RecipientConfig) -> None:
         self.destination, self.model, self.recipient = destination, model, recipient
         self.native = destination.row_hashes(model=model, recipient=recipient)
         self._table: pa.Table | None = None

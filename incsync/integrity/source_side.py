@@ -9,8 +9,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from incsync.core.bounds import EPOCH, UTC, Bounds
 from incsync.config.model import ModelConfig, RecipientConfig
+from incsync.core.bounds import EPOCH, UTC, Bounds
 from incsync.core.canonical import (
     Fingerprints,
     Kind,
@@ -37,14 +37,14 @@ EVERYTHING = Bounds(lower=EPOCH, upper=FAR_FUTURE, lookback_seconds=0, reason="v
 class SourceSide:
     """One recipient's rows of one model at its source."""
 
-    def __init__(self, source: Source, *, model: ModelConfig, recipient: RecipientConfig, spark: Callable[[], SparkSession]):
+    def __init__(self, source: Source, *, model: ModelConfig, recipient: RecipientConfig, spark: Callable[[], SparkSession]) -> None:
         self.source, self.model, self.recipient, self.spark = source, model, recipient, spark
         self.vendor = source.vendor
         self._pg = None
         if self.vendor == "postgres":
             from incsync.core.vendor_sql import postgres_target
 
-            self._pg = postgres_target(source.config.jdbc_url)  # type: ignore[attr-defined]
+            self._pg = postgres_target(source.config.jdbc_url)
         self.reads = 0  # queries that scanned the recipient's rows (the cost figure counts them)
 
     @property
@@ -52,19 +52,19 @@ class SourceSide:
         return self.vendor != "lake"
 
     def _pg_conn(self):  # noqa: ANN202 - a psycopg connection context
-        return self.source._pg_connect(self._pg, self.source.schema_of(self.model, self.recipient))  # type: ignore[attr-defined]
+        return self.source.pg_connect(self._pg, self.source.schema_of(self.model, self.recipient))
 
     def columns(self) -> dict[str, Kind]:
         """Column -> kind, as the model reads them (its ``columns``, else all)."""
         if self._pg is not None:
-            relation = self.source.relation_sql(self.model, self.recipient, bounds_where=None)  # type: ignore[attr-defined]
+            relation = self.source.relation_sql(self.model, self.recipient, bounds_where=None)
             with self._pg_conn() as conn:
                 cur = conn.execute(f"SELECT * FROM ({relation}) q LIMIT 0")
                 oids = [d.type_code for d in cur.description]
                 names = dict(conn.execute("SELECT oid::int, typname FROM pg_type WHERE oid = ANY(%s)", [oids]).fetchall())
                 return {d.name: kind_from_pg(names.get(d.type_code, "")) for d in cur.description}
         if self.is_jdbc:
-            schema = self.source._probe_schema(self.spark(), self.model, self.recipient)  # type: ignore[attr-defined]
+            schema = self.source.probe_schema(self.spark(), self.model, self.recipient)
             return {f.name: kind_from_spark(f.dataType) for f in schema.fields}
         df = self.source.read(self.spark(), model=self.model, recipient=self.recipient, bounds=EVERYTHING)
         return {f.name: kind_from_spark(f.dataType) for f in df.schema.fields}
@@ -78,13 +78,13 @@ class SourceSide:
         self.reads += 1
         if not self.is_jdbc:
             return self._spark_fingerprints(kinds, compared, buckets=buckets, checked=checked, start=start, hw=hw)
-        d = self.source.dialect  # type: ignore[attr-defined]
+        d = self.source.dialect
         lm = d.ident(self.model.last_modified_column)
         zoned = True  # PostgreSQL sessions run in UTC; MariaDB compares the literal in its session zone, UTC
         vendor = "postgres" if self.vendor == "postgres" else "mysql"
         key = [(d.ident(c), kinds[c]) for c in self.model.primary_key]
         row = sql_text(vendor, [(d.ident(c), kinds[c]) for c in compared])
-        relation = self.source.relation_sql(self.model, self.recipient, bounds_where=None)  # type: ignore[attr-defined]
+        relation = self.source.relation_sql(self.model, self.recipient, bounds_where=None)
         hw_sql = d.timestamp(hw, zoned=zoned) if hw is not None else None
         in_scope = f"incsync_lm <= {hw_sql}" if hw_sql else "1=0"
         exact = ""
@@ -94,7 +94,8 @@ class SourceSide:
             f"SELECT incsync_b, SUM(CASE WHEN {in_scope} THEN 1 ELSE 0 END) AS n, "
             f"CAST(SUM(CASE WHEN {in_scope} THEN incsync_h ELSE 0 END) AS {'text' if vendor == 'postgres' else 'CHAR'}) AS s, "
             f"SUM(CASE WHEN {in_scope} THEN 0 ELSE 1 END) AS p "
-            f"FROM (SELECT {sql_key_bucket(vendor, key, buckets)} AS incsync_b, {sql_hash(vendor, row, native=native)} AS incsync_h, {lm} AS incsync_lm "
+            f"FROM (SELECT {sql_key_bucket(vendor, key, buckets)} AS incsync_b, "
+            f"{sql_hash(vendor, row, native=native)} AS incsync_h, {lm} AS incsync_lm "
             f"FROM ({relation}) r WHERE {lm} >= {d.timestamp(start, zoned=zoned)}{exact}) x "
             f"WHERE incsync_b < {checked} GROUP BY incsync_b"
         )
@@ -118,11 +119,11 @@ class SourceSide:
             rows = df.where(column(self.model.last_modified_column) > F.lit(hw)).select(key.alias("k")).limit(limit + 1).collect()
             keys = [r["k"] for r in rows]
         else:
-            d = self.source.dialect  # type: ignore[attr-defined]
+            d = self.source.dialect
             vendor = "postgres" if self.vendor == "postgres" else "mysql"
             lm = d.ident(self.model.last_modified_column)
             key = sql_text(vendor, [(d.ident(c), kinds[c]) for c in self.model.primary_key])
-            relation = self.source.relation_sql(self.model, self.recipient, bounds_where=(  # type: ignore[attr-defined]
+            relation = self.source.relation_sql(self.model, self.recipient, bounds_where=(
                 f"{lm} > {d.timestamp(hw, zoned=True)} AND {lm} >= {d.timestamp(start, zoned=True)}"))
             keys = [r[0] for r in self._query(f"SELECT {key} AS k FROM ({relation}) r LIMIT {limit + 1}")]
         return None if len(keys) > limit else set(keys)
@@ -131,9 +132,9 @@ class SourceSide:
         if self._pg is not None:
             with self._pg_conn() as conn:
                 return conn.execute(sql).fetchall()
-        options = self.source._options(self.model, self.recipient)  # type: ignore[attr-defined]
+        options = self.source.jdbc_options(self.model, self.recipient)
         what = f"verify of model {self.model.model_name}, recipient {self.recipient.id}"
-        df = self.source._load(self.spark(), sql, options, what=what)  # type: ignore[attr-defined]
+        df = self.source.load_query(self.spark(), sql, options, what=what)
         return [tuple(r) for r in df.collect()]
 
     def _spark_fingerprints(
@@ -165,11 +166,11 @@ class SourceSide:
         spark = self.spark()
         df: DataFrame
         if self.is_jdbc:
-            d = self.source.dialect  # type: ignore[attr-defined]
+            d = self.source.dialect
             vendor = "postgres" if self.vendor == "postgres" else "mysql"
             key = [(d.ident(c), kinds[c]) for c in self.model.primary_key]
             where = f"{sql_key_bucket(vendor, key, buckets)} IN ({', '.join(str(b) for b in which)})"
-            df = self.source.read(spark, model=self.model, recipient=self.recipient, bounds=EVERYTHING, where=where)  # type: ignore[call-arg]
+            df = self.source.read(spark, model=self.model, recipient=self.recipient, bounds=EVERYTHING, where=where)  # type: ignore[call-arg]  # the lake and JDBC sources take where=; the base protocol does not name it
         else:
             df = self.source.read(spark, model=self.model, recipient=self.recipient, bounds=EVERYTHING)
             key = [(column(c), kinds[c]) for c in self.model.primary_key]

@@ -22,10 +22,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from incsync.core.bounds import recipient_start
 from incsync.config.model import IncsyncConfig, ModelConfig, RecipientConfig
-from incsync.destinations.registry import build_destination
+from incsync.core.bounds import recipient_start
 from incsync.destinations.base import DestinationState
+from incsync.destinations.registry import build_destination
 from incsync.errors import InputError
 from incsync.integrity.compare import RowFindings, compare_rows
 from incsync.integrity.destination_side import DestinationSide

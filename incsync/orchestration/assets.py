@@ -3,19 +3,19 @@
 import dagster as dg
 from pydantic import Field
 
-from incsync.core.blame import blame
-from incsync.orchestration.blame import tag_blame
-from incsync.orchestration.liveness import mark_running
 from incsync.config.model import IncsyncConfig, ModelConfig, RecipientConfig
 from incsync.config.products import model_schedules, not_received, product_models, products_with, receives
-from incsync.errors import NotSubscribedError
-from incsync.orchestration.dagster_compat import DEFER_ASSET_EVENTS_TAG, defers_asset_events, report_planned
-from incsync.destinations.registry import Destination
+from incsync.config.tags import ALLOW_MASS_DELETE_TAG, FULL_REFRESH_TAG, MODE_TAG
+from incsync.core.blame import blame
 from incsync.core.fingerprint import model_fingerprint
+from incsync.destinations.registry import Destination
+from incsync.errors import NotSubscribedError
+from incsync.orchestration.blame import tag_blame
+from incsync.orchestration.dagster_compat import DEFER_ASSET_EVENTS_TAG, defers_asset_events, report_planned
+from incsync.orchestration.liveness import mark_running
 from incsync.orchestration.partitions import model_partitions, split_key
 from incsync.orchestration.resources import destination_resource_key, recipient_destination, source_resource_key
 from incsync.spark.session import SparkWarmUp
-from incsync.config.tags import ALLOW_MASS_DELETE_TAG, FULL_REFRESH_TAG, MODE_TAG
 from incsync.transfer.request import TransferPlan, TransferRequest, TransferRun
 
 IO_MANAGER_KEY = "incsync_io_manager"

@@ -4,6 +4,7 @@ and a transfer log (``run_blame``)."""
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterable
 
 import dagster as dg
@@ -84,7 +85,7 @@ def recipients_blamed(instance: dg.DagsterInstance, run_id: str) -> dict[str, Bl
         metadata = data.user_failure_data.metadata if data and data.user_failure_data else {}
         if BLAMED_BY_RECIPIENT in metadata:
             value = metadata[BLAMED_BY_RECIPIENT].value
-            return {rid: Blame(Party(b["party"]), b["reason"]) for rid, b in dict(value).items()}  # type: ignore[arg-type]
+            return {rid: Blame(Party(b["party"]), b["reason"]) for rid, b in dict(value).items()}  # type: ignore[arg-type]  # a JSON metadata value: a mapping of recipient to blame
     return {}
 
 
@@ -138,7 +139,7 @@ def failure_error(instance: dg.DagsterInstance, run_id: str) -> BaseException | 
                 errors.append(cls.__new__(cls))
                 Exception.__init__(errors[-1], node.message.strip())
                 node = node.cause
-            for outer, inner in zip(errors, errors[1:]):
+            for outer, inner in itertools.pairwise(errors):
                 outer.__cause__ = inner
             return errors[0]
     return None

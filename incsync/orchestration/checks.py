@@ -13,7 +13,7 @@ from pathlib import Path
 
 import dagster as dg
 
-from incsync.config.model import IncsyncConfig, ModelConfig
+from incsync.config.model import IncsyncConfig, ModelConfig, RecipientConfig
 from incsync.orchestration.dagster_compat import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG
 
 CHECK_NAME = "integrity"
@@ -67,8 +67,8 @@ def build_integrity_check(model: ModelConfig) -> dg.AssetChecksDefinition:
 
 
 def _evaluate(context: dg.AssetCheckExecutionContext, model: ModelConfig) -> dg.AssetCheckResult:
-    from incsync.orchestration.resources import default_staging_dir
     from incsync.integrity.verify import COUNTERS, verify_recipient
+    from incsync.orchestration.resources import default_staging_dir
 
     config = context.resources.incsync.config
     totals = dict.fromkeys(COUNTERS, 0)
@@ -98,9 +98,9 @@ def _evaluate(context: dg.AssetCheckExecutionContext, model: ModelConfig) -> dg.
                                metadata=metadata, severity=dg.AssetCheckSeverity.WARN)
 
 
-def _repair(context, config: IncsyncConfig, model: ModelConfig, recipient) -> str:  # noqa: ANN001
-    from incsync.transfer.repair import repair_recipient
+def _repair(context: dg.AssetCheckExecutionContext, config: IncsyncConfig, model: ModelConfig, recipient: RecipientConfig) -> str:
     from incsync.orchestration.resources import default_staging_dir
+    from incsync.transfer.repair import repair_recipient
 
     try:
         done = repair_recipient(config, model, recipient, spark=lambda: context.resources.spark.spark_session,

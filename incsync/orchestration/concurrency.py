@@ -9,10 +9,10 @@ from typing import Any
 
 import yaml
 
-from incsync.config.tags import DESTINATION_SLOTS_TAG, MODEL_DESTINATION_TAG, SHARD_TAG, SOURCE_SLOTS_TAG
 from incsync.config.model import IncsyncConfig
-from incsync.orchestration.dagster_compat import event_log_storage_config
+from incsync.config.tags import DESTINATION_SLOTS_TAG, MODEL_DESTINATION_TAG, SHARD_TAG, SOURCE_SLOTS_TAG
 from incsync.errors import ConfigError
+from incsync.orchestration.dagster_compat import event_log_storage_config
 from incsync.orchestration.instance import storage_problems, with_working_scheme
 
 

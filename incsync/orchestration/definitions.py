@@ -8,11 +8,9 @@ from pathlib import Path
 
 import dagster as dg
 
-from incsync.orchestration.assets import IO_MANAGER_KEY, build_model_asset, model_job, source_specs
-from incsync.orchestration.triggers import automation
-from incsync.paths import config_path
 from incsync.config.load import load_config
 from incsync.config.model import IncsyncConfig
+from incsync.orchestration.assets import IO_MANAGER_KEY, build_model_asset, model_job, source_specs
 from incsync.orchestration.io_manager import transfer_io_manager
 from incsync.orchestration.resources import (
     DestinationKindResource,
@@ -23,8 +21,9 @@ from incsync.orchestration.resources import (
     source_resource_key,
     spark_resource,
 )
+from incsync.orchestration.triggers import automation
+from incsync.paths import config_path
 from incsync.sources.jdbc.connect import driver_jars, driver_packages
-
 
 EXAMPLE_CONFIG = Path(__file__).resolve().parents[2] / "examples" / "lake-to-delta" / "incsync.yaml"
 
@@ -73,8 +72,8 @@ def build_definitions(path: str | os.PathLike[str] | None = None, *, config: Inc
     # the job's page all run it (runs listed as ``orders``, not ``__ASSET_JOB``).
     jobs = {m.model_name: model_job(m) for m in config.models}
     sensors, schedules = automation(file, config, jobs)
-    from incsync.orchestration.triggers import automation_running
     from incsync.orchestration.checks import build_check_schedule, build_integrity_check
+    from incsync.orchestration.triggers import automation_running
 
     status = dg.DefaultScheduleStatus.RUNNING if automation_running() else dg.DefaultScheduleStatus.STOPPED
     schedules = [*schedules, *(build_check_schedule(m, default_status=status) for m in config.models
@@ -117,7 +116,7 @@ def check_loadable(path: str | os.PathLike[str], *, config: IncsyncConfig) -> No
             load_as_code_location(build_definitions(path, config=config))
     except IncsyncError:
         raise
-    except Exception as exc:  # noqa: BLE001 - whatever Dagster raises while loading, said as the file's problem
+    except Exception as exc:
         said = " ".join(str(exc).split()).replace("; ", ", ").rstrip(".")
         raise ConfigError(str(path), [
             f"Dagster cannot load this file's definitions ({type(exc).__name__}: {said}), so `dagster dev`, the "

@@ -36,7 +36,7 @@ def postgres_url_problem(url: str, where: str) -> str | None:
 def _postgres_settings(node: Any, path: str) -> Iterator[tuple[str, dict[str, Any]]]:
     if isinstance(node, Mapping):
         if "postgres_url" in node or "postgres_db" in node:
-            yield path, node  # type: ignore[misc]
+            yield path, node  # type: ignore[misc]  # a generator of the YAML tree's nodes
         for key, value in node.items():
             yield from _postgres_settings(value, f"{path}.{key}")
 

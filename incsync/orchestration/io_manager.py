@@ -11,21 +11,21 @@ from typing import Any
 
 import dagster as dg
 
-from incsync.transfer import progress
-from incsync.orchestration.dagster_compat import add_partition_metadata, defers_asset_events, store_events_in_batches
-from incsync.orchestration.reporting import RunReporter
-from incsync.errors import IncsyncError
-from incsync.transfer.errors import TransferFailures
-from incsync.transfer.execute import execute
+from incsync.config.tags import ERROR_TAG
 from incsync.core.blame import Blame, blame
+from incsync.destinations.readers import PublishedCopies
+from incsync.errors import IncsyncError
 from incsync.orchestration.blame import failure_metadata, recipient_blames, run_level, tag_blame
+from incsync.orchestration.dagster_compat import add_partition_metadata, defers_asset_events, store_events_in_batches
 from incsync.orchestration.metadata import transfer_metadata
 from incsync.orchestration.partitions import dagster_key, split_key
+from incsync.orchestration.reporting import RunReporter
 from incsync.orchestration.resources import destination_resource_key, recipient_destination
 from incsync.orchestration.slots import run_holding
-from incsync.destinations.readers import PublishedCopies
 from incsync.storage.files import staging_root
-from incsync.config.tags import ERROR_TAG
+from incsync.transfer import progress
+from incsync.transfer.errors import TransferFailures
+from incsync.transfer.execute import execute
 from incsync.transfer.request import SpanFailure, TransferOutcome, TransferPlan, TransferRequest
 
 
@@ -247,4 +247,5 @@ def _record_committed(context: dg.OutputContext, committed: list[tuple[TransferR
     """A run covering several partitions failed part-way: the windows committed before the failure
     stay committed, so say so, and a backfill retried from failure resumes at the failed window."""
     for request, metadata in committed:
-        context.log_event(dg.AssetMaterialization(asset_key=context.asset_key, partition=str(dagster_key(request.partition)), metadata=metadata))
+        partition = str(dagster_key(request.partition))
+        context.log_event(dg.AssetMaterialization(asset_key=context.asset_key, partition=partition, metadata=metadata))

@@ -15,13 +15,20 @@ from dataclasses import dataclass, field
 
 import dagster as dg
 
-from incsync.orchestration.assets import model_asset_key
 from incsync.config.model import IncsyncConfig, ModelConfig, RecipientConfig
+from incsync.config.tags import (
+    FULL_REFRESH_TAG,
+    MODE_TAG,
+    MODEL_TAG,
+    SHARD_TAG,
+    SOURCE_SLOTS_TAG,
+    SOURCE_TAG,
+    transfer_run_tags,
+    user_run_tags,
+)
+from incsync.orchestration.assets import model_asset_key
 from incsync.orchestration.dagster_compat import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG
 from incsync.orchestration.partitions import RECIPIENTS_PARTITIONS, partition_key
-from incsync.config.tags import (
-    FULL_REFRESH_TAG, MODE_TAG, MODEL_TAG, SHARD_TAG, SOURCE_SLOTS_TAG, SOURCE_TAG, transfer_run_tags, user_run_tags,
-)
 
 
 @dataclass(frozen=True)

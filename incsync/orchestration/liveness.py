@@ -24,8 +24,8 @@ from pathlib import Path
 
 import dagster as dg
 
-from incsync.orchestration.dagster_compat import report_run_orphaned
 from incsync.config.tags import HEARTBEAT_TAG, PROCESS_TAG
+from incsync.orchestration.dagster_compat import report_run_orphaned
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +59,7 @@ def liveness(tags: dict[str, str], *, now: float | None = None) -> Liveness:
     """Whether the process running a run with these tags is still there."""
     tag = tags.get(PROCESS_TAG)
     if tag:
-        host, pid, ticks = (tag.rsplit(":", 2) + ["", ""])[:3]
+        host, pid, ticks = ([*tag.rsplit(":", 2), "", ""])[:3]
         if host == socket.gethostname() and pid.isdigit():
             current = _start_ticks(int(pid))
             if current is None:
@@ -90,7 +90,7 @@ def _beat(instance: dg.DagsterInstance, run_id: str) -> None:
             if run is None or run.status not in IN_PROGRESS:
                 return
             instance.add_run_tags(run_id, {HEARTBEAT_TAG: f"{time.time():.0f}"})
-        except Exception:  # noqa: BLE001 - a missed beat is retried; the run must not fail for it
+        except Exception:
             log.debug("heartbeat of run %s failed", run_id, exc_info=True)
 
 
@@ -120,14 +120,16 @@ def reap(instance: dg.DagsterInstance, *, staging_root: Path | None = None, now:
 
 def remove_abandoned_staging(root: Path) -> list[Path]:
     """Remove staging folders no live transfer holds, and their lock files, with or without the folder."""
-    from incsync.staging.folders import remove_abandoned
     from incsync.core.transfer_id import TRANSFER_ID_PATTERN
+    from incsync.staging.folders import remove_abandoned
 
     # <model>-<recipient>-<id> and <model>-fanout-<id>
-    return remove_abandoned(root, re.compile(rf".+-{TRANSFER_ID_PATTERN}"))  # type: ignore[return-value]
+    return remove_abandoned(root, re.compile(rf".+-{TRANSFER_ID_PATTERN}"))  # type: ignore[return-value]  # a local root gives local paths
 
 
-def build_reaper_sensor(staging_root: str, *, default_status: dg.DefaultSensorStatus = dg.DefaultSensorStatus.RUNNING) -> dg.SensorDefinition:
+def build_reaper_sensor(
+    staging_root: str, *, default_status: dg.DefaultSensorStatus = dg.DefaultSensorStatus.RUNNING,
+) -> dg.SensorDefinition:
     @dg.sensor(
         name=REAPER_SENSOR,
         minimum_interval_seconds=30,

@@ -38,7 +38,7 @@ MAX_WAITING_WINDOWS = 5_000
 
 
 class _Span:
-    __slots__ = ("started", "waiting", "planned")
+    __slots__ = ("planned", "started", "waiting")
 
     def __init__(self, started: float, requests: Iterable[TransferRequest]) -> None:
         self.started = started

@@ -11,11 +11,11 @@ from pathlib import Path
 from typing import Any
 
 import dagster as dg
-from pydantic import Field
 from dagster_pyspark import LazyPySparkResource
+from pydantic import Field
 
-from incsync.config.model import IncsyncConfig, ModelConfig, RecipientConfig
 from incsync.config.load import load_config
+from incsync.config.model import IncsyncConfig, ModelConfig, RecipientConfig
 from incsync.destinations.registry import Destination, build_destination
 from incsync.errors import ConfigError
 from incsync.sources.registry import Source, build_source

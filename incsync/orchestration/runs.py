@@ -9,13 +9,13 @@ from datetime import datetime
 
 import dagster as dg
 
-from incsync.orchestration.assets import model_asset_key
-from incsync.orchestration.liveness import process_tag
-from incsync.orchestration.launch import RunSpec, run_specs, register
-from incsync.core.bounds import UTC
 from incsync.config.model import IncsyncConfig, ModelConfig, RecipientConfig
-from incsync.transfer.progress import Committed, listening
 from incsync.config.tags import INCREMENTAL, PROCESS_TAG
+from incsync.core.bounds import UTC
+from incsync.orchestration.assets import model_asset_key
+from incsync.orchestration.launch import RunSpec, register, run_specs
+from incsync.orchestration.liveness import process_tag
+from incsync.transfer.progress import Committed, listening
 
 MANUAL = "manual"
 
@@ -78,7 +78,7 @@ def run_in_process(
         # From the commits as they land in this process (``transfer.progress``), with the counts their
         # materializations carry: reading a run's materializations back from the event log cost a
         # deserialized record per partition (a backfill's every window of every recipient).
-        with listening(lambda c: _collect(done, c) if c.run_id == run_id else None):
+        with listening(lambda c, done=done, run_id=run_id: _collect(done, c) if c.run_id == run_id else None):
             result = job.execute_in_process(
                 instance=instance, asset_selection=[model_asset_key(spec.model)], tags=tags, raise_on_error=False,
                 run_config={"loggers": {"console": {"config": {"log_level": log_level}}}}, run_id=run_id, **kwargs,

@@ -9,15 +9,14 @@ from datetime import datetime
 
 import dagster as dg
 
-from incsync.core import cron
-from incsync.orchestration.assets import model_job
-from incsync.config.tags import INCREMENTAL
-from incsync.core.windows import tick_span
-from incsync.core.bounds import UTC
 from incsync.config.model import ModelConfig
 from incsync.config.products import schedule_tier, subscribers
+from incsync.config.tags import INCREMENTAL
+from incsync.core import cron
+from incsync.core.bounds import UTC
+from incsync.core.windows import tick_span, window_key_for
+from incsync.orchestration.assets import model_job
 from incsync.orchestration.launch import run_specs
-from incsync.core.windows import window_key_for
 from incsync.orchestration.partitions import RECIPIENTS_PARTITIONS
 from incsync.orchestration.resources import cached_config
 

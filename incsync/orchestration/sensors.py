@@ -12,18 +12,23 @@ from datetime import datetime
 
 import dagster as dg
 
-from incsync.config.tags import BACKFILL
-from incsync.core.windows import initial_backfill_span
-from incsync.core.bounds import UTC
 from incsync.config.model import IncsyncConfig, ModelConfig, RecipientConfig
 from incsync.config.products import product_models, receives
+from incsync.config.rows import refused_lines
+from incsync.config.tags import BACKFILL
+from incsync.core.bounds import UTC
+from incsync.core.windows import initial_backfill_span, window_key_for
 from incsync.orchestration.assets import model_job
 from incsync.orchestration.launch import run_specs
-from incsync.core.windows import window_key_for
 from incsync.orchestration.partitions import RECIPIENTS_PARTITIONS, recipients_partitions
 from incsync.orchestration.resources import cached_config
 from incsync.orchestration.subscriptions import (
-    Registry, catch_up_requests, grouping, log_unsubscribed, subscription_changes, tier_moves,
+    Registry,
+    catch_up_requests,
+    grouping,
+    log_unsubscribed,
+    subscription_changes,
+    tier_moves,
 )
 
 RECIPIENT_SENSOR = "incsync_recipients"
@@ -89,6 +94,8 @@ def build_recipient_sensor(
     )
     def recipients_sensor(context: dg.SensorEvaluationContext) -> dg.SensorResult | dg.SkipReason:
         config = cached_config(config_path)
+        for line in refused_lines(config, most=20):  # each refused table row disables only its own recipients
+            context.log.warning(line)
         enabled = [r for r in config.recipients if r.enabled]
         order = context.instance.get_dynamic_partitions(RECIPIENTS_PARTITIONS)
         registered = set(order)

@@ -74,7 +74,7 @@ class Backend(Protocol):
 class FileSlots:
     """``flock`` on ``<root>/<key>.<index>.lock``: one host (a SQLite instance's)."""
 
-    def __init__(self, root: Path):
+    def __init__(self, root: Path) -> None:
         self.root = root
         root.mkdir(parents=True, exist_ok=True)
 
@@ -104,7 +104,7 @@ class FileSlots:
         return [h for h in found if h]
 
     def release(self, handle: object) -> None:
-        f: IO[str] = handle  # type: ignore[assignment]
+        f: IO[str] = handle  # type: ignore[assignment]  # fcntl hands back the same file object
         f.seek(0)
         f.truncate()
         fcntl.flock(f, fcntl.LOCK_UN)
@@ -118,7 +118,7 @@ class PostgresSlots:
     """Session advisory locks in the instance's PostgreSQL database; the holder is the session's
     ``application_name``."""
 
-    def __init__(self, url: str, holder: str):
+    def __init__(self, url: str, holder: str) -> None:
         import psycopg
 
         self.conn = psycopg.connect(re.sub(r"^postgresql\+\w+://", "postgresql://", url), autocommit=True,
@@ -143,7 +143,7 @@ class PostgresSlots:
         return [r[0] for r in rows]
 
     def _key(self, name: str) -> int:
-        return self.conn.execute("SELECT hashtextextended(%s, 0)", [name]).fetchone()[0]  # type: ignore[index]
+        return self.conn.execute("SELECT hashtextextended(%s, 0)", [name]).fetchone()[0]  # type: ignore[index]  # the query always returns one row
 
     def release(self, handle: object) -> None:
         self.conn.execute("SELECT pg_advisory_unlock(hashtextextended(%s, 0))", [handle])

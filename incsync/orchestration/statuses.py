@@ -11,24 +11,30 @@ from enum import Enum
 
 import dagster as dg
 
-from incsync.core.bounds import UTC
 from incsync.config.model import IncsyncConfig, ModelConfig
+from incsync.config.products import product_filter
+from incsync.config.tags import (
+    ERROR_TAG,
+    FULL_REFRESH_TAG,
+    MODE_TAG,
+    RECIPIENT_TAG,
+    USER_TAG_PREFIX,
+    reported_mode,
+    validate_tag,
+)
+from incsync.core.blame import Blame, Party, parse_party
+from incsync.core.bounds import UTC
+from incsync.destinations.ownership import METADATA_KEY as DESTINATION_OWNER
+from incsync.orchestration.blame import recipient_blame, run_blame
 from incsync.orchestration.dagster_compat import (
     ASSET_PARTITION_RANGE_END_TAG,
     ASSET_PARTITION_RANGE_START_TAG,
     RUN_FAILURE_REASON_TAG,
     WORKER_LOST_REASONS,
 )
-from incsync.core.blame import Blame, Party, parse_party
-from incsync.orchestration.blame import recipient_blame, run_blame
 from incsync.orchestration.errors import StatusError
-from incsync.config.products import product_filter
-from incsync.destinations.ownership import METADATA_KEY as DESTINATION_OWNER
 from incsync.orchestration.metadata import DELTA_ROWS_TRANSFERRED, ROWS_TRANSFERRED
 from incsync.orchestration.partitions import RECIPIENT_DIM, RECIPIENTS_PARTITIONS, model_partitions
-from incsync.config.tags import (
-    ERROR_TAG, FULL_REFRESH_TAG, MODE_TAG, RECIPIENT_TAG, USER_TAG_PREFIX, reported_mode, validate_tag,
-)
 
 EXPIRES_AFTER = timedelta(hours=6)
 # What the run monitor says when a run's worker died (dagster/_daemon/monitoring/run_monitoring.py).

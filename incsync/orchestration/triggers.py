@@ -7,14 +7,14 @@ import os
 
 import dagster as dg
 
-from incsync.orchestration.assets import model_job
-from incsync.orchestration.liveness import build_reaper_sensor
-from incsync.orchestration.schedules import build_model_schedule
-from incsync.orchestration.sensors import build_recipient_sensor
 from incsync.config.model import IncsyncConfig
 from incsync.config.products import model_schedules
 from incsync.errors import ConfigError
+from incsync.orchestration.assets import model_job
+from incsync.orchestration.liveness import build_reaper_sensor
 from incsync.orchestration.resources import default_staging_dir
+from incsync.orchestration.schedules import build_model_schedule
+from incsync.orchestration.sensors import build_recipient_sensor
 
 # "running" (default): the sensor and schedules start with the daemon; "stopped": turn them on in the UI.
 AUTOMATION_ENV_VAR = "INCSYNC_AUTOMATION"

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from starlette.applications import Starlette
@@ -79,7 +79,9 @@ async def _body(request: Request) -> dict[str, Any]:
     return body
 
 
-def _endpoint(service: SharingService, answer: Callable[..., Answer], *, table: bool = False, body: bool = False):
+def _endpoint(
+    service: SharingService, answer: Callable[..., Answer], *, table: bool = False, body: bool = False,
+) -> Callable[[Request], Awaitable[Response]]:
     """A route answering in the thread pool: ``answer(caller, params, **path parameters)``, or for a table route
     ``answer(service, caller, table, params, capabilities header)``; params are the query's or the JSON body."""
 
@@ -103,7 +105,7 @@ def _endpoint(service: SharingService, answer: Callable[..., Answer], *, table: 
             return _error(exc)
         except Unavailable as exc:
             return _error(invalid(str(exc)))
-        except Exception:  # noqa: BLE001 - a bug: logged here, the caller learns nothing of it
+        except Exception:
             log.exception("%s %s failed", request.method, request.url.path)
             return JSONResponse({"errorCode": "INTERNAL_ERROR", "message": ""}, status_code=500)
         return _render(result)
@@ -149,7 +151,7 @@ async def _unknown_route(request: Request, exc: Exception) -> Response:
 class AccessLog:
     """One line per request: method, path (a signed URL shortened to its route), status, recipient, time."""
 
-    def __init__(self, app: ASGIApp):
+    def __init__(self, app: ASGIApp) -> None:
         self.app = app
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:

@@ -66,7 +66,7 @@ class RecipientShare:
 class Catalog:
     """The shares of one configuration."""
 
-    def __init__(self, config: IncsyncConfig):
+    def __init__(self, config: IncsyncConfig) -> None:
         self.config = config
         self._held = product_models(config)
         self._shares: dict[str, RecipientShare | None] = {}
@@ -117,7 +117,7 @@ class Catalog:
 class LiveCatalog:
     """The catalog of a configuration file, built again when the file changes (checked at most every second)."""
 
-    def __init__(self, file: Path, load: Callable[[Path], IncsyncConfig], *, every: float = 1.0):
+    def __init__(self, file: Path, load: Callable[[Path], IncsyncConfig], *, every: float = 1.0) -> None:
         self.file = file
         self._load = load
         self._every = every

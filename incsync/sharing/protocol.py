@@ -22,7 +22,7 @@ class ProtocolError(Exception):
     """An answer other than 200: its status, the protocol's error code and a message that names no secret,
     and nothing of another recipient's."""
 
-    def __init__(self, status: int, code: str, message: str):
+    def __init__(self, status: int, code: str, message: str) -> None:
         super().__init__(message)
         self.status, self.code, self.message = status, code, message
 

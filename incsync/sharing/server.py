@@ -112,7 +112,7 @@ def serve(config_file: Path, *, announce: Callable[[str], object] = print) -> No
 class ServerThread:
     """The server on a thread of this process, started and stopped around tests or a demo."""
 
-    def __init__(self, service: SharingService, *, host: str = "127.0.0.1", port: int):
+    def __init__(self, service: SharingService, *, host: str = "127.0.0.1", port: int) -> None:
         self.server = _uvicorn(service, host, port, own_logging=False)
         self.thread = threading.Thread(target=self.server.run, name="incsync-sharing", daemon=True)
 

@@ -30,7 +30,7 @@ class SharingService:
     """Everything an answer needs: the catalog of the moment, the token store and the URL signer."""
 
     def __init__(self, *, catalogs: Callable[[], Catalog], store: TokenStore, signer: UrlSigner, public_url: str,
-                 url_lifetime_seconds: int, clock: Callable[[], float] = time.time):
+                 url_lifetime_seconds: int, clock: Callable[[], float] = time.time) -> None:
         self.catalogs = catalogs
         self.store = store
         self.signer = signer

@@ -41,7 +41,7 @@ def _unb64(text: str) -> bytes:
 class UrlSigner:
     """Signs and checks file grants with one key shared by every server process."""
 
-    def __init__(self, key: bytes):
+    def __init__(self, key: bytes) -> None:
         if len(key) < 32:
             raise ValueError("a file-URL signing key needs at least 32 bytes")
         self._key = key

@@ -68,7 +68,7 @@ class Minted:
 class TokenStore:
     """The tokens of every recipient in one SQLite file."""
 
-    def __init__(self, path: Path):
+    def __init__(self, path: Path) -> None:
         self.path = path
         if not path.exists():
             path.parent.mkdir(parents=True, exist_ok=True)

@@ -7,10 +7,10 @@ from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
-from incsync.core.bounds import UTC, Bounds
 from incsync.config.model import ModelConfig, RecipientConfig
-from incsync.errors import SchemaError
+from incsync.core.bounds import UTC, Bounds
 from incsync.core.horizon import LOOKBACK_ONLY, SourceHorizon
+from incsync.errors import SchemaError
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession

@@ -14,12 +14,12 @@ from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from incsync.core.bounds import Bounds
 from incsync.config.model import ModelConfig, RecipientConfig
 from incsync.config.sources import LakeSourceConfig
+from incsync.core.bounds import Bounds
+from incsync.core.sql_text import pasted_query, split_qualified
 from incsync.errors import SchemaError, SourceError
 from incsync.sources.base import Source, column, envelope, normalize_last_modified, select_columns
-from incsync.core.sql_text import pasted_query, split_qualified
 from incsync.storage.names import is_url, local_path, scheme_of
 
 if TYPE_CHECKING:
@@ -35,7 +35,7 @@ class LakeSource(Source):
     vendor = "lake"
     supports_fan_out = True
 
-    def __init__(self, config: LakeSourceConfig):
+    def __init__(self, config: LakeSourceConfig) -> None:
         self.config = config
 
     @property
@@ -61,7 +61,7 @@ class LakeSource(Source):
         import pyarrow.fs as pafs
 
         fs, folder = self._remote_folder(parts)
-        if fs.get_file_info(folder).type != pafs.FileType.Directory:  # type: ignore[attr-defined]
+        if fs.get_file_info(folder).type != pafs.FileType.Directory:  # type: ignore[attr-defined]  # pyarrow's FileSystem has get_file_info; its stubs do not say so
             raise SourceError(
                 f"source {self.config.name}: table folder {self.config.path.rstrip('/')}/{'/'.join(parts)} does not exist; "
                 "check `path` and the table name"
@@ -90,7 +90,7 @@ class LakeSource(Source):
         cfg = self.config
         local = Path(local_path(cfg.path or "."))
         folder = f"{cfg.path.rstrip('/')}/{'/'.join(parts)}" if self.remote else local.joinpath(*parts)
-        if cfg.format != "parquet" or not self.remote and not Path(folder).is_dir():
+        if cfg.format != "parquet" or (not self.remote and not Path(folder).is_dir()):
             return
         import pyarrow as pa
         import pyarrow.dataset as ds

@@ -113,7 +113,7 @@ def ensure_building() -> bool:
             env={**os.environ, SWITCH_ENV: "off"},  # the builder's own session must not map a half-made archive
         )
         return True
-    except Exception:  # noqa: BLE001 - the archive is an optimization; a run never fails for it
+    except Exception:
         log.debug("could not start building the Spark class archive", exc_info=True)
         return False
 

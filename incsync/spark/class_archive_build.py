@@ -20,7 +20,8 @@ def build(path: Path, *, timeout: float = 600) -> None:
 
     partial = path.with_name(f"{path.stem}.{os.getpid()}.partial")
     conf = spark_config()
-    conf["spark.driver.extraJavaOptions"] = f"{conf.get('spark.driver.extraJavaOptions', '')} -XX:ArchiveClassesAtExit={partial} {QUIET}".strip()
+    options = conf.get("spark.driver.extraJavaOptions", "")
+    conf["spark.driver.extraJavaOptions"] = f"{options} -XX:ArchiveClassesAtExit={partial} {QUIET}".strip()
     conf["spark.app.name"] = "incsync-class-archive"
     workers_use_this_python()
     builder = SparkSession.builder

@@ -15,8 +15,8 @@ import time
 from pathlib import Path
 
 from incsync.errors import IncsyncError
-from incsync.spark.session import JDBC_DRIVER_JARS
 from incsync.spark.cluster import cluster_problems, driver_address
+from incsync.spark.session import JDBC_DRIVER_JARS
 
 CONNECT_SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
 DEFAULT_PORT = 15002
@@ -68,7 +68,8 @@ def start_server(*, port: int = DEFAULT_PORT, master: str = "local[*]", log_file
     if problems := cluster_problems({"spark.master": master, **(extra_conf or {})}):
         raise IncsyncError(problems[0])
     out = open(log_file, "ab") if log_file else subprocess.DEVNULL  # noqa: SIM115 - handed to the child
-    process = subprocess.Popen(server_command(port=port, master=master, extra_conf=extra_conf), stdout=out, stderr=subprocess.STDOUT,
+    command = server_command(port=port, master=master, extra_conf=extra_conf)
+    process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT,  # noqa: S603 - our spark-submit line, no shell
                                start_new_session=True, env={**os.environ, "SPARK_NO_DAEMONIZE": "1",
                                                             # its Python workers (staging to object stores) need our packages
                                                             "PYSPARK_PYTHON": os.environ.get("PYSPARK_PYTHON", sys.executable)})

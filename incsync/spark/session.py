@@ -9,11 +9,14 @@ import sys
 import threading
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from incsync.core.vendor_sql import DRIVERS
 from incsync.spark import class_archive
 from incsync.spark.cluster import driver_address
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 JDBC_DRIVER_JARS = tuple(dict.fromkeys(driver.os_jar for driver in DRIVERS.values()))
 
@@ -75,7 +78,7 @@ class SparkWarmUp:
     it tries again in the caller's thread, so the caller sees the real error.
     """
 
-    def __init__(self, resource: _SessionSource):
+    def __init__(self, resource: _SessionSource) -> None:
         self._resource = resource
         self._lock = threading.Lock()
 
@@ -87,9 +90,9 @@ class SparkWarmUp:
     def _warm(self) -> None:
         try:
             self.get()
-        except Exception:  # noqa: BLE001 - get() in the caller's thread raises it again, where it belongs
+        except Exception:
             logging.getLogger(__name__).debug("Spark warm-up failed; the first read starts it again", exc_info=True)
 
-    def get(self):
+    def get(self) -> SparkSession:
         with self._lock:
             return self._resource.spark_session

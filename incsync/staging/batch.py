@@ -14,7 +14,6 @@ import pyarrow.parquet as pq
 
 from incsync.storage.files import StoragePath
 
-
 SCAN_ROWS = 65_536  # rows a read batch: 0.5 MB of an int64 column, ~13 MB of 200-byte rows
 
 
@@ -109,7 +108,7 @@ def stage_arrow(table: pa.Table, path: Path | StoragePath, *, schema: pa.Schema 
     if table.num_rows:
         file = file_ref(path / "part-00000.parquet")
         pq.write_table(table, str(file), coerce_timestamps="us", filesystem=fs)
-        files = (file,)  # type: ignore[assignment]
+        files = (file,)  # type: ignore[assignment]  # a one-file tuple of either kind
     schema = (schema or table.schema).remove_metadata()
     return StagedBatch(path=path, files=files, schema=schema, rows=table.num_rows, bytes=files_size(files, fs))
 
@@ -175,7 +174,7 @@ def filtered_batch(batch: StagedBatch, path: Path | StoragePath, where: ds.Expre
     finally:
         if writer is not None:
             writer.close()
-    files: tuple[Path, ...] | tuple[str, ...] = (file,) if rows else ()  # type: ignore[assignment]
+    files: tuple[Path, ...] | tuple[str, ...] = (file,) if rows else ()  # type: ignore[assignment]  # a one-file tuple of either kind
     return StagedBatch(path=path, files=files, schema=schema, rows=rows, bytes=files_size(files, fs))
 
 

@@ -10,9 +10,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from incsync.storage.locks import exclusive_lock, lock_if_free
-from incsync.storage.files import StoragePath, locks_folder
 from incsync.core.transfer_id import TRANSFER_ID_PATTERN
+from incsync.storage.files import StoragePath, locks_folder
+from incsync.storage.locks import exclusive_lock, lock_if_free
 
 if TYPE_CHECKING:
     from incsync.config.model import ModelConfig, RecipientConfig

@@ -13,12 +13,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.fs as pafs
 
+from incsync.core.typemap import FINITE_MARK, ColumnPlan
 from incsync.errors import StagingError
 from incsync.staging.batch import StagedBatch, file_ref, files_dataset, files_size, filesystem_of, stage_arrow
-from incsync.storage.files import StoragePath
 from incsync.staging.errors import ConversionError
 from incsync.staging.type_conversion import column_plans, convert_table, faithful_schema
-from incsync.core.typemap import FINITE_MARK, ColumnPlan
+from incsync.storage.files import StoragePath
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -207,7 +207,9 @@ def _write(df: DataFrame, path: Path | StoragePath, plans: dict[str, ColumnPlan]
         return write_observed(df, path, partition_by=partition_by)
 
 
-def _faithful_files(df: DataFrame, files: tuple[Path, ...] | tuple[str, ...], plans: dict[str, ColumnPlan], fs: pafs.FileSystem) -> pa.Schema:
+def _faithful_files(
+    df: DataFrame, files: tuple[Path, ...] | tuple[str, ...], plans: dict[str, ColumnPlan], fs: pafs.FileSystem,
+) -> pa.Schema:
     """Rewrite the written files' columns that need a faithful type; the batch's schema."""
     if any(plan.arrow for plan in plans.values()):
         _convert_files(files, plans, fs)

@@ -8,8 +8,8 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from incsync.staging.errors import ConversionError
 from incsync.core.typemap import METADATA_KEY, SOURCE_TYPE, SOURCE_VENDOR, ColumnPlan
+from incsync.staging.errors import ConversionError
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame

@@ -17,6 +17,7 @@ object stores make a PUT visible whole or not at all. Local folders write a temp
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import shutil
@@ -26,7 +27,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pyarrow.fs as pafs
-
 
 from incsync.storage.filesystems import filesystem, resolve_options
 from incsync.storage.names import is_url, local_path
@@ -128,16 +128,12 @@ class Store:
         return path[len(self.root) + 1:] if path.startswith(self.root + "/") else path
 
     def delete(self, key: str) -> None:
-        try:
+        with contextlib.suppress(FileNotFoundError):
             self.fs.delete_file(self.path(key))
-        except FileNotFoundError:
-            pass
 
     def delete_dir(self, key: str = "") -> None:
-        try:
+        with contextlib.suppress(FileNotFoundError):
             self.fs.delete_dir(self.path(key))
-        except FileNotFoundError:
-            pass
 
     def mkdir(self, key: str = "") -> None:
         self.fs.create_dir(self.path(key), recursive=True)
@@ -232,10 +228,8 @@ class StoragePath:
         return self.fs.get_file_info(self.path).size or 0
 
     def rmtree(self) -> None:
-        try:
+        with contextlib.suppress(FileNotFoundError, OSError):
             self.fs.delete_dir(self.path)
-        except (FileNotFoundError, OSError):
-            pass
 
     def lock_file(self) -> Path:
         """A local file to lock while a transfer uses this folder (object stores have no locks)."""

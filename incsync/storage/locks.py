@@ -30,7 +30,7 @@ def exclusive_lock(path: Path) -> Iterator[None]:
     """Wait for and hold the lock of ``path`` (created, with its folder, if missing) while the block runs."""
     path.parent.mkdir(parents=True, exist_ok=True)
     while True:
-        handle = open(path, "a")
+        handle = open(path, "a")  # noqa: SIM115 - held open as long as the lock is held
         try:
             fcntl.flock(handle, fcntl.LOCK_EX)
             if _is_current(handle, path):

@@ -14,15 +14,15 @@ from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
-from incsync.core.bounds import EPOCH, UTC
 from incsync.config.model import ModelConfig, RecipientConfig
+from incsync.config.tags import ALLOW_MASS_DELETE_TAG
+from incsync.core.bounds import EPOCH, UTC
 from incsync.destinations.base import Destination, Removals
-from incsync.transfer.errors import MassDeleteError
 from incsync.integrity.compare import key_of
 from incsync.integrity.destination_side import DestinationSide
 from incsync.integrity.source_side import FAR_FUTURE, SourceSide
 from incsync.sources.base import Source
-from incsync.config.tags import ALLOW_MASS_DELETE_TAG
+from incsync.transfer.errors import MassDeleteError
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

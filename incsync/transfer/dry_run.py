@@ -11,9 +11,15 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
+from typing import TYPE_CHECKING, NoReturn
 
 from incsync.config.model import IncsyncConfig, ModelConfig, RecipientConfig
 from incsync.config.sources import LakeSourceConfig
+
+if TYPE_CHECKING:
+    from incsync.core.bounds import Bounds
+    from incsync.sources.base import Source
+
 
 ESTIMATE_CAP = 1_000_000_000
 MAX_PARALLEL = 8
@@ -42,7 +48,7 @@ class DryRunTransfer:
         }
 
 
-def _no_spark():  # noqa: ANN202 - a dry run never starts Spark
+def _no_spark() -> NoReturn:
     raise AssertionError("a dry run does not start Spark")
 
 
@@ -75,7 +81,7 @@ def dry_run_transfers(
         return list(pool.map(one, todo))
 
 
-def estimate_rows(config: IncsyncConfig, model: ModelConfig, recipient: RecipientConfig, bounds, source) -> int | None:  # noqa: ANN001
+def estimate_rows(config: IncsyncConfig, model: ModelConfig, recipient: RecipientConfig, bounds: Bounds, source: Source) -> int | None:
     """Rows in bounds by a cheap count, or None when the source offers none."""
     source_config = config.source(model.source)
     if isinstance(source_config, LakeSourceConfig):
@@ -86,7 +92,7 @@ def estimate_rows(config: IncsyncConfig, model: ModelConfig, recipient: Recipien
         return None
 
 
-def _lake_count(source: LakeSourceConfig, model: ModelConfig, recipient: RecipientConfig, bounds) -> int | None:  # noqa: ANN001
+def _lake_count(source: LakeSourceConfig, model: ModelConfig, recipient: RecipientConfig, bounds: Bounds) -> int | None:
     if source.format != "parquet" or not source.path or "://" in source.path or not model.source_table:
         return None
     import pyarrow as pa
@@ -119,7 +125,8 @@ def _lake_count(source: LakeSourceConfig, model: ModelConfig, recipient: Recipie
 
 def dry_run_lines(model: ModelConfig, planned: list[DryRunTransfer], *, mode: str, runs: int) -> list[str]:
     lines = [f"dry run: transfer {model.model_name} ({mode}), {len(planned)} recipient(s), {runs} run(s); nothing is written"]
-    header = f"{'recipient':<16} {'destination':<16} {'windows':>7}  {'first .. last':<36} {'bounds [lower, upper)':<53} {'HW':<27} est. rows"
+    header = (f"{'recipient':<16} {'destination':<16} {'windows':>7}  {'first .. last':<36} "
+              f"{'bounds [lower, upper)':<53} {'HW':<27} est. rows")
     lines.append(header)
     for p in planned:
         span = f"{p.windows[0]} .. {p.windows[-1]}"
@@ -127,7 +134,8 @@ def dry_run_lines(model: ModelConfig, planned: list[DryRunTransfer], *, mode: st
         hw = "-" if p.high_watermark is None else p.high_watermark.strftime("%Y-%m-%dT%H:%M:%S.%f")
         rows = "?" if p.estimated_rows is None else f"{p.estimated_rows}"
         note = f"  full refresh: {p.full_refresh_reason}" if p.full_refresh_reason else ""
-        lines.append(f"{p.recipient:<16} {p.destination:<16} {len(p.windows):>7}  {span:<36} {bounds + ' ' + p.bounds_reason:<53} {hw:<27} {rows}{note}")
+        lines.append(f"{p.recipient:<16} {p.destination:<16} {len(p.windows):>7}  {span:<36} "
+                     f"{bounds + ' ' + p.bounds_reason:<53} {hw:<27} {rows}{note}")
     known = [p.estimated_rows for p in planned if p.estimated_rows is not None]
     unknown = len(planned) - len(known)
     if not known:

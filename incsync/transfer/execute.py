@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import TypeVar
 
 import pyarrow as pa
 import pyarrow.dataset as ds
@@ -31,7 +32,14 @@ from incsync.transfer.errors import named_error
 from incsync.transfer.publish import publish_span
 from incsync.transfer.reads import Read, open_transfer, plan_reads, reopen
 from incsync.transfer.request import (
-    OnCommit, OnStart, PreparedSpan, SpanFailure, Transfer, TransferOutcome, TransferPlan, TransferRequest,
+    OnCommit,
+    OnStart,
+    PreparedSpan,
+    SpanFailure,
+    Transfer,
+    TransferOutcome,
+    TransferPlan,
+    TransferRequest,
 )
 from incsync.transfer.retries import PERMANENT_PHRASES, transient_cause, with_retries
 
@@ -107,7 +115,10 @@ def _assign_staging(span: PreparedSpan, staging_root: Path) -> None:
     span.staging = staging_root / f"{model.model_name}-{recipient.id}-{span.transfer_id}"
 
 
-def _stage_with_retries(read: Read, stage_it, *, folder: Path):  # noqa: ANN001, ANN202 - a staging call and its result
+Staged = TypeVar("Staged")
+
+
+def _stage_with_retries(read: Read, stage_it: Callable[[Read], Staged], *, folder: Path) -> Staged:
     """Stage ``read``; after a transient source failure, the folder is emptied and the read asked again."""
     current = [read]
 
@@ -201,7 +212,9 @@ def _publish_share(
         return SpanFailure.of(span.transfer.without(committed), _named(exc, span.transfer))
 
 
-def _in_parallel(prepared: Sequence[PreparedSpan], work) -> list[SpanFailure]:  # noqa: ANN001 - span -> failure(s)
+def _in_parallel(
+    prepared: Sequence[PreparedSpan], work: Callable[[PreparedSpan], list[SpanFailure] | SpanFailure | None],
+) -> list[SpanFailure]:
     """Run ``work`` for each transfer, in parallel within each destination's ``max_concurrent_transfers``."""
     limits = _destination_limits(prepared)
 

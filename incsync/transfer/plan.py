@@ -90,7 +90,7 @@ class WindowCounter:
     """``count_by_window`` fed in chunks: the span's last-modified values never need to be in memory at
     once (a big tenant's backfill reads them a row group at a time); the counts are the same."""
 
-    def __init__(self, windows: Sequence[HasWindow], *, delta_after_micros: int | None):
+    def __init__(self, windows: Sequence[HasWindow], *, delta_after_micros: int | None) -> None:
         self._starts = np.asarray(window_starts(windows), dtype=np.int64)
         self._delta_after = delta_after_micros
         n = len(self._starts)
@@ -113,7 +113,7 @@ class WindowCounter:
         return WindowCounts(
             rows=tuple(int(x) for x in self._rows),
             delta_rows=tuple(int(x) for x in self._delta),
-            max_micros=tuple(int(t) if c else None for t, c in zip(self._top, self._rows)),
+            max_micros=tuple(int(t) if c else None for t, c in zip(self._top, self._rows, strict=False)),
         )
 
 

@@ -9,11 +9,11 @@ from datetime import datetime
 
 from incsync.core.blame import DESTINATION, on_side
 from incsync.core.bounds import UTC, Bounds, compute_bounds, recipient_start
-from incsync.destinations.base import DestinationState
-from incsync.transfer.retries import with_retries
 from incsync.core.transfer_id import new_transfer_id
 from incsync.core.windows import open_window_end
+from incsync.destinations.base import DestinationState
 from incsync.transfer.request import PreparedSpan, Transfer, TransferRun
+from incsync.transfer.retries import with_retries
 
 log = logging.getLogger(__name__)
 

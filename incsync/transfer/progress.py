@@ -36,7 +36,7 @@ def committed(event: Committed) -> None:
     for listener in list(_listeners):
         try:
             listener(event)
-        except Exception:  # noqa: BLE001 - progress never fails a transfer
+        except Exception:
             log.debug("progress listener failed", exc_info=True)
 
 

@@ -7,19 +7,19 @@ import logging
 import time
 from dataclasses import replace
 
-from incsync.transfer.span_scan import count_windows, keys_unique
-from incsync.transfer.validate import validate_and_count
 from incsync.core.blame import DESTINATION, on_side
 from incsync.core.bounds import Bounds, delta_threshold, from_micros, new_high_watermark, to_micros
 from incsync.core.crashpoints import crash_point
-from incsync.destinations.base import FULL_REFRESH, INCREMENTAL, DestinationState, Removals, TransferRecord
 from incsync.core.horizon import horizon_record
-from incsync.transfer.plan import plan_batches
-from incsync.transfer.retries import with_retries
+from incsync.destinations.base import FULL_REFRESH, INCREMENTAL, DestinationState, Removals, TransferRecord
 from incsync.staging.batch import StagedBatch, slice_batch
 from incsync.staging.folders import remove
 from incsync.staging.infinity import refuse_infinities
+from incsync.transfer.plan import plan_batches
 from incsync.transfer.request import OnCommit, PreparedSpan, Transfer, TransferOutcome
+from incsync.transfer.retries import with_retries
+from incsync.transfer.span_scan import count_windows, keys_unique
+from incsync.transfer.validate import validate_and_count
 
 log = logging.getLogger(__name__)
 

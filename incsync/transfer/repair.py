@@ -11,7 +11,6 @@ Object storage gets a ``REPAIR`` manifest whose delete file lists the keys it re
 
 from __future__ import annotations
 
-import shutil
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -21,17 +20,18 @@ from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
-from incsync.core.bounds import UTC, recipient_start, to_micros
 from incsync.config.model import IncsyncConfig, ModelConfig, RecipientConfig
-from incsync.destinations.registry import build_destination
+from incsync.core.bounds import UTC, recipient_start, to_micros
+from incsync.core.transfer_id import new_transfer_id
 from incsync.destinations.base import REPAIR, Removals, TransferRecord
+from incsync.destinations.registry import build_destination
 from incsync.errors import IncsyncError
-from incsync.transfer.deletes import check_fraction
 from incsync.integrity.compare import normalize
+from incsync.integrity.verify import VerifyResult, verify_recipient
+from incsync.staging.folders import remove
 from incsync.staging.infinity import refuse_infinities
 from incsync.staging.spark import stage
-from incsync.core.transfer_id import new_transfer_id
-from incsync.integrity.verify import VerifyResult, verify_recipient
+from incsync.transfer.deletes import check_fraction
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -112,10 +112,10 @@ def repair_recipient(
                                   destination=recipient.destination, kind=destination.kind)
             destination.publish(model=model, recipient=recipient, batch=batch, record=record, expected=state, removals=removals)
         finally:
-            shutil.rmtree(batch.path, ignore_errors=True)
+            remove(batch.path)
         return RepairResult(before=found, transfer_id=record.transfer_id, rows_replaced=batch.rows, rows_removed=len(orphans))
     finally:
         if staged is not None:
-            shutil.rmtree(staged.path, ignore_errors=True)
+            remove(staged.path)
 
 __all__ = ["RepairResult", "repair_recipient"]

@@ -17,12 +17,12 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from incsync.core.bounds import Bounds, epoch_seconds_floor
 from incsync.config.model import IncsyncConfig, ModelConfig, RecipientConfig, RetryPolicy
-from incsync.destinations.base import Destination, DestinationState, TransferRecord
-from incsync.core.horizon import HorizonCap, SourceHorizon, horizon_cap
+from incsync.core.bounds import Bounds, epoch_seconds_floor
 from incsync.core.fingerprint import model_fingerprint
+from incsync.core.horizon import HorizonCap, SourceHorizon, horizon_cap
 from incsync.core.windows import WindowPartition, grid_start, window_of
+from incsync.destinations.base import Destination, DestinationState, TransferRecord
 from incsync.sources.base import Source
 from incsync.transfer.plan import coalesce
 

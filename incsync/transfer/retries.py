@@ -15,7 +15,15 @@ from typing import TypeVar
 
 from incsync.config.model import RetryPolicy
 from incsync.errors import (
-    ConfigError, InputError, LeaseError, OwnershipError, SchemaError, StagingError, ValidationError, root_cause, sanitize,
+    ConfigError,
+    InputError,
+    LeaseError,
+    OwnershipError,
+    SchemaError,
+    StagingError,
+    ValidationError,
+    root_cause,
+    sanitize,
 )
 
 log = logging.getLogger(__name__)

@@ -15,8 +15,8 @@ import pyarrow.dataset as ds
 
 from incsync.config.model import ModelConfig
 from incsync.staging.batch import SCAN_ROWS, StagedBatch
-from incsync.transfer.plan import HasWindow, WindowCounter, WindowCounts
 from incsync.transfer.keys import keys_unique
+from incsync.transfer.plan import HasWindow, WindowCounter, WindowCounts
 from incsync.transfer.validate import missing_columns, refuse_null_last_modified
 
 __all__ = ["count_windows", "keys_unique", "micros"]

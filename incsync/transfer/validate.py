@@ -109,5 +109,8 @@ def _validate_in_memory(
             "Fix the source or choose a primary_key that is unique."
         )
     lm_values = keys[lm]
-    delta = keys.num_rows if delta_threshold is None else pc.sum(pc.greater(lm_values, pa.scalar(delta_threshold, lm_values.type))).as_py() or 0
+    if delta_threshold is None:
+        delta = keys.num_rows
+    else:
+        delta = pc.sum(pc.greater(lm_values, pa.scalar(delta_threshold, lm_values.type))).as_py() or 0
     return BatchFacts(rows=keys.num_rows, delta_rows=int(delta), max_last_modified=pc.max(lm_values).as_py())

@@ -57,7 +57,7 @@ class _Relay(io.TextIOBase):
     A client that went away (Ctrl-C) stops the relay, not the transfer.
     """
 
-    def __init__(self, conn: socket.socket, name: str, *, tty: bool = False):
+    def __init__(self, conn: socket.socket, name: str, *, tty: bool = False) -> None:
         self.conn, self.name, self.connected, self.tty = conn, name, True, tty
         self.columns: int | None = None  # the client's terminal width, for the progress line
 
@@ -80,7 +80,7 @@ class _Relay(io.TextIOBase):
 class Worker:
     """Holds the definitions and the instance of one configuration file between requests."""
 
-    def __init__(self, config_file: Path, *, run: RunRequest):
+    def __init__(self, config_file: Path, *, run: RunRequest) -> None:
         self.config_file = config_file.resolve()
         self.run = run
         self.home = dagster_home(self.config_file).resolve()
@@ -143,7 +143,7 @@ class Worker:
             try:
                 with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
                     code = self.run(command, config=str(self.config_file), resident=self.resident)
-            except Exception as exc:  # noqa: BLE001 - a bug in one request must not end the worker
+            except Exception as exc:
                 log.exception("incsync worker: request %s failed", command)  # to the worker's own stderr
                 err.write(f"error: the worker failed on this request ({type(exc).__name__}: {exc}); its log has the traceback\n")
                 code = 1
@@ -226,7 +226,7 @@ def _close_spark_client() -> None:
         return
     from pyspark.sql.connect.session import SparkSession
 
-    session = SparkSession._get_default_session()
+    session = SparkSession._get_default_session()  # noqa: SLF001 - pyspark keeps no public handle on it
     if session is not None:
         with contextlib.suppress(Exception):
             session.client.close()

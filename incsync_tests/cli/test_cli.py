@@ -80,7 +80,7 @@ def test_transfer_backfill_then_window(hand_config: Path, tmp_path: Path, spark,
                  "--tag", "ticket=INC-42"]) == 0
     out = capsys.readouterr().out.splitlines()
     lines = [line.split() for line in out if line.startswith("invoices")]
-    assert [(l[2], l[3], l[4]) for l in lines] == [
+    assert [(line[2], line[3], line[4]) for line in lines] == [
         ("2024-01-01-00:00", "rows_transferred=1", "delta_rows_transferred=1"),
         ("2024-01-01-06:00", "rows_transferred=1", "delta_rows_transferred=1"),
         ("2024-01-01-12:00", "rows_transferred=1", "delta_rows_transferred=1"),

@@ -12,12 +12,17 @@ import pytest
 import incsync
 from incsync.cli.main import run_guarded
 from incsync.errors import ConfigError, IncsyncError, InputError
+from incsync.secrets.errors import VaultError
 
 MESSAGE = "model orders, recipient acme: something is wrong; do this to fix it"
 # Classes whose constructor is not ``cls(message)``, and the line the command line prints for the sample.
 SAMPLES: dict[type[IncsyncError], tuple[IncsyncError, str]] = {
     ConfigError: (ConfigError("incsync.yaml", ["models[orders].lookback: is negative; make it 0 or more"], [7]),
                   "error: incsync.yaml:7: models[orders].lookback: is negative — make it 0 or more"),
+    VaultError: (VaultError("destinations[acme].dsn_secret: vault entry acme_pg does not exist in vault.sqlite; store it "
+                            "with `incsync secrets set acme_pg`"),
+                 "error: vault: destinations[acme].dsn_secret: vault entry acme_pg does not exist in vault.sqlite — store "
+                 "it with `incsync secrets set acme_pg`"),
 }
 NOT_ERRORS_MODULES = {"incsync.definitions"}  # builds the Definitions of the working directory's file on import
 

@@ -18,8 +18,8 @@ import pytest
 from incsync.cli.main import main
 from incsync.cli.output import fix_separator
 from incsync.cli.progress import Progress, progress_line
-from incsync_tests.support.lake import JAN1, lake_config, order, ts, write_table
 from incsync_tests.cli.test_cli import CSV, HAND_WRITTEN
+from incsync_tests.support.lake import JAN1, lake_config, order, ts, write_table
 
 EXE = str(Path(sys.executable).with_name("incsync"))
 

@@ -11,8 +11,8 @@ import pytest
 import yaml
 
 from incsync.cli.main import main
-from incsync_tests.support.lake import lake_config, order, ts, write_table
 from incsync_tests.cli.test_cli import CSV, HAND_WRITTEN
+from incsync_tests.support.lake import lake_config, order, ts, write_table
 
 
 def _line(file: Path, needle: str, nth: int = 0) -> int:
@@ -169,4 +169,36 @@ def test_validate_json_lists_warnings(tmp_path: Path, capsys, vendor: str) -> No
     assert doc["warnings"] == [
         f"{file}:{_line(file, 'source_table')}: models[0].source_table: lake table {tmp_path / 'src' / 'orders'} has no parquet file yet — "
         "its columns are checked once it has one"
+    ]
+
+
+def test_validate_names_each_refused_table_row_and_loads_the_rest(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from incsync_tests.config.test_destinations_table import (
+        DESTINATIONS,
+        RECIPIENTS,
+        add_destination,
+        add_recipient,
+        table_config,
+    )
+    from incsync_tests.support.jdbc import pg_database
+
+    with pg_database() as db:
+        db.execute(RECIPIENTS)
+        db.execute(DESTINATIONS)
+        add_destination(db, "globex_pg", "postgres", {"schema": "globex", "schem": "x"}, "vault:globex_pg")
+        add_destination(db, "hooli_delta", "delta", {"path": "./out/hooli"})
+        add_recipient(db, "globex", "org_2", "globex_pg")
+        add_recipient(db, "hooli", "org_3", "hooli_delta")
+        file = table_config(tmp_path, db)
+        assert main(["validate", "-c", str(file)]) == 1
+    label = 'destinations_table (public.incsync_destinations, row name "globex_pg")'
+    line = _line(file, "recipients_from")
+    assert capsys.readouterr().err.splitlines() == [
+        f"warning: {file}:{_line(file, 'source_table')}: models[0].source_table: lake table {tmp_path / 'src' / 'orders'} "
+        "has no parquet file yet — its columns are checked once it has one",
+        f"warning: {file}:{_line(file, 'vault')}: vault.key_env: variable INCSYNC_VAULT_KEY is not set here — export "
+        "the vault's keys in it wherever transfers run (docs/secrets.md)",
+        f'error: {file}:{line}: {label}.schem: unknown field — did you mean "schema"?',
+        f"error: {file}:{line}: {label}: so recipient(s) globex are disabled until it is fixed",
+        f"{file}: 1 table row(s) refused, the rest loads (2 sources, 2 destinations, 1 models, 2 recipients)",
     ]

@@ -37,7 +37,7 @@ def _init_and_transfer(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: 
     for window in ("2024-01-01", "2024-01-02"):
         assert main(["transfer", "orders", "--recipient", "acme", "--window", window, "-c", str(file)]) == 0
     out = [line.split() for line in capsys.readouterr().out.splitlines() if line.startswith("orders")]
-    assert [(l[2], l[3]) for l in out] == [("2024-01-01", "rows_transferred=2"), ("2024-01-02", "rows_transferred=1")]
+    assert [(line[2], line[3]) for line in out] == [("2024-01-01", "rows_transferred=2"), ("2024-01-02", "rows_transferred=1")]
     return file
 
 

@@ -17,11 +17,11 @@ from pathlib import Path
 
 import pytest
 
-from incsync.cli.main import build_parser
 from incsync.cli.demo import DEMO_PG_DSN_ENV, run_demo
+from incsync.cli.main import build_parser
 from incsync_tests.support.browser import wait_for_http
-from incsync_tests.support.host import free_port
 from incsync_tests.support.destinations import postgres_database
+from incsync_tests.support.host import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"

@@ -11,14 +11,14 @@ import pyarrow as pa
 import pytest
 
 from incsync.config.load import parse_config
-from incsync.errors import ConfigError, ValidationError
 from incsync.core.sql_text import pasted_query, split_qualified
-from incsync.transfer.validate import validate_and_count
+from incsync.errors import ConfigError, ValidationError
 from incsync.staging.spark import stage
+from incsync.transfer.validate import validate_and_count
 from incsync_tests.support.destinations import MATRIX_KINDS, destination_env
 from incsync_tests.support.jdbc import maria_database, pg_database
-from incsync_tests.support.lake import ts
 from incsync_tests.support.jdbc_transfer import rows_by, transfer, write_config
+from incsync_tests.support.lake import ts
 
 KEY3 = ["org_id", "order_id", "line_no"]
 

@@ -10,8 +10,8 @@ import yaml
 
 from incsync.cli.main import run_command
 from incsync.config.load import load_config
-from incsync.errors import ConfigError
 from incsync.config.locations import resolved_path, storage_url
+from incsync.errors import ConfigError
 
 SOURCE = {"name": "lake", "vendor": "lake", "path": "./src"}
 MODEL = {
@@ -23,7 +23,7 @@ MODEL = {
 def _write(folder: Path, destinations: list[dict[str, Any]], name: str = "incsync.yaml") -> Path:
     recipients = [
         {"id": rid, "id_in_provider_system": f"org_{i + 1}", "destination": d["name"]}
-        for i, (rid, d) in enumerate(zip(("acme", "globex", "initech"), destinations))
+        for i, (rid, d) in enumerate(zip(("acme", "globex", "initech"), destinations, strict=False))
     ]
     file = folder / name
     file.write_text(yaml.safe_dump({"sources": [SOURCE], "destinations": destinations, "models": [MODEL], "recipients": recipients}))

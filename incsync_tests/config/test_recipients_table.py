@@ -8,10 +8,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from incsync.orchestration.sensors import build_recipient_sensor
 from incsync.config.load import load_config
+from incsync.config.rows import refused_lines
 from incsync.errors import ConfigError
 from incsync.orchestration.partitions import RECIPIENTS_PARTITIONS
+from incsync.orchestration.sensors import build_recipient_sensor
 from incsync_tests.orchestration.test_sensors_schedules import NOW, _defs_with, _evaluate_sensor
 from incsync_tests.support.jdbc import pg_database
 from incsync_tests.support.lake import lake_config
@@ -56,25 +57,32 @@ def test_recipients_come_from_the_file_and_the_table_and_the_sensor_sees_new_row
         assert dagster_instance.get_dynamic_partitions(RECIPIENTS_PARTITIONS) == ["acme", "globex", "initech"]
 
 
-def test_a_bad_row_is_named_by_its_table_and_id(tmp_path: Path) -> None:
+def test_a_bad_row_is_refused_alone_naming_its_table_and_id(tmp_path: Path) -> None:
+    """A bad row disables its own recipient only: the file's and the other rows' recipients load."""
     with pg_database() as db:
         db.execute(TABLE)
         db.execute("""INSERT INTO public.incsync_recipients VALUES
-            ('bad id', 'org_2', 'files', true, NULL, NULL), ('lost', 'org_3', 'nowhere', true, NULL, NULL)""")
-        config = _config(tmp_path, db.jdbc_url, db.user)
-        with pytest.raises(ConfigError) as caught:
-            load_config(config)
-        assert caught.value.problems == [
+            ('bad id', 'org_2', 'files', true, NULL, NULL), ('lost', 'org_3', 'nowhere', true, NULL, NULL),
+            ('acme', 'org_9', 'files', true, NULL, NULL), ('globex', 'org_4', 'files', true, '{"tier": "gold!"}', NULL),
+            ('initech', 'org_5', 'files', true, NULL, NULL)""")
+        config = load_config(_config(tmp_path, db.jdbc_url, db.user))
+        assert [(r.id, r.id_in_provider_system) for r in config.recipients] == [("acme", "org_1"), ("initech", "org_5")]
+        assert [(row.row, row.recipients) for row in config.refused_rows] == [
+            ("acme", ()), ("bad id", ("bad id",)), ("globex", ("globex",)), ("lost", ("lost",))]
+        assert refused_lines(config) == [
+            'recipients_from (public.incsync_recipients, row id "acme").id: recipient "acme" is already defined by the '
+            "file or an earlier row; ids must be unique",
             'recipients_from (public.incsync_recipients, row id "bad id").id: "bad id" must match ^[A-Za-z0-9_-]+$ '
-            "(letters, digits, _ and - only)"
+            "(letters, digits, _ and - only)",
+            'recipients_from (public.incsync_recipients, row id "globex").tags: tag tier=gold! is invalid: keys and values '
+            "must match ^[A-Za-z0-9_-]+$",
+            'recipients_from (public.incsync_recipients, row id "lost").destination: "nowhere" is not a configured '
+            "destination; known: [files]",
         ]
         db.execute("UPDATE public.incsync_recipients SET id = 'good' WHERE id = 'bad id'")
-        with pytest.raises(ConfigError) as caught:
-            load_config(config)
-    assert caught.value.problems == [
-        'recipients_from (public.incsync_recipients, row id "lost").destination: "nowhere" is not a configured '
-        "destination; known: [files]"
-    ]
+        db.execute("DELETE FROM public.incsync_recipients WHERE id IN ('lost', 'acme', 'globex')")
+        config = load_config(_config(tmp_path, db.jdbc_url, db.user))
+    assert ([r.id for r in config.recipients], config.refused_rows) == (["acme", "good", "initech"], ())
 
 
 def test_an_unreadable_table_says_which_and_why(tmp_path: Path) -> None:
@@ -98,9 +106,9 @@ def test_a_table_row_lists_its_products_as_an_array_or_json(tmp_path: Path) -> N
         doc = yaml.safe_load(config.read_text())
         doc["products"] = [{"name": "basic", "models": ["orders"]}]
         config.write_text(yaml.safe_dump(doc, sort_keys=False))
-        with pytest.raises(ConfigError) as caught:
-            load_config(config)
-        assert caught.value.problems == [
+        refused = load_config(config)
+        assert [r.id for r in refused.recipients] == ["acme", "globex", "hooli"]
+        assert refused_lines(refused) == [
             'recipients_from (public.incsync_recipients, row id "umbrella").products: product "platinum" of recipient '
             "umbrella is not a configured product; known: [basic]; fix its spelling or add it under products:"
         ]

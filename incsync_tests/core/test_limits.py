@@ -6,8 +6,8 @@ import pytest
 import yaml
 
 from incsync.config.errors import TagError
-from incsync.config.tags import parse_tags
 from incsync.config.load import parse_config
+from incsync.config.tags import parse_tags
 from incsync.errors import ConfigError
 
 DOC = """

@@ -10,8 +10,8 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
 
-from incsync.destinations.delta.state import RECORD_KEY
 from incsync.destinations.base import TransferRecord
+from incsync.destinations.delta.state import RECORD_KEY
 from incsync.orchestration.definitions import build_definitions
 from incsync_tests.support.lake import (
     delta_rows,

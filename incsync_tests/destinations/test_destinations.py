@@ -11,7 +11,7 @@ import pytest
 from incsync.config.tags import FULL_REFRESH_TAG, MODE_TAG
 from incsync.orchestration.definitions import build_definitions
 from incsync_tests.support.destinations import MATRIX_KINDS, Target, destination_env, destination_spec
-from incsync_tests.support.lake import ORDERS_SCHEMA, latest_metadata, lake_config, materialize_partition, order, ts, write_table
+from incsync_tests.support.lake import ORDERS_SCHEMA, lake_config, latest_metadata, materialize_partition, order, ts, write_table
 
 LOOKBACK = 60
 ACME = [{"id": "acme", "id_in_provider_system": "org_1", "destination": "acme_dest"}]
@@ -123,7 +123,7 @@ def _pg_oid(target: Target) -> int | str | None:
         return str(target.destination.table(target.model).metadata.table_uuid)
     if target.kind != "postgres":
         return None
-    with target.destination._connect() as conn:
+    with target.destination.connect() as conn:
         return conn.execute("SELECT 'acme.orders'::regclass::oid").fetchone()[0]
 
 

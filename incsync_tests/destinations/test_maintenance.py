@@ -5,7 +5,6 @@ the key order a MERGE of recent keys relies on, and no transfer publishes while 
 from __future__ import annotations
 
 import re
-
 import threading
 import time
 from pathlib import Path

@@ -291,8 +291,8 @@ def test_a_snapshot_keeps_a_pending_ownership_move(tmp_path: Path, monkeypatch: 
 
 
 def test_maintenance_on_s3_snapshots_and_vacuums(s3, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from incsync.storage.filesystems import resolve_options
     from incsync.storage.files import open_store
+    from incsync.storage.filesystems import resolve_options
 
     monkeypatch.setenv("INCSYNC_STAGING_DIR", str(tmp_path / "staging"))
     url = f"s3://{s3.bucket()}/shared/files"

@@ -49,12 +49,12 @@ def _publish(target: Target, tmp_path: Path, n: int, ids: list[int], *, status: 
 
 
 def _table(target: Target) -> list[tuple]:
-    with target.destination._connect() as conn:
+    with target.destination.connect() as conn:
         return conn.execute("SELECT id, status FROM acme.orders ORDER BY id").fetchall()
 
 
 def _log(target: Target) -> list[str]:
-    with target.destination._connect() as conn:
+    with target.destination.connect() as conn:
         return [r[0] for r in conn.execute("SELECT transfer_id FROM acme._incsync_transfers ORDER BY seq")]
 
 
@@ -90,7 +90,7 @@ def test_a_key_the_table_held_after_all_fails_the_whole_append_and_nothing_is_co
 def test_a_first_transfer_into_a_table_that_exists_upserts_from_the_stage(target: Target, tmp_path: Path) -> None:
     """The state says first transfer, but the table is there (a recipient's table handed over with
     ``incsync transfer-ownership``): the rows are merged into it, not COPYed (key 2 would fail a COPY)."""
-    with target.destination._connect() as conn:
+    with target.destination.connect() as conn:
         conn.execute("CREATE SCHEMA acme")
         conn.execute("CREATE TABLE acme.orders (id bigint PRIMARY KEY, organization_id text, status text, "
                      "updated_at timestamptz)")
@@ -158,7 +158,7 @@ def test_binary_copy_loads_every_value_exactly(target: Target, tmp_path: Path) -
                                                                         ("id", "organization_id", "updated_at")}},
     ]
     batch = stage_arrow(pa.Table.from_pylist(rows, schema=WIDE), tmp_path / "wide")
-    with target.destination._connect() as conn:
+    with target.destination.connect() as conn:
         create_stage(conn, _wanted(WIDE))
         copy_rows(conn, batch, _wanted(WIDE), into=STAGE)
         conn.execute("SET TIME ZONE 'UTC'")

@@ -55,7 +55,7 @@ def test_types_map_and_round_trip(pg: None, tmp_path: Path) -> None:
     config = _config(tmp_path, [ROW, {**ROW, "id": 2, "organization_id": "org_2"}])
     run(config, "2024-01-01", scheduled=False)
     target = Target(config)
-    with target.destination._connect() as conn:
+    with target.destination.connect() as conn:
         assert target.destination._columns(conn, "orders") == EXPECTED_TYPES
         pk = conn.execute(
             "SELECT a.attname FROM pg_index i JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = ANY(i.indkey) "
@@ -71,7 +71,7 @@ def test_transfer_log_holds_every_record_field(pg: None, tmp_path: Path) -> None
     outcome = run(config, "2024-01-01", scheduled=False)
     target = Target(config)
     assert target.state().last_transfer == outcome.record
-    with target.destination._connect() as conn:
+    with target.destination.connect() as conn:
         row = conn.execute(
             "SELECT transfer_id, rows_transferred, high_watermark, transfer_type FROM acme._incsync_transfers"
         ).fetchone()
@@ -93,7 +93,7 @@ def test_a_type_change_that_is_no_widening_waits_for_a_full_refresh(pg: None, tm
     assert target.state() == before
     outcome = run(config, "2024-01-01", scheduled=False, full_refresh=True)
     assert outcome.destination_metadata["schema_change"] == "replaced small smallint→text (full refresh)"
-    with target.destination._connect() as conn:
+    with target.destination.connect() as conn:
         assert target.destination._columns(conn, "orders")["small"] == "text"
     assert [(r["updated_at"], r["small"]) for r in target.raw_rows()] == [(ts(1, 2), "seven")]
 
@@ -159,7 +159,7 @@ def test_a_replayed_or_unchanged_batch_updates_no_row_and_a_changed_value_at_equ
     target = Target(config)
 
     def versions() -> dict[int, str]:
-        with target.destination._connect() as conn:
+        with target.destination.connect() as conn:
             return dict(conn.execute("SELECT id, xmin::text FROM acme.orders").fetchall())
 
     before = versions()

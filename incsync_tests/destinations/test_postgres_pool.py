@@ -88,7 +88,7 @@ def _admin(dsn: str) -> psycopg.Connection:
 
 
 def _backend_pid(destination: Any) -> int:
-    with destination._connect() as conn:
+    with destination.connect() as conn:
         return conn.execute("SELECT pg_backend_pid()").fetchone()[0]
 
 
@@ -134,12 +134,12 @@ def test_a_connection_comes_back_clean_after_an_error_a_time_zone_change_or_a_ki
     fleet = Fleet(tmp_path, 1)
     destination = fleet.pairs[0][1]
     pid = _backend_pid(destination)
-    with pytest.raises(psycopg.errors.DivisionByZero), destination._connect() as conn:
+    with pytest.raises(psycopg.errors.DivisionByZero), destination.connect() as conn:
         conn.execute("CREATE TABLE scratch (x int)")
         conn.execute("SELECT 1 / 0")
-    with destination._connect() as conn:
+    with destination.connect() as conn:
         conn.execute("SET TIME ZONE 'Asia/Tokyo'")  # committed: the session keeps it
-    with destination._connect() as conn:
+    with destination.connect() as conn:
         assert conn.execute("SELECT pg_backend_pid()").fetchone()[0] == pid  # the same session, reused
         assert conn.execute("SHOW TimeZone").fetchone()[0] == "UTC"
         assert conn.autocommit is False
@@ -148,7 +148,7 @@ def test_a_connection_comes_back_clean_after_an_error_a_time_zone_change_or_a_ki
     conn = pool.getconn()
     conn.execute("CREATE TABLE probe (x int)")
     pool.putconn(conn)  # returned mid-transaction: rolled back, not committed by the next user
-    with destination._connect() as conn:
+    with destination.connect() as conn:
         assert conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
         assert conn.execute("SELECT to_regclass('probe')").fetchone()[0] is None
     with _admin(dsn) as admin:
@@ -157,7 +157,7 @@ def test_a_connection_comes_back_clean_after_an_error_a_time_zone_change_or_a_ki
             if not admin.execute("SELECT 1 FROM pg_stat_activity WHERE pid = %s", [pid]).fetchone():
                 break
             time.sleep(0.01)
-    with destination._connect() as conn:  # the dead session is dropped, never handed out
+    with destination.connect() as conn:  # the dead session is dropped, never handed out
         assert conn.execute("SELECT pg_backend_pid()").fetchone()[0] != pid
     fleet.publish(0, 1)
     assert fleet.state(0).last_transfer is not None
@@ -171,7 +171,7 @@ def test_a_failed_publish_leaves_its_session_clean_for_the_next(dsn: str, tmp_pa
     with pytest.raises(LeaseError):
         fleet.publish(0, 3, expected=stale)
     destination = fleet.pairs[0][1]
-    with destination._connect() as conn:  # one connection in the pool: the session the publishes used
+    with destination.connect() as conn:  # one connection in the pool: the session the publishes used
         assert conn.execute("SELECT to_regclass('pg_temp._incsync_stage')").fetchone()[0] is None
         assert conn.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
                             "AND application_name = %s", [pg_pool.APPLICATION_NAME]).fetchone()[0] == 1
@@ -228,7 +228,7 @@ def test_all_connections_taken_fails_naming_the_destination(dsn: str, tmp_path: 
     monkeypatch.setattr(pg_pool, "WAIT_SECONDS", 0.5)
     with contextlib.ExitStack() as held:
         for i in range(pg_pool.MAX_CONNECTIONS):
-            held.enter_context(fleet.pairs[i % 2][1]._connect())
+            held.enter_context(fleet.pairs[i % 2][1].connect())
         started = time.monotonic()
         with pytest.raises(PublishError, match=r"destination d01: no PostgreSQL connection to its server was free within 0.5 s"):
             fleet.state(1)

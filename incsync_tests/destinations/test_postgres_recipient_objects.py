@@ -148,7 +148,7 @@ def test_customer_objects_survive_incremental_widening_and_full_refresh(pg: str,
     assert outcome.record.transfer_type == "INCREMENTAL"
     assert outcome.destination_metadata["schema_change"] == "widened qty integer→bigint"
     assert outcome.destination_metadata["schema_drift"] == "changed qty integer→bigint"
-    with target.destination._connect() as conn:
+    with target.destination.connect() as conn:
         assert target.destination._columns(conn, "orders")["qty"] == "bigint"
     assert _customer_objects(role) == _expected(oid, rows, reviewed=[1])
     assert {r["id"]: r["qty"] for r in target.raw_rows()}[5] == 5_000_000_000

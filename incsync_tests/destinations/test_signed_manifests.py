@@ -14,8 +14,8 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.serialization import Encoding, NoEncryption, PrivateFormat, PublicFormat
 
 from incsync import read_manifested
-from incsync.orchestration.definitions import build_definitions
 from incsync.destinations.errors import ManifestIntegrityError
+from incsync.orchestration.definitions import build_definitions
 from incsync_tests.support.lake import lake_config, materialize_partition, order, ts, write_table
 
 

@@ -9,8 +9,8 @@ import psycopg.errors
 import pytest
 import yaml
 
-from incsync.config.model import RetryPolicy
 from incsync.config.load import load_config
+from incsync.config.model import RetryPolicy
 from incsync.errors import ConfigError, PublishError, SourceError, ValidationError
 from incsync.transfer.retries import transient_cause, with_retries
 from incsync_tests.support.lake import lake_config

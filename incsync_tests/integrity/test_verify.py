@@ -156,14 +156,14 @@ def test_mariadb_source_fingerprints_agree_with_delta(spark, dagster_instance, t
     """MariaDB computes its buckets in SQL (through Spark JDBC): a true copy differs nowhere; a deleted row is missing."""
     from deltalake import DeltaTable
 
+    from incsync_tests.sources.test_jdbc_sources import MARIA_ORDERS, maria_insert
     from incsync_tests.support.jdbc import jdbc_config, maria_database
     from incsync_tests.support.lake import ts
-    from incsync_tests.sources.test_jdbc_sources import MARIA_ORDERS, maria_insert
 
     with maria_database() as db:
         db.execute(MARIA_ORDERS.format(table="orders", lm="TIMESTAMP(6)"))
         maria_insert(db, "orders", [
-            (i, "org_1", f"s{i % 3}", f"{i}.{i % 10}0" if i % 5 else "-0.01", '{"a": %d}' % i, i % 2 == 0, ts(1 + i % 2, i % 24, 0, 0, i))
+            (i, "org_1", f"s{i % 3}", f"{i}.{i % 10}0" if i % 5 else "-0.01", f'{{"a": {i}}}', i % 2 == 0, ts(1 + i % 2, i % 24, 0, 0, i))
             for i in range(1, 41)
         ] + [(99, "ORG_1", "x", "1.00", "{}", True, ts(1, 1)), (100, "org_2", "x", "1.00", "{}", True, ts(1, 1))])
         config = jdbc_config(tmp_path, db)

@@ -16,7 +16,10 @@ import pytest
 import yaml
 from dagster._core.definitions.run_status_sensor_definition import RunStatusSensorCursor
 from dagster._core.remote_origin import (
-    InProcessCodeLocationOrigin, RegisteredCodeLocationOrigin, RemoteJobOrigin, RemoteRepositoryOrigin,
+    InProcessCodeLocationOrigin,
+    RegisteredCodeLocationOrigin,
+    RemoteJobOrigin,
+    RemoteRepositoryOrigin,
 )
 from dagster._core.scheduler.instigation import TickStatus
 from dagster._core.test_utils import create_test_daemon_workspace_context, freeze_time
@@ -29,10 +32,10 @@ from incsync.config.tags import RECIPIENT_TAG
 from incsync.orchestration.alerts import ALERT_SENSOR, alert_payload, cursor_storage_id
 from incsync.orchestration.definitions import build_definitions
 from incsync.orchestration.runs import run_transfers
-from incsync_tests.support.webhook import Webhook, webhook_server
 from incsync_tests.orchestration.conftest import DSN_ENV
 from incsync_tests.orchestration.test_blame import ACME_PG, LOGIN, PG, run
 from incsync_tests.support.lake import lake_config, order, ts, write_table
+from incsync_tests.support.webhook import Webhook, webhook_server
 
 URL_ENV = "INCSYNC_TEST_ALERT_WEBHOOK"
 PASSWORD = "s3cr3t-Pa55word"

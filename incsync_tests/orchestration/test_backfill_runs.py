@@ -8,11 +8,11 @@ from pathlib import Path
 import dagster as dg
 
 import incsync.orchestration.reporting
-from incsync.orchestration.statuses import TransferStatus, list_transfers
 from incsync.config.load import load_config
 from incsync.orchestration.dagster_compat import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG, DEFER_ASSET_EVENTS_TAG
 from incsync.orchestration.definitions import build_definitions
 from incsync.orchestration.partitions import RECIPIENTS_PARTITIONS, partition_key
+from incsync.orchestration.statuses import TransferStatus, list_transfers
 from incsync_tests.support.lake import delta_rows, lake_config, order, ts, write_table
 
 MODEL = dg.AssetKey(["lake", "orders"])

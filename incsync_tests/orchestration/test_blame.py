@@ -13,16 +13,16 @@ import dagster as dg
 import pytest
 from dagster._core.storage.tags import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG
 
+from incsync.config.load import load_config
 from incsync.config.tags import BLAME_REASON_TAG, BLAMED_TAG
 from incsync.orchestration.blame import recipients_blamed
 from incsync.orchestration.definitions import build_definitions
 from incsync.orchestration.partitions import RECIPIENTS_PARTITIONS, partition_key
 from incsync.orchestration.statuses import list_transfers
-from incsync.config.load import load_config
+from incsync_tests.orchestration.conftest import DSN_ENV
 from incsync_tests.support.lake import delta_rows, lake_config, order, ts, write_table
 
 LAKE = dg.AssetKey(["lake", "orders"])
-from incsync_tests.orchestration.conftest import DSN_ENV
 
 PG = {"name": "acme_pg", "kind": "postgres", "dsn_env": DSN_ENV, "schema": "acme"}
 ACME_PG = {"id": "acme", "id_in_provider_system": "org_1", "destination": "acme_pg"}

@@ -10,12 +10,13 @@ import pytest
 import sqlalchemy
 import yaml
 
+from incsync.errors import ConfigError
 from incsync.orchestration.dagster_compat import (
     ASSET_PARTITION_RANGE_END_TAG,
     ASSET_PARTITION_RANGE_START_TAG,
+    DEFER_ASSET_EVENTS_TAG,
     RUN_FAILURE_REASON_TAG,
     WORKER_LOST_REASONS,
-    DEFER_ASSET_EVENTS_TAG,
     add_partition_metadata,
     defers_asset_events,
     event_log_storage_config,
@@ -25,7 +26,6 @@ from incsync.orchestration.dagster_compat import (
     report_run_orphaned,
     run_reaction,
 )
-from incsync.errors import ConfigError
 
 DAYS = dg.StaticPartitionsDefinition(["a", "b", "c"])
 

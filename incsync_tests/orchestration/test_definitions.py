@@ -10,10 +10,10 @@ from pathlib import Path
 
 import dagster as dg
 
-from incsync.core.fingerprint import model_fingerprint
 from incsync.config.load import load_config
-from incsync.orchestration.partitions import RECIPIENT_DIM, WINDOW_DIM
+from incsync.core.fingerprint import model_fingerprint
 from incsync.orchestration.definitions import build_definitions
+from incsync.orchestration.partitions import RECIPIENT_DIM, WINDOW_DIM
 from incsync_tests.support.lake import lake_config
 
 

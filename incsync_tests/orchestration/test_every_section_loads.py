@@ -21,7 +21,9 @@ from incsync.cli.main import main
 from incsync.config.docs import SECTIONS
 from incsync.config.load import load_config
 from incsync.config.model import IncsyncConfig
-from incsync.orchestration.audit import ASSET_KEY as AUDIT_KEY, JOB_NAME as AUDIT_JOB, SCHEDULE_NAME as AUDIT_SCHEDULE
+from incsync.orchestration.audit import ASSET_KEY as AUDIT_KEY
+from incsync.orchestration.audit import JOB_NAME as AUDIT_JOB
+from incsync.orchestration.audit import SCHEDULE_NAME as AUDIT_SCHEDULE
 from incsync.orchestration.dagster_compat import load_as_code_location
 from incsync.orchestration.definitions import build_definitions
 from incsync.orchestration.maintenance import JOB_NAME as MAINTENANCE_JOB
@@ -68,6 +70,9 @@ def every_key(db: PgDatabase) -> dict[str, Any]:
             {"name": "umbrella_maria", "kind": "mariadb", "host": "127.0.0.1", "port": 3306, "user": "incsync",
              "password_env": "UMBRELLA_PASSWORD", "database": "umbrella", "max_concurrent_transfers": 1},
             {"name": "warehouse", "kind": "delta", "path": "./warehouse"},
+            {"name": "wayne_pg", "kind": "postgres", "dsn_secret": "vault:wayne_pg", "schema": "wayne"},
+            {"name": "stark_maria", "kind": "mariadb", "user": "incsync", "password_secret": "vault:stark_maria",
+             "database": "stark"},
         ],
         "models": [
             {"model_name": "orders", "source": "shop", "source_table": "orders",
@@ -96,7 +101,8 @@ def every_key(db: PgDatabase) -> dict[str, Any]:
         "tiers": [{"name": "gold", "frequency": "*/5 * * * *", "models": {"invoices": "0 * * * *"}}],
         "staging_dir": "./staging",
         "staging_storage_options": {"allow_http": "true"},
-        "recipients_from": {"source": "app_db", "table": "public.incsync_recipients", "refresh_seconds": 0},
+        "recipients_from": {"source": "app_db", "table": "public.incsync_recipients",
+                            "destinations_table": "public.incsync_destinations", "refresh_seconds": 0},
         "recipients_per_run": 100,
         "spark": {"spark.sql.shuffle.partitions": "2"},
         "maintenance": {"frequency": "0 2 * * *", "compact": False},
@@ -107,7 +113,12 @@ def every_key(db: PgDatabase) -> dict[str, Any]:
         "sharing": {"listen": "0.0.0.0:8089", "public_url": "https://share.example.com", "token_lifetime_days": 90,
                     "url_lifetime_seconds": 600, "token_store": "./sharing.sqlite", "signing_key_env": "SHARING_KEY",
                     "schema": "shop", "schema_by_source": False, "tables": {"invoices": {"schema": "billing", "table": "invoices"}}},
+        "vault": {"source": "app_db", "table": "incsync_vault", "key_env": "INCSYNC_TEST_VAULT_KEY", "key_file": "./vault.key"},
     }
+
+
+# The vault's other place, which excludes `source`: a SQLite file.
+SQLITE_VAULT = {"vault": {"path": "./vault.sqlite"}}
 
 
 def _models_in(annotation: Any) -> list[type[BaseModel]]:
@@ -155,13 +166,13 @@ def test_the_file_sets_every_key_the_reference_lists(tmp_path: Path) -> None:
     """The check the definitions test relies on: it finds a key left out, also deep in one kind of a union."""
     doc = every_key(PgDatabase("db", "postgres"))
     seen: set[type] = set()
-    assert unset_keys(IncsyncConfig, [doc], "", seen) == []
+    assert unset_keys(IncsyncConfig, [doc, SQLITE_VAULT], "", seen) == []
     assert {cls for _, _, classes in SECTIONS for cls in classes} <= seen  # every section of docs/config.md walked
     del doc["alerts"]["timeout_seconds"]
     del doc["destinations"][3]["schema"]
     doc["models"][1].pop("last_modified_timezone")
     doc["destinations"] = [d for d in doc["destinations"] if d["kind"] != "iceberg"]
-    assert unset_keys(IncsyncConfig, [doc], "", set()) == [
+    assert unset_keys(IncsyncConfig, [doc, SQLITE_VAULT], "", set()) == [
         "destinations(DuckDBDestinationConfig).schema", "destinations(IcebergDestinationConfig): no entry",
         "models.last_modified_timezone", "alerts.timeout_seconds",
     ]
@@ -177,6 +188,9 @@ def every_key_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[
         db.execute("""INSERT INTO public.incsync_recipients VALUES
             ('hooli', 'org_4', 'hooli_duckdb', true, '{"tier": "gold"}', '{billing}', NULL),
             ('hooli_lake', 'org_6', 'hooli_iceberg', false, NULL, NULL, 1704153600)""")
+        db.execute("CREATE TABLE public.incsync_destinations (name text, kind text, fields jsonb, secret text)")
+        db.execute("""INSERT INTO public.incsync_destinations VALUES
+            ('oscorp_pg', 'postgres', '{"schema": "oscorp", "max_concurrent_transfers": 2}', 'vault:oscorp_pg')""")
         file = tmp_path / "incsync.yaml"
         file.write_text(yaml.safe_dump(every_key(db), sort_keys=False))
         yield file
@@ -184,7 +198,11 @@ def every_key_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[
 
 def test_a_file_setting_every_key_loads_in_dagster_and_validates(every_key_file: Path, tmp_path: Path, capsys) -> None:
     file = every_key_file
-    assert unset_keys(IncsyncConfig, [yaml.safe_load(file.read_text())], "", set()) == []
+    doc = yaml.safe_load(file.read_text())
+    assert unset_keys(IncsyncConfig, [doc, SQLITE_VAULT], "", set()) == []
+    other = tmp_path / "sqlite-vault.yaml"
+    other.write_text(yaml.safe_dump({**doc, **SQLITE_VAULT}, sort_keys=False))
+    assert load_config(other).vault.path == "./vault.sqlite"
     config = load_config(file)
     assert [r.id for r in config.recipients] == ["acme", "globex", "initech", "umbrella", "hooli", "hooli_lake"]
 
@@ -199,7 +217,7 @@ def test_a_file_setting_every_key_loads_in_dagster_and_validates(every_key_file:
     assert {"*/10 * * * *", "*/5 * * * *", "0 * * * *", "0 4 * * *"} <= set(schedules.values())
 
     assert main(["validate", "-c", str(file)]) == 0
-    assert capsys.readouterr().out.splitlines()[0] == f"{file}: OK (2 sources, 7 destinations, 2 models, 6 recipients)"
+    assert capsys.readouterr().out.splitlines()[0] == f"{file}: OK (2 sources, 10 destinations, 2 models, 6 recipients)"
 
     # Dagster's own command, as an operator runs it before `dagster dev`.
     home = tmp_path / "dagster_home"

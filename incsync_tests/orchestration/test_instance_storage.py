@@ -8,10 +8,10 @@ import dagster as dg
 import pytest
 import yaml
 
-from incsync.orchestration.concurrency import dagster_yaml
 from incsync.config.load import load_config
-from incsync.orchestration.dagster_compat import instance_postgres_url
 from incsync.errors import ConfigError
+from incsync.orchestration.concurrency import dagster_yaml
+from incsync.orchestration.dagster_compat import instance_postgres_url
 from incsync.orchestration.instance import postgres_url_problem, storage_problems
 from incsync_tests.support.destinations import postgres_database
 from incsync_tests.support.lake import lake_config

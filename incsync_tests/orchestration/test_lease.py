@@ -5,12 +5,11 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
-
 from incsync.config.load import load_config
+from incsync.destinations.base import TransferRecord
 from incsync.destinations.delta.destination import DeltaDestination
 from incsync.errors import LeaseError
 from incsync.sources.registry import build_source
-from incsync.destinations.base import TransferRecord
 from incsync.transfer.execute import run_transfer
 from incsync.transfer.request import TransferOutcome, TransferRequest, TransferRun
 from incsync_tests.support.lake import delta_rows, lake_config, order, ts, write_table

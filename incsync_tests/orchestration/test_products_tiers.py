@@ -17,10 +17,10 @@ from incsync.config.load import load_config
 from incsync.config.products import frequency_of, kept_copy, receives, schedule_tier
 from incsync.core.bounds import UTC
 from incsync.errors import ConfigError, NotSubscribedError
+from incsync.orchestration.dagster_compat import read_instance_value
 from incsync.orchestration.partitions import RECIPIENTS_PARTITIONS
 from incsync.orchestration.schedules import build_model_schedule
 from incsync.orchestration.sensors import build_recipient_sensor
-from incsync.orchestration.dagster_compat import read_instance_value
 from incsync.orchestration.subscriptions import STATE_KEY
 from incsync.orchestration.triggers import automation
 from incsync_tests.orchestration.test_sensors_schedules import NOW, _defs_with, _evaluate_sensor

@@ -9,13 +9,13 @@ from pathlib import Path
 import dagster as dg
 import yaml
 
-from incsync.orchestration.triggers import automation
-from incsync.orchestration.schedules import build_model_schedule, schedule_name
-from incsync.config.tags import transfer_run_tags
-from incsync.orchestration.sensors import build_recipient_sensor
-from incsync.core.bounds import UTC
 from incsync.config.load import load_config
+from incsync.config.tags import transfer_run_tags
+from incsync.core.bounds import UTC
 from incsync.orchestration.partitions import RECIPIENTS_PARTITIONS
+from incsync.orchestration.schedules import build_model_schedule, schedule_name
+from incsync.orchestration.sensors import build_recipient_sensor
+from incsync.orchestration.triggers import automation
 from incsync_tests.support.lake import lake_config
 
 NOW = datetime(2024, 1, 3, 7, 20, tzinfo=UTC)
@@ -221,7 +221,7 @@ def test_ten_thousand_destinations_make_one_limit_entry_per_distinct_limit(tmp_p
 
 
 def test_runs_at_once_default_to_one_per_cpu_with_local_spark(tmp_path: Path) -> None:
-    from incsync.orchestration.concurrency import default_max_concurrent_runs, dagster_yaml
+    from incsync.orchestration.concurrency import dagster_yaml, default_max_concurrent_runs
 
     config = load_config(lake_config(tmp_path))
     assert default_max_concurrent_runs(config, cpus=2) == 2

@@ -9,17 +9,17 @@ from pathlib import Path
 
 import dagster as dg
 import pytest
-from dagster._core.remote_origin import RegisteredCodeLocationOrigin, RemoteJobOrigin, RemoteRepositoryOrigin
 from dagster._core.events import DagsterEvent, DagsterEventType, JobFailureData, RunFailureReason
+from dagster._core.remote_origin import RegisteredCodeLocationOrigin, RemoteJobOrigin, RemoteRepositoryOrigin
 from dagster._core.storage.dagster_run import DagsterRun
 from dagster._daemon.monitoring.run_monitoring import monitor_starting_run
 
 from incsync.config.errors import TagError
+from incsync.config.load import load_config
 from incsync.config.tags import parse_tags
 from incsync.orchestration.errors import StatusError
-from incsync.orchestration.statuses import TransferStatus, counts_by_model, list_transfers
-from incsync.config.load import load_config
 from incsync.orchestration.partitions import RECIPIENTS_PARTITIONS
+from incsync.orchestration.statuses import TransferStatus, counts_by_model, list_transfers
 from incsync_tests.support.lake import lake_config
 
 ASSET = dg.AssetKey(["lake", "orders"])

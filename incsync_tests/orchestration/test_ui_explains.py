@@ -10,8 +10,8 @@ import dagster as dg
 import pytest
 
 from incsync.cli.main import main
-from incsync.orchestration.definitions import build_definitions
 from incsync.core.transfer_id import TRANSFER_ID_PATTERN
+from incsync.orchestration.definitions import build_definitions
 from incsync_tests.support.browser import dump_dom, page_text, webserver
 from incsync_tests.support.lake import lake_config, order, ts, write_table
 

@@ -32,7 +32,7 @@ def expected(source: list[dict[str, Any]], org: str) -> list[tuple[Any, ...]]:
 
 
 def changed(frame: pd.DataFrame) -> list[tuple[int, str, str]]:
-    return sorted(zip(frame["id"].astype(int), frame["status"], frame["_change_type"]))
+    return sorted(zip(frame["id"].astype(int), frame["status"], frame["_change_type"], strict=False))
 
 
 def iso_ms(epoch_ms: int) -> str:

@@ -18,10 +18,10 @@ from typing import Any
 
 import pytest
 
-from incsync.core.bounds import UTC
 from incsync.config.load import load_config
-from incsync.destinations.registry import build_destination
+from incsync.core.bounds import UTC
 from incsync.core.windows import window_key_for
+from incsync.destinations.registry import build_destination
 from incsync.sources.registry import build_source
 from incsync.transfer.execute import run_transfer
 from incsync.transfer.request import TransferOutcome, TransferRun

@@ -11,13 +11,13 @@ from pathlib import Path
 import pytest
 import yaml
 
-from incsync.core.bounds import Bounds
 from incsync.config.load import load_config
+from incsync.core.bounds import Bounds
+from incsync.core.vendor_sql import mysql_literal, postgres_literal
 from incsync.destinations.registry import build_destination
 from incsync.errors import SourceError
 from incsync.orchestration.definitions import build_definitions
 from incsync.sources.registry import build_source, check_sources
-from incsync.core.vendor_sql import mysql_literal, postgres_literal
 from incsync_tests.support.jdbc import MariaDatabase, PgDatabase, jdbc_config, maria_database, mariadb_cli, pg_database
 from incsync_tests.support.lake import delta_rows, latest_metadata, materialize_partition, ts
 

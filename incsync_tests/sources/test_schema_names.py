@@ -15,15 +15,15 @@ import pytest
 from incsync.cli.main import run_command
 from incsync.config.load import load_config, parse_config
 from incsync.config.tags import MODE_TAG
+from incsync.core.bounds import Bounds
 from incsync.errors import ConfigError
 from incsync.orchestration.dagster_compat import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG
 from incsync.orchestration.definitions import build_definitions
 from incsync.orchestration.partitions import RECIPIENTS_PARTITIONS, partition_key
 from incsync.sources.jdbc.types import catalog_sql
 from incsync.sources.registry import build_source
-from incsync.core.bounds import Bounds
-from incsync_tests.support.jdbc import MariaDatabase, PgDatabase, jdbc_config, maria_database, mariadb_cli, pg_database
 from incsync_tests.sources.test_jdbc_sources import MARIA_ORDERS, PG_ORDERS, maria_insert, pg_insert
+from incsync_tests.support.jdbc import MariaDatabase, PgDatabase, jdbc_config, maria_database, mariadb_cli, pg_database
 from incsync_tests.support.lake import delta_rows, ts
 
 MODEL = dg.AssetKey(["db", "orders"])

@@ -15,7 +15,17 @@ import pytest
 from incsync.staging.errors import ConversionError
 from incsync_tests.support.destinations import MATRIX_KINDS, Target, destination_env
 from incsync_tests.support.jdbc import maria_database
-from incsync_tests.support.jdbc_transfer import arrow_schema, delta_schema, duckdb_schema, iceberg_schema, parquet_schema, pg_destination_rows, rows_by, transfer, write_config
+from incsync_tests.support.jdbc_transfer import (
+    arrow_schema,
+    delta_schema,
+    duckdb_schema,
+    iceberg_schema,
+    parquet_schema,
+    pg_destination_rows,
+    rows_by,
+    transfer,
+    write_config,
+)
 
 D6530 = "123456789012345678901234567890123.123456789012345678901234567891"
 U64 = 18446744073709551615

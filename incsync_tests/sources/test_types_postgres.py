@@ -19,7 +19,17 @@ from incsync.errors import PublishError
 from incsync.staging.errors import ConversionError
 from incsync_tests.support.destinations import MATRIX_KINDS, Target, destination_env
 from incsync_tests.support.jdbc import pg_database
-from incsync_tests.support.jdbc_transfer import arrow_schema, delta_schema, duckdb_schema, iceberg_schema, parquet_schema, pg_destination_rows, rows_by, transfer, write_config
+from incsync_tests.support.jdbc_transfer import (
+    arrow_schema,
+    delta_schema,
+    duckdb_schema,
+    iceberg_schema,
+    parquet_schema,
+    pg_destination_rows,
+    rows_by,
+    transfer,
+    write_config,
+)
 
 WIDE = "123456789012345678901234.123456789012345678901"  # >= 10^20 and 21 decimals: no Decimal(38,18) holds it
 N4030 = "1234567890.123456789012345678901234567891"

@@ -19,10 +19,10 @@ import yaml
 
 from incsync.config.load import load_config
 from incsync.errors import ConfigError
-from incsync.spark.session import spark_config
 from incsync.spark.server import stop_server
-from incsync_tests.support.host import free_port
+from incsync.spark.session import spark_config
 from incsync_tests.support.destinations import postgres_database
+from incsync_tests.support.host import free_port
 from incsync_tests.support.lake import JAN1_EPOCH, delta_rows, lake_config, order, ts, write_table
 
 
@@ -111,8 +111,8 @@ def _source_table(dsn: str) -> None:
 @pytest.mark.slow  # ~60 s with the cluster's start: make test-long
 def test_jdbc_to_delta_and_lake_to_postgres_on_a_standalone_cluster(standalone: Cluster, s3, tmp_path: Path) -> None:
     """Staging on the S3 server, so driver and executors share no folder (issue 14)."""
-    from incsync.storage.filesystems import resolve_options
     from incsync.storage.files import open_store
+    from incsync.storage.filesystems import resolve_options
 
     write_table(tmp_path / "src", "orders", [order(10, "org_1", ts(1, 4)), order(11, "org_2", ts(1, 5)),
                                              order(12, "org_2", ts(1, 6), status="paid")])

@@ -45,8 +45,8 @@ def test_transfers_through_connect_match_local(connect_port: int, tmp_path: Path
     assert first.returncode == 0, first.stderr
     second, warm = _cli("transfer", "orders", "--recipient", "acme", "--window", "2024-01-02", "-c", str(file), env=env)
     assert second.returncode == 0, second.stderr
-    lines = [l.split() for l in (first.stdout + second.stdout).splitlines() if l.startswith("orders")]
-    assert [(l[2], l[3], l[4], l[5]) for l in lines] == [
+    lines = [line.split() for line in (first.stdout + second.stdout).splitlines() if line.startswith("orders")]
+    assert [(line[2], line[3], line[4], line[5]) for line in lines] == [
         ("2024-01-01", "rows_transferred=2", "delta_rows_transferred=2", "high_watermark=2024-01-01T23:59:59.999999+00:00"),
         ("2024-01-02", "rows_transferred=2", "delta_rows_transferred=2", "high_watermark=2024-01-02T00:00:00+00:00"),
     ]

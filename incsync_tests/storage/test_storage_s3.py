@@ -20,12 +20,12 @@ import incsync
 from incsync.config.load import parse_config
 from incsync.errors import ConfigError, LeaseError
 from incsync.staging.batch import stage_arrow
-from incsync.storage.filesystems import resolve_options
 from incsync.storage.files import open_store
+from incsync.storage.filesystems import resolve_options
 from incsync_tests.support.arrow_transfer import run
 from incsync_tests.support.destinations import Target
-from incsync_tests.support.s3 import SECRET, SECRET_VAR
 from incsync_tests.support.lake import lake_config, order, ts, write_table
+from incsync_tests.support.s3 import SECRET, SECRET_VAR
 
 ROWS = [order(1, "org_1", ts(1, 1)), order(2, "org_1", ts(1, 2)), order(3, "org_2", ts(1, 3)), order(4, "org_1", ts(2, 6))]
 ACME = [r for r in ROWS if r["organization_id"] == "org_1"]
@@ -318,8 +318,8 @@ def test_object_storage_on_s3_from_staging_on_s3(s3, tmp_path: Path) -> None:
 def test_what_a_lake_on_s3_needs_spark_for_is_refused_by_name(
     s3, tmp_path: Path, source: dict[str, Any], model: dict[str, Any], message: str
 ) -> None:
-    from incsync.core.bounds import EPOCH, Bounds
     from incsync.config.load import load_config
+    from incsync.core.bounds import EPOCH, Bounds
     from incsync.errors import SourceError
     from incsync.sources.registry import build_source
 
@@ -335,9 +335,9 @@ def test_what_a_lake_on_s3_needs_spark_for_is_refused_by_name(
 
 
 def test_file_urls_for_lake_staging_and_destinations(tmp_path: Path, spark, dagster_instance) -> None:
-    from incsync.orchestration.definitions import build_definitions
     from incsync.cli.connectivity import check_connectivity
     from incsync.config.load import load_config
+    from incsync.orchestration.definitions import build_definitions
     from incsync_tests.support.lake import delta_rows, materialize_partition
 
     def file_urls(doc: dict[str, Any]) -> None:

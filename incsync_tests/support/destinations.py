@@ -15,10 +15,10 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 import pytest
 
-from incsync.core.bounds import Bounds
-from incsync.config.model import IncsyncConfig, ModelConfig, RecipientConfig
 from incsync.config.load import load_config
+from incsync.config.model import IncsyncConfig, ModelConfig, RecipientConfig
 from incsync.config.sources import LakeSourceConfig
+from incsync.core.bounds import Bounds
 from incsync.destinations.registry import Destination, build_destination
 from incsync.sources.base import Source
 

@@ -30,7 +30,7 @@ def typed_rows(n: int = 20) -> list[tuple]:
     for i in range(1, n + 1):
         rows.append((
             i, "org_1", None if i % 7 == 0 else f"s{i % 3}", None if i % 5 == 0 else Decimal(f"{i}.{i % 10}0") * (-1 if i % 4 == 0 else 1),
-            None if i % 6 == 0 else i % 2 == 0, None if i % 3 == 0 else ts(1, 5, 0, 0, i), '{"a": %d}' % i,
+            None if i % 6 == 0 else i % 2 == 0, None if i % 3 == 0 else ts(1, 5, 0, 0, i), f'{{"a": {i}}}',
             ts(1 + (i % 2), i % 24, 0, 0, 100 + i),
         ))
     rows += [(1001, "org_2", "x", Decimal("1.00"), True, None, "{}", ts(1, 3)), (1002, "org_2", "y", None, None, None, None, ts(2, 3))]

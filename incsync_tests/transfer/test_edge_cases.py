@@ -18,11 +18,11 @@ import pytest
 from deltalake import DeltaTable
 
 from incsync.config.load import load_config
+from incsync.config.tags import MODE_TAG
+from incsync.core.windows import window_key_for
 from incsync.destinations.registry import build_destination
 from incsync.errors import SchemaError, ValidationError
-from incsync.core.windows import window_key_for
 from incsync.sources.registry import build_source
-from incsync.config.tags import MODE_TAG
 from incsync.transfer.execute import run_transfer
 from incsync.transfer.request import TransferOutcome, TransferRun
 from incsync_tests.support.lake import JAN1_EPOCH, ORDERS_SCHEMA, lake_config, latest_metadata, materialize_partition, order, ts

@@ -34,13 +34,13 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule, run_state_machine_as_test
 
 from incsync.config.load import load_config
-from incsync.destinations.registry import build_destination
-from incsync.errors import ValidationError
+from incsync.config.tags import FULL_REFRESH_TAG, MODE_TAG
 from incsync.core.horizon import LOOKBACK_ONLY, TRANSACTIONS, SourceHorizon
 from incsync.core.windows import grid_start, window_key_for
-from incsync.transfer.execute import execute, run_transfer
+from incsync.destinations.registry import build_destination
+from incsync.errors import ValidationError
 from incsync.sources.lake import LakeSource
-from incsync.config.tags import FULL_REFRESH_TAG, MODE_TAG
+from incsync.transfer.execute import execute, run_transfer
 from incsync.transfer.request import TransferRequest, TransferRun
 from incsync_tests.support.lake import JAN1_EPOCH, ORDERS_SCHEMA, latest_metadata, materialize_partition
 

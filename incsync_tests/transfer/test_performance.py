@@ -8,13 +8,13 @@ from datetime import timedelta
 import pyarrow as pa
 from deltalake import DeltaTable
 
-from incsync.core.bounds import Bounds
-from incsync.config.model import ModelConfig, RecipientConfig
 from incsync.config.destinations import DeltaDestinationConfig
 from incsync.config.load import load_config
-from incsync.destinations.registry import build_destination
+from incsync.config.model import ModelConfig, RecipientConfig
+from incsync.core.bounds import Bounds
 from incsync.destinations.base import INCREMENTAL, TransferRecord
 from incsync.destinations.delta.destination import DeltaDestination
+from incsync.destinations.registry import build_destination
 from incsync.sources.registry import build_source
 from incsync.staging.spark import spark_parquet_schema, stage
 from incsync_tests.support.jdbc import jdbc_config, pg_database

@@ -13,7 +13,7 @@ from incsync.config.load import load_config
 from incsync.core.bounds import to_micros
 from incsync.destinations.registry import build_destination
 from incsync.sources.registry import build_source
-from incsync.transfer.plan import count_by_window, coalesce, plan_batches
+from incsync.transfer.plan import coalesce, count_by_window, plan_batches
 from incsync.transfer.request import TransferRun
 from incsync_tests.support.lake import lake_config, ts
 

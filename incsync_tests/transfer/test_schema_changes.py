@@ -14,8 +14,11 @@ import pytest
 from incsync.errors import SchemaError
 from incsync_tests.support.arrow_transfer import run
 from incsync_tests.support.destinations import MATRIX_KINDS, Target, destination_env, destination_spec, mariadb_database
-from incsync_tests.support.schema_change import BASE, BIG, row as _row, set_type as _set
 from incsync_tests.support.lake import lake_config, ts, write_table
+from incsync_tests.support.schema_change import BASE, BIG
+from incsync_tests.support.schema_change import row as _row
+from incsync_tests.support.schema_change import set_type as _set
+
 
 @pytest.fixture(params=MATRIX_KINDS)
 def kind(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Any:
@@ -40,7 +43,7 @@ def _rows(target: Target) -> list[dict[str, Any]]:
 def _type(target: Target, column: str) -> str:
     """The column's type as the destination stores it."""
     if target.kind == "postgres":
-        with target.destination._connect() as conn:
+        with target.destination.connect() as conn:
             return target.destination._columns(conn, "orders")[column]
     return str(target.destination.read_rows(model=target.model, recipient=target.recipient).schema.field(column).type)
 
@@ -76,7 +79,7 @@ def test_longer_text_needs_no_change_and_varchar_widens_to_text(kind: str, tmp_p
     run(config, "2024-01-01", scheduled=False)
     target = Target(config)
     if kind == "postgres":  # a destination table typed after a source varchar(10)
-        with target.destination._connect() as conn:
+        with target.destination.connect() as conn:
             conn.execute("ALTER TABLE acme.orders ALTER COLUMN code TYPE varchar(10)")
             conn.commit()
     write_table(tmp_path / "src", "orders", [_row(1, 1, code="short"), _row(2, 2, code="x" * 300)], schema=BASE)

@@ -9,8 +9,8 @@ import pytest
 from dagster._core.storage.tags import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG
 from deltalake import DeltaTable
 
-from incsync.orchestration.partitions import RECIPIENTS_PARTITIONS, partition_key
 from incsync.orchestration.definitions import build_definitions
+from incsync.orchestration.partitions import RECIPIENTS_PARTITIONS, partition_key
 from incsync.sources.lake import LakeSource
 from incsync_tests.support.lake import delta_rows, lake_config, order, ts, write_table
 

@@ -146,7 +146,7 @@ def test_three_cli_transfers_of_one_model_destination_run_one_at_a_time(
 
     intervals = _slot_intervals(home)
     assert len(intervals) == 3
-    assert all(end <= nxt for (_, end), (nxt, _) in zip(intervals, intervals[1:])), intervals  # one at a time
+    assert all(end <= nxt for (_, end), (nxt, _) in zip(intervals, intervals[1:], strict=False)), intervals  # one at a time
     deltas = sorted(int(line.split("delta_rows_transferred=")[1].split()[0]) for out in outs for line in out.splitlines()
                     if line.startswith("orders"))
     assert deltas == [0, 0, 2]  # the first committed both rows; the others found them there (no lease retry)

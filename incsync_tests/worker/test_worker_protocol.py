@@ -10,8 +10,8 @@ import pytest
 from incsync.cli.main import build_parser, run_transfer_request
 from incsync.cli.transfer import transfer_request
 from incsync.paths import dagster_home
-from incsync.worker.server import Worker
 from incsync.worker.client import PROTOCOL_VERSION
+from incsync.worker.server import Worker
 
 
 @pytest.fixture

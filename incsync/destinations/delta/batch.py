@@ -7,8 +7,8 @@ from collections.abc import Iterator
 import pyarrow as pa
 
 from incsync.core.crashpoints import crash_point
-from incsync.staging.batch import StagedBatch
 from incsync.destinations.types import delta_form, to_delta
+from incsync.staging.batch import StagedBatch
 
 
 def batch_reader(batch: StagedBatch) -> pa.RecordBatchReader:

@@ -59,7 +59,7 @@ def _literal(value: object) -> str | None:
     """A DataFusion literal of ``value``; None for a type the range does not cover."""
     if isinstance(value, bool):
         return "true" if value else "false"
-    if isinstance(value, int) or isinstance(value, float) and math.isfinite(value):
+    if isinstance(value, int) or (isinstance(value, float) and math.isfinite(value)):
         return repr(value)
     if isinstance(value, Decimal) and value.is_finite():
         return str(value)

@@ -37,8 +37,8 @@ from incsync.destinations.delta.maintain import file_sizes, maintain_table, rewr
 from incsync.destinations.delta.merge import merge, merge_fixes
 from incsync.destinations.delta.owner import claim, stamp, stamped_owner
 from incsync.destinations.delta.rewrite import rewrite
-from incsync.destinations.delta.state import app_id as delta_app_id
 from incsync.destinations.delta.state import RECORD_KEY, find_record, transactions
+from incsync.destinations.delta.state import app_id as delta_app_id
 from incsync.destinations.maintenance import Maintained
 from incsync.destinations.ownership import METADATA_KEY as OWNER_KEY
 from incsync.destinations.ownership import OWNER_PROPERTY, OWNERSHIP_LOG_KEY, Owner, now_iso, owner_of
@@ -69,7 +69,7 @@ class DeltaDestination(Destination):
                ("infinities", "Delta timestamps and dates have no infinity")),
     )
 
-    def __init__(self, config: DeltaDestinationConfig):
+    def __init__(self, config: DeltaDestinationConfig) -> None:
         self.config = config
         self.name = config.name
         # delta-rs takes the same option names (docs/storage.md); secrets are read from the environment here.
@@ -240,11 +240,12 @@ class DeltaDestination(Destination):
         log = {"owner": owner.to_json(), "previous": None, "reason": f"first transfer {transfer_id}", "at": now_iso()}
         try:
             DeltaTable.create(
-                path, schema=schema, mode="error", storage_options=self.storage_options, configuration={**self._layout(), OWNER_PROPERTY: owner.to_json()},
+                path, schema=schema, mode="error", storage_options=self.storage_options,
+                configuration={**self._layout(), OWNER_PROPERTY: owner.to_json()},
                 raise_if_key_not_exists=False,
                 commit_properties=CommitProperties(custom_metadata={OWNERSHIP_LOG_KEY: json.dumps(log)}),
             )
-        except Exception:  # noqa: BLE001 - another writer created it first: the caller reloads and checks its stamp
+        except Exception:
             if self._table_at(path) is None:
                 raise
 

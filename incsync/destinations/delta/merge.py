@@ -15,9 +15,9 @@ from incsync.config.model import ModelConfig
 from incsync.destinations.base import DELETED_AT, Removals
 from incsync.destinations.delta.batch import batch_reader, batch_table
 from incsync.destinations.delta.cluster import cluster_range
+from incsync.destinations.types import changed_kinds, delta_form
 from incsync.errors import SchemaError
 from incsync.staging.batch import StagedBatch
-from incsync.destinations.types import changed_kinds, delta_form
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

@@ -16,10 +16,10 @@ import pyarrow.compute as pc
 from deltalake import CommitProperties, DeltaTable, write_deltalake
 
 from incsync.config.model import ModelConfig
-from incsync.destinations.delta.batch import batch_table, crash_after
 from incsync.core.schema_change import SchemaDiff, conform
-from incsync.staging.batch import StagedBatch
+from incsync.destinations.delta.batch import batch_table, crash_after
 from incsync.destinations.types import delta_form
+from incsync.staging.batch import StagedBatch
 
 _ROW = "__incsync_row"
 _BATCH_LM = "__incsync_batch_lm"

@@ -53,7 +53,7 @@ class DuckDBDestination(Destination):
         ("infinities", "incsync refuses ±infinity for every kind but PostgreSQL"),
     ))
 
-    def __init__(self, config: DuckDBDestinationConfig):
+    def __init__(self, config: DuckDBDestinationConfig) -> None:
         self.config = config
         self.name = config.name
         self.path = config.path

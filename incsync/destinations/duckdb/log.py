@@ -19,7 +19,7 @@ OWNERS = "_incsync_owners"
 class Rows:
     """A statement's rows, fetched at once: DuckDB refuses the next statement while a result is unread."""
 
-    def __init__(self, rows: list[tuple]):
+    def __init__(self, rows: list[tuple]) -> None:
         self.rows = rows
 
     def fetchone(self) -> tuple | None:
@@ -32,7 +32,7 @@ class Rows:
 class Session:
     """A DuckDB connection whose ``execute`` reads each statement's rows before the next one runs."""
 
-    def __init__(self, con: duckdb.DuckDBPyConnection):
+    def __init__(self, con: duckdb.DuckDBPyConnection) -> None:
         self.con = con
 
     def execute(self, statement: str, params: list | None = None) -> Rows:

@@ -7,6 +7,8 @@ exact text, since DuckDB's DECIMAL stops there. All run inside the publish trans
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pyarrow as pa
 
 from incsync.config.model import ModelConfig
@@ -29,7 +31,7 @@ def load_stage(con: Session, batch: StagedBatch) -> pa.Schema:
     """The staged rows as the temporary table ``incsync_stage``; returns their schema in DuckDB's form."""
     form = duckdb_form(batch.schema).remove_metadata()
 
-    def converted():
+    def converted() -> Iterator[pa.RecordBatch]:
         for b in batch.reader():
             yield pa.RecordBatch.from_arrays(
                 [c if c.type == f.type else _as_text(c) for c, f in zip(b.columns, form, strict=True)], schema=form)

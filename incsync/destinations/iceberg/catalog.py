@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from incsync.config.destinations import IcebergDestinationConfig
 from incsync.destinations.base import TransferRecord
@@ -18,6 +19,10 @@ from incsync.destinations.ownership import Owner
 from incsync.errors import ConfigError
 from incsync.storage.filesystems import resolve_options
 from incsync.storage.names import is_url, local_path
+
+if TYPE_CHECKING:
+    from pyiceberg.catalog import Catalog
+
 
 RECORD_PREFIX = "incsync.transfer."
 SUMMARY_KEY = "incsync.transfer"
@@ -78,7 +83,7 @@ def io_properties(config: IcebergDestinationConfig) -> dict[str, str]:
     return props
 
 
-def open_catalog(config: IcebergDestinationConfig):  # -> pyiceberg Catalog
+def open_catalog(config: IcebergDestinationConfig) -> Catalog:
     """The catalog, its namespace created when missing (a new SQLite catalog creates its file and tables)."""
     uri = catalog_uri(config)
     if not uri:

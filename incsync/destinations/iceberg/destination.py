@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
@@ -44,6 +45,11 @@ from incsync.errors import IncsyncError, LeaseError, PublishError
 from incsync.staging.batch import StagedBatch
 from incsync.storage.filesystems import resolve_options
 
+if TYPE_CHECKING:
+    from pyiceberg.catalog import Catalog
+    from pyiceberg.table import Table
+
+
 PUBLISH_ATTEMPTS = 8
 
 
@@ -58,19 +64,19 @@ class IcebergDestination(Destination):
                ("infinities", "Iceberg timestamps and dates have no infinity")),
     )
 
-    def __init__(self, config: IcebergDestinationConfig):
+    def __init__(self, config: IcebergDestinationConfig) -> None:
         self.config = config
         self.name = config.name
         self._catalog = None
 
     @property
-    def catalog(self):
+    def catalog(self) -> Catalog:
         if self._catalog is None:
             try:
                 self._catalog = cat.open_catalog(self.config)
             except IncsyncError:
                 raise
-            except Exception as exc:  # SQLAlchemy, HTTP and storage errors of several types
+            except Exception as exc:  # noqa: BLE001 - SQLAlchemy, HTTP and storage errors of several types
                 raise PublishError(f"destination {self.name}: cannot open the Iceberg {self.config.catalog} catalog of "
                                    f"{self.config.path}: {type(exc).__name__}: {cat.scrub(str(exc), self.config)}") from None
         return self._catalog
@@ -85,7 +91,7 @@ class IcebergDestination(Destination):
     def _where(self, model: ModelConfig) -> str:
         return f"Iceberg table {self.identifier(model)} (destination {self.name})"
 
-    def table(self, model: ModelConfig):  # -> pyiceberg Table | None
+    def table(self, model: ModelConfig) -> Table | None:
         from pyiceberg.exceptions import NoSuchTableError
 
         try:
@@ -160,7 +166,7 @@ class IcebergDestination(Destination):
         change = arrow_diff(rows.schema, rows.schema)
         return {**self._metadata(table, model, recipient, written=rows.num_rows), **change_metadata(change, change)}
 
-    def _commit(self, table, *, model: ModelConfig, recipient: RecipientConfig, rows: pa.Table, record: TransferRecord,
+    def _commit(self, table: Table, *, model: ModelConfig, recipient: RecipientConfig, rows: pa.Table, record: TransferRecord,
                 expected: DestinationState, removals: Removals | None, where: str, new_keys: bool) -> dict[str, object]:
         name = model.model_name
         props = table.properties
@@ -212,7 +218,7 @@ class IcebergDestination(Destination):
             metadata["rows_removed"] = removed
         return {**metadata, **change_metadata(change, change, replaced=refresh)}
 
-    def _metadata(self, table, model: ModelConfig, recipient: RecipientConfig, *, written: int) -> dict[str, object]:
+    def _metadata(self, table: Table, model: ModelConfig, recipient: RecipientConfig, *, written: int) -> dict[str, object]:
         snapshot = table.current_snapshot()
         return {"iceberg_table": self.identifier(model), "iceberg_snapshot_id": snapshot.snapshot_id if snapshot else 0,
                 "iceberg_rows_written": written, OWNER_KEY: recipient.id}
@@ -221,7 +227,7 @@ class IcebergDestination(Destination):
         log = {"owner": owner.to_json(), "previous": previous.to_json() if previous else None, "reason": reason, "at": now_iso()}
         return {cat.OWNERSHIP_LOG: json.dumps(log)}
 
-    def _claim(self, table, *, model: ModelConfig, recipient: RecipientConfig, transfer_id: str) -> None:
+    def _claim(self, table: Table, *, model: ModelConfig, recipient: RecipientConfig, transfer_id: str) -> None:
         """Check the owner stamp; an unstamped table whose records name only this recipient is adopted in the
         publish's own commit (the stamp is set on ``table``'s transaction by the caller's commit)."""
         me = owner_of(model, recipient)
@@ -259,7 +265,8 @@ class IcebergDestination(Destination):
         previous = cat.owner_of_table(table.properties)
         last = cat.record_of(table.properties, recipient.id)
         new = replace(owner_of(model, recipient), moved=last.transfer_id if last else "")
-        table.transaction().set_properties({cat.OWNER_PROPERTY: new.to_json(), **self._ownership_log(new, previous, reason)}).commit_transaction()
+        properties = {cat.OWNER_PROPERTY: new.to_json(), **self._ownership_log(new, previous, reason)}
+        table.transaction().set_properties(properties).commit_transaction()
         return previous
 
     def maintain(self, models: list[ModelConfig], *, compact: bool, dry_run: bool) -> list:
@@ -281,6 +288,6 @@ def _without_stamp(schema: pa.Schema) -> pa.Schema:
     return schema.remove(schema.get_field_index(DELETED_AT)) if DELETED_AT in schema.names else schema
 
 
-def _total(table) -> int:
+def _total(table: Table) -> int:
     snapshot = table.current_snapshot()
     return int((snapshot.summary or {}).get("total-records", "0")) if snapshot else 0

@@ -6,6 +6,8 @@ and the commit's one snapshot drops the old file and adds the new ones (OVERWRIT
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -19,7 +21,13 @@ from incsync.destinations.iceberg.types import iceberg_type
 KEY_LIST_LIMIT = 10_000
 
 
-def arrow_schema(schema) -> pa.Schema:
+if TYPE_CHECKING:
+    from pyiceberg.expressions import BooleanExpression
+    from pyiceberg.schema import Schema
+    from pyiceberg.table import Table, Transaction
+
+
+def arrow_schema(schema: Schema) -> pa.Schema:
     """An Iceberg schema as the Arrow pyiceberg reads it back (strings as ``string``, no field ids)."""
     from pyiceberg.io.pyarrow import schema_to_pyarrow
 
@@ -28,7 +36,7 @@ def arrow_schema(schema) -> pa.Schema:
                                pa.binary() if pa.types.is_large_binary(f.type) else f.type) for f in arrow])
 
 
-def adapt(tx, change: SchemaDiff, form: pa.Schema, *, replace_columns: list[str], stamp: bool) -> None:
+def adapt(tx: Transaction, change: SchemaDiff, form: pa.Schema, *, replace_columns: list[str], stamp: bool) -> None:
     """The batch's new columns, widenings, a full refresh's replaced columns and the soft-delete stamp, in the
     publish's transaction (replaced: dropped and added again, a new field id, since Iceberg cannot cast data)."""
     from pyiceberg.types import TimestamptzType
@@ -50,12 +58,12 @@ def adapt(tx, change: SchemaDiff, form: pa.Schema, *, replace_columns: list[str]
             update.add_column(DELETED_AT, TimestamptzType())
 
 
-def data_files(tx) -> list:
+def data_files(tx: Transaction) -> list:
     """Every data file of the transaction's current snapshot."""
     return [task.file for task in scan_files(tx)]
 
 
-def _key_filter(keys: list[str], batch: pa.Table, removal_keys: pa.Table | None):
+def _key_filter(keys: list[str], batch: pa.Table, removal_keys: pa.Table | None) -> BooleanExpression:
     from pyiceberg.expressions import AlwaysFalse, And, GreaterThanOrEqual, In, LessThanOrEqual
 
     first = keys[0]
@@ -71,10 +79,10 @@ def _key_filter(keys: list[str], batch: pa.Table, removal_keys: pa.Table | None)
     return In(first, unique.to_pylist())
 
 
-def read_candidates(tx, *, keys: list[str], batch: pa.Table, removal_keys: pa.Table | None) -> tuple[list, pa.Table]:
+def read_candidates(tx: Transaction, *, keys: list[str], batch: pa.Table, removal_keys: pa.Table | None) -> tuple[list, pa.Table]:
     """The files whose statistics admit a batch key (or a removal key) with their row counts, and all their rows."""
-    from pyiceberg.io.pyarrow import ArrowScan
     from pyiceberg.expressions import AlwaysTrue
+    from pyiceberg.io.pyarrow import ArrowScan
 
     if tx.table_metadata.current_snapshot() is None:
         return [], pa.Table.from_batches([], schema=arrow_schema(tx.table_metadata.schema()))
@@ -104,7 +112,7 @@ def rewrites(tasks: list, stored: pa.Table, touched: np.ndarray) -> tuple[list, 
     return drop, kept
 
 
-def commit_snapshot(tx, *, rows: pa.Table, drop: list, summary: dict[str, str]) -> None:
+def commit_snapshot(tx: Transaction, *, rows: pa.Table, drop: list, summary: dict[str, str]) -> None:
     """One snapshot in the transaction: ``drop``'s files out, ``rows`` in (an empty APPEND still carries the summary)."""
     update = tx.update_snapshot(snapshot_properties=summary)
     with (update.overwrite() if drop else update.fast_append()) as producer:
@@ -115,7 +123,7 @@ def commit_snapshot(tx, *, rows: pa.Table, drop: list, summary: dict[str, str]) 
                 producer.append_data_file(f)
 
 
-def missing(table) -> str | None:
+def missing(table: Table) -> str | None:
     """Why the table cannot be read: a data file of its current snapshot is gone from storage."""
     if table.current_snapshot() is None:
         return None

@@ -15,12 +15,16 @@ when nothing reads it yet: a publish of another process may be about to commit i
 from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
+from typing import TYPE_CHECKING
 
 from incsync.destinations.maintenance import Maintained
 from incsync.storage.files import Store
 
+if TYPE_CHECKING:
+    from pyiceberg.table import Table
 
-def _files(table) -> list:
+
+def _files(table: Table) -> list:
     return [task.file for task in table.scan().plan_files()] if table.current_snapshot() else []
 
 
@@ -33,7 +37,7 @@ def _stored(store: Store) -> dict[str, tuple[int, float]]:
     return found
 
 
-def _read_by_snapshots(table, store: Store) -> set[str]:
+def _read_by_snapshots(table: Table, store: Store) -> set[str]:
     """The keys (relative to the table's folder) of every file a remaining snapshot reads."""
     io, keys = table.io, set()
 
@@ -54,7 +58,7 @@ def _on_fs(url: str) -> str:
     return url.split("://", 1)[1] if "://" in url else url
 
 
-def vacuum(table, store: Store, *, cutoff: float, dry_run: bool) -> tuple[int, int]:
+def vacuum(table: Table, store: Store, *, cutoff: float, dry_run: bool) -> tuple[int, int]:
     """Delete the files no remaining snapshot reads, written before ``cutoff``; (files, bytes) deleted."""
     read = _read_by_snapshots(table, store)
     doomed = {k: size for k, (size, written) in _stored(store).items() if k not in read and written < cutoff}
@@ -64,7 +68,7 @@ def vacuum(table, store: Store, *, cutoff: float, dry_run: bool) -> tuple[int, i
     return len(doomed), sum(doomed.values())
 
 
-def maintain_table(table, *, destination: str, name: str, retention_hours: int, compact: bool, dry_run: bool,
+def maintain_table(table: Table, *, destination: str, name: str, retention_hours: int, compact: bool, dry_run: bool,
                    store: Store) -> Maintained:
     from incsync.destinations.iceberg.files import arrow_schema, commit_snapshot
 

@@ -9,6 +9,7 @@ are inserted; an unchanged row is left alone. Removals delete keys or stamp ``_i
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -73,8 +74,13 @@ def upsert(stored: pa.Table, batch: pa.Table, *, keys: list[str], last_modified:
     if force:
         take = ~found | differ
     else:
-        newer = np.asarray(pc.fill_null(pc.greater(batch[last_modified], aligned[last_modified]), False).to_numpy(zero_copy_only=False)) if stored.num_rows else np.zeros(batch.num_rows, bool)
-        tie = np.asarray(pc.fill_null(pc.equal(batch[last_modified], aligned[last_modified]), False).to_numpy(zero_copy_only=False)) if stored.num_rows else np.zeros(batch.num_rows, bool)
+        def compared(op: Callable[..., pa.ChunkedArray]) -> np.ndarray:
+            if not stored.num_rows:
+                return np.zeros(batch.num_rows, bool)
+            both = op(batch[last_modified], aligned[last_modified])
+            return np.asarray(pc.fill_null(both, False).to_numpy(zero_copy_only=False))
+
+        newer, tie = compared(pc.greater), compared(pc.equal)
         take = ~found | (found & (newer | (tie & differ)))
     columns = []
     for f in batch.schema:

@@ -1,5 +1,5 @@
 """Connections to a MariaDB/MySQL destination server (PyMySQL, pure Python): the password from the
-environment, every session in UTC and strict mode, names quoted with backquotes.
+environment or the vault, every session in UTC and strict mode, names quoted with backquotes.
 
 A connection is opened for one state read or one publish and closed after it: the server forgets the
 session's temporary stage table and its named lock with it, also when the process dies mid-publish.
@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import os
 from collections.abc import Iterator
 
 import pymysql
@@ -18,7 +17,8 @@ import pymysql.cursors
 
 from incsync.config.destinations import MariaDBDestinationConfig
 from incsync.core.vendor_sql import dialect_for
-from incsync.errors import ConfigError, PublishError
+from incsync.errors import PublishError
+from incsync.secrets.stores import open_secret
 
 CONNECT_TIMEOUT_SECONDS = 10
 LOCK_WAIT_SECONDS = 600  # for the (database, model) lock another publisher holds
@@ -42,13 +42,12 @@ def table(database: str, name: str) -> str:
 
 
 def password(config: MariaDBDestinationConfig) -> str:
-    if config.password_env is None:
+    """The password, opened for the connection about to be made ("" without one)."""
+    ref = config.password_ref
+    if ref is None:
         return ""
-    value = os.environ.get(config.password_env)
-    if value is None:
-        raise ConfigError("environment", [
-            f"destinations[{config.name}].password_env: variable {config.password_env} is not set; export the password in it"])
-    return value
+    return open_secret(ref, used_by=f"destinations[{config.name}].{config.password_field}",
+                       what="the password").get_secret_value()
 
 
 @contextlib.contextmanager

@@ -64,7 +64,7 @@ class MariaDBDestination(Destination):
         ("infinities", "incsync refuses ±infinity for every kind but PostgreSQL"),
     ))
 
-    def __init__(self, config: MariaDBDestinationConfig):
+    def __init__(self, config: MariaDBDestinationConfig) -> None:
         self.config = config
         self.name = config.name
         self.database = config.database

@@ -15,9 +15,9 @@ import tempfile
 from pathlib import Path
 
 import pyarrow as pa
-import pymysql
 import pyarrow.compute as pc
 import pyarrow.csv as pacsv
+import pymysql
 
 from incsync.destinations.mariadb.connect import Connection, quote, rows, run, table
 from incsync.destinations.mariadb.types import column_type, json_columns, key_chars, refuse_non_finite
@@ -34,7 +34,10 @@ def create_stage(conn: Connection, database: str, form: pa.Schema, *, key: tuple
                  json: set[str]) -> None:
     """The session's stage table: the batch's columns (``form``) with the target's types, keyed like it."""
     chars = key_chars(form, key)
-    body = [f"{quote(f.name)} {'JSON' if f.name in json else column_type(f, key_chars=chars if f.name in key else None, collation=collation)}"
+    def typed(f: pa.Field) -> str:
+        return "JSON" if f.name in json else column_type(f, key_chars=chars if f.name in key else None, collation=collation)
+
+    body = [f"{quote(f.name)} {typed(f)}"
             for f in form]
     body.append(f"PRIMARY KEY ({', '.join(map(quote, key))})")
     run(conn, f"DROP TEMPORARY TABLE IF EXISTS {table(database, STAGE)}")

@@ -16,7 +16,7 @@ from incsync.destinations.mariadb.types import arrow_type
 
 
 def table_schema(conn: Connection, database: str, model: str, registered: log.Published | None,
-                 *, zoned: set[str] = frozenset()) -> pa.Schema | None:  # type: ignore[assignment]
+                 *, zoned: set[str] = frozenset()) -> pa.Schema | None:  # type: ignore[assignment]  # a frozenset default for a set parameter the function only reads
     """The table's columns as Arrow types; None without the table. ``zoned``: further columns known to
     hold UTC instants (the batch's, when the registry does not know the table yet)."""
     columns = log.table_columns(conn, database, model)

@@ -36,6 +36,7 @@ from incsync.destinations.mariadb.load import STAGE
 from incsync.destinations.ownership import Owner
 from incsync.errors import PublishError
 
+
 def names(model: str) -> tuple[str, str]:
     """(fresh, parked): the new table while it is built, the old one between the swap and its drop."""
     digest = hashlib.sha1(model.encode()).hexdigest()[:24]  # table names stop at 64 characters
@@ -55,7 +56,7 @@ def _pending(conn: Connection, database: str, model: str) -> tuple[str, str, str
         return None
     found = rows(conn, f"SELECT transfer_id, recipient_id, record, bookkeeping FROM {table(database, log.SWAPS)} "
                        "WHERE model_name = %s", [model])
-    return tuple(found[0]) if found else None  # type: ignore[return-value]
+    return tuple(found[0]) if found else None  # type: ignore[return-value]  # a row of the table's three columns
 
 
 def refuse_foreign_keys(conn: Connection, database: str, name: str, *, where: str) -> None:
@@ -115,7 +116,7 @@ def settle(conn: Connection, database: str, model: str) -> None:
     fresh, parked = names(model)
     found = _pending(conn, database, model)
     if found is not None and not log.exists(conn, database, fresh):  # swapped: finish it
-        transfer_id, recipient, record, text = found
+        transfer_id, _recipient, record, text = found
         bookkeeping = json.loads(text)
         run(conn, f"DROP TABLE IF EXISTS {table(database, parked)}")  # its triggers go with it
         run(conn, f"USE {quote(database)}")

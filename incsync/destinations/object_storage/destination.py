@@ -29,9 +29,11 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from incsync.config.model import ModelConfig, RecipientConfig
 from incsync.config.destinations import ObjectStorageDestinationConfig
+from incsync.config.model import ModelConfig, RecipientConfig
 from incsync.core.crashpoints import crash_point
+from incsync.core.lease import lost_lease
+from incsync.core.schema_change import SchemaDiff, arrow_diff, change_metadata, incompatible_error
 from incsync.destinations.base import (
     FULL_REFRESH,
     REPAIR,
@@ -43,7 +45,6 @@ from incsync.destinations.base import (
     TransferRecord,
     reset_reason,
 )
-from incsync.destinations.object_storage.reader import latest_versions, read_manifested, reader_schema
 from incsync.destinations.maintenance import Maintained
 from incsync.destinations.object_storage.manifests import (
     TransferLog,
@@ -51,15 +52,14 @@ from incsync.destinations.object_storage.manifests import (
     new_manifest,
     sha256_checksum,
 )
-from incsync.destinations.ownership import METADATA_KEY as OWNER_KEY
 from incsync.destinations.object_storage.owner import read_stamp, write_stamp
+from incsync.destinations.object_storage.reader import latest_versions, read_manifested, reader_schema
+from incsync.destinations.ownership import METADATA_KEY as OWNER_KEY
 from incsync.destinations.ownership import Owner, check_owner, owner_of
 from incsync.errors import PublishError
-from incsync.storage.filesystems import resolve_options
-from incsync.core.lease import lost_lease
-from incsync.core.schema_change import SchemaDiff, arrow_diff, change_metadata, incompatible_error
 from incsync.staging.batch import StagedBatch
 from incsync.storage.files import open_store
+from incsync.storage.filesystems import resolve_options
 from incsync.storage.names import is_url
 from incsync.storage.reach import check_storage
 
@@ -75,7 +75,7 @@ class ObjectStorageDestination(Destination):
                ("infinities", "Parquet timestamps and dates have no infinity")),
     )
 
-    def __init__(self, config: ObjectStorageDestinationConfig):
+    def __init__(self, config: ObjectStorageDestinationConfig) -> None:
         self.config = config
         self.name = config.name
         self.storage_options = resolve_options(config.storage_options, f"destinations[{config.name}].storage_options")

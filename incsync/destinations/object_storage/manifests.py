@@ -25,9 +25,9 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 
 from incsync.destinations.base import FULL_REFRESH, TransferRecord
-from incsync.storage.locks import exclusive_lock
-from incsync.storage.filesystems import resolve_options
 from incsync.storage.files import Store, open_store
+from incsync.storage.filesystems import resolve_options
+from incsync.storage.locks import exclusive_lock
 
 MANIFEST_VERSION = 1
 MANIFESTS = "_manifests"
@@ -69,7 +69,7 @@ def schema_from_text(text: str) -> pa.Schema:
 class TransferLog:
     """The committed transfer records (manifests) of one prefix, and how to find the newest fast."""
 
-    def __init__(self, store: Store, *, private: bool = False):
+    def __init__(self, store: Store, *, private: bool = False) -> None:
         self.store = store
         self.private = private
         self.base = PRIVATE_RECORDS if private else MANIFESTS

@@ -9,9 +9,9 @@ from datetime import datetime, timezone
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from incsync.core.schema_change import conform
 from incsync.destinations.base import DELETED_AT
 from incsync.destinations.object_storage.manifests import TransferLog, committed_manifests, open_prefix, schema_from_text
-from incsync.core.schema_change import conform
 from incsync.storage.files import Store
 
 

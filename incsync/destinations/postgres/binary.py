@@ -21,8 +21,8 @@ import pyarrow.compute as pc
 from pgpq import encoders
 from pgpq import schema as pg
 
-from incsync.staging.batch import StagedBatch, valued_statistics
 from incsync.core.typemap import INFINITY
+from incsync.staging.batch import StagedBatch, valued_statistics
 from incsync.staging.infinity import may_hold_infinity
 
 _INTEGERS = {"smallint": pa.int16(), "integer": pa.int32(), "bigint": pa.int64()}

@@ -13,15 +13,13 @@ the old rows or the new.
 from __future__ import annotations
 
 import contextlib
-import os
 from collections.abc import Iterator
 from dataclasses import replace
 
 import psycopg
+import pyarrow as pa
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict
-
-import pyarrow as pa
 
 from incsync.config.destinations import PostgresDestinationConfig
 from incsync.config.model import ModelConfig, RecipientConfig
@@ -51,6 +49,7 @@ from incsync.destinations.postgres.types import pg_type
 from incsync.destinations.postgres.verify import PostgresRowHashes
 from incsync.destinations.postgres.write import read_table, stored_drift, write_statement
 from incsync.errors import ConfigError, LeaseError, OwnershipError, PublishError, SchemaError
+from incsync.secrets.stores import open_secret
 from incsync.staging.batch import StagedBatch
 
 
@@ -80,7 +79,7 @@ class PostgresDestination(Destination):
         infinities=True, native_hashing="postgres", lacks=(("maintained", "the server's autovacuum reclaims space"),),
     )
 
-    def __init__(self, config: PostgresDestinationConfig):
+    def __init__(self, config: PostgresDestinationConfig) -> None:
         self.config = config
         self.name = config.name
         self.schema = config.schema_name
@@ -89,31 +88,28 @@ class PostgresDestination(Destination):
         self._settled: set[str] = set()
 
     @contextlib.contextmanager
-    def _connect(self, *, autocommit: bool = False) -> Iterator[psycopg.Connection]:
+    def connect(self, *, autocommit: bool = False) -> Iterator[psycopg.Connection]:
         """A connection of this server's pool (``postgres_pool``) for the ``with`` block: committed at
         its end, rolled back on an error, then returned to the pool (``autocommit``: for reads in one
         statement, which then need no BEGIN and COMMIT)."""
-        dsn = os.environ.get(self.config.dsn_env)
-        if dsn is None:
-            raise ConfigError(
-                "environment",
-                [f"destinations[{self.name}].dsn_env: variable {self.config.dsn_env} is not set; export the DSN in it"],
-            )
+        dsn_ref = self.config.dsn_ref
+        used_by = f"destinations[{self.name}].{self.config.dsn_field}"
+        dsn = open_secret(dsn_ref, used_by=used_by, what="the DSN").get_secret_value()
         try:
             password = conninfo_to_dict(dsn).get("password")
         except psycopg.ProgrammingError:  # its message quotes the DSN: never show it
             raise ConfigError(
-                "environment",
-                [f"destinations[{self.name}].dsn_env: ${self.config.dsn_env} is not a PostgreSQL connection string "
+                "environment" if dsn_ref.store == "env" else "vault",
+                [f"{used_by}: {dsn_ref.shown} is not a PostgreSQL connection string "
                  "(postgresql://user@host:port/dbname or key=value pairs)"],
             ) from None
         with connection(dsn, password=str(password) if password else None, destination=self.name,
-                        dsn_env=self.config.dsn_env, autocommit=autocommit) as conn:
+                        dsn_from=dsn_ref.shown, autocommit=autocommit) as conn:
             yield conn
 
     def check(self) -> None:
         """Connect once (``incsync validate --connect``); raises ConfigError/PublishError naming the setting."""
-        with self._connect():
+        with self.connect():
             pass
 
     def _ident(self, table: str) -> sql.Composed:
@@ -126,15 +122,15 @@ class PostgresDestination(Destination):
         return Location(shown=f'"{self.schema}"."{model.model_name}"')
 
     def read_rows(self, *, model: ModelConfig, recipient: RecipientConfig) -> pa.Table:
-        with self._connect() as conn:  # the recipient owns the schema's table
+        with self.connect() as conn:  # the recipient owns the schema's table
             return read_table(conn, self.schema, model.model_name)
 
     def stored_schema(self, *, model: ModelConfig, recipient: RecipientConfig) -> dict[str, str] | None:
-        with self._connect(autocommit=True) as conn:
+        with self.connect(autocommit=True) as conn:
             return self._columns(conn, model.model_name)
 
     def drift(self, *, model: ModelConfig, recipient: RecipientConfig, staged: pa.Schema) -> SchemaDiff | None:
-        with self._connect(autocommit=True) as conn:
+        with self.connect(autocommit=True) as conn:
             return stored_drift(conn, self.schema, model.model_name, staged)
 
     def row_hashes(self, *, model: ModelConfig, recipient: RecipientConfig) -> PostgresRowHashes:
@@ -146,7 +142,7 @@ class PostgresDestination(Destination):
         One statement once the schema is set up (``postgres_facts``); a question at a time otherwise.
         """
         name = model.model_name
-        with self._connect(autocommit=True) as conn:
+        with self.connect(autocommit=True) as conn:
             try:
                 seen = read_state_seen(conn, self.schema, model=name, recipient=recipient.id)
             except psycopg.errors.UndefinedTable:  # a first transfer, or a table gone: ask one thing at a time
@@ -174,7 +170,7 @@ class PostgresDestination(Destination):
     ) -> dict[str, object]:
         where = f"model {model.model_name}, recipient {recipient.id}"
         wanted = {f.name: pg_type(f) for f in batch.schema}
-        with self._connect() as conn:
+        with self.connect() as conn:
             try:
                 settled = model.model_name in self._settled
                 args = dict(model=model, recipient=recipient, batch=batch, wanted=wanted, record=record,
@@ -273,7 +269,7 @@ class PostgresDestination(Destination):
         return f"PostgreSQL table {self.table_name(model)} (destination {self.name})"
 
     def transfer_ownership(self, *, model: ModelConfig, recipient: RecipientConfig, reason: str) -> Owner | None:
-        with self._connect() as conn:
+        with self.connect() as conn:
             # A stage table of its own, private to this transaction, for ``_lock`` to fence the catalog with.
             conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(STAGE))
             conn.execute(sql.SQL("CREATE TEMP TABLE {} () ON COMMIT DROP").format(STAGE))

@@ -67,16 +67,16 @@ class Server:
         self.failure: str | None = None  # the last attempt's error; None once one succeeds
         server = self
 
-        class PooledConnection(psycopg.Connection):  # type: ignore[type-arg]
+        class PooledConnection(psycopg.Connection):  # type: ignore[type-arg]  # psycopg's generic Connection, used with its default row type
             @classmethod
-            def connect(cls, conninfo: str = "", **kwargs: object) -> PooledConnection:  # type: ignore[override]
+            def connect(cls, conninfo: str = "", **kwargs: object) -> PooledConnection:  # type: ignore[override]  # a classmethod narrowing psycopg's connect to the pool's keyword arguments
                 try:
-                    conn = super().connect(conninfo, **kwargs)  # type: ignore[arg-type]
+                    conn = super().connect(conninfo, **kwargs)  # type: ignore[arg-type]  # psycopg's connect takes these keyword arguments
                 except psycopg.Error as exc:
                     server.failure = masked(exc, password)
                     raise psycopg.OperationalError(server.failure) from None  # what the pool logs: no secret
                 server.failure = None
-                return conn  # type: ignore[return-value]
+                return conn  # type: ignore[return-value]  # the connection psycopg made is of this class
 
         self.pool: ConnectionPool = ConnectionPool(
             dsn,
@@ -142,12 +142,13 @@ def _server(dsn: str, password: str | None) -> Server:
 
 @contextmanager
 def connection(
-    dsn: str, *, password: str | None, destination: str, dsn_env: str, autocommit: bool = False,
+    dsn: str, *, password: str | None, destination: str, dsn_from: str, autocommit: bool = False,
 ) -> Iterator[psycopg.Connection]:
     """A connection of the server's pool for the ``with`` block: committed at its end, rolled back on
-    an error, then returned (``autocommit`` for the block only)."""
+    an error, then returned (``autocommit`` for the block only). ``dsn_from`` says where the DSN came from
+    (``$VARIABLE`` or ``vault entry <name>``), for messages."""
     server = _server(dsn, password)
-    conn = _take(server, destination=destination, dsn_env=dsn_env)
+    conn = _take(server, destination=destination, dsn_from=dsn_from)
     try:
         conn.autocommit = autocommit
         with conn:  # commit, or roll back on an error; a pooled connection is not closed by it
@@ -158,7 +159,7 @@ def connection(
         server.pool.putconn(conn)
 
 
-def _take(server: Server, *, destination: str, dsn_env: str) -> psycopg.Connection:
+def _take(server: Server, *, destination: str, dsn_from: str) -> psycopg.Connection:
     deadline = time.monotonic() + WAIT_SECONDS
     for attempt in itertools.count():
         left = deadline - time.monotonic()
@@ -167,7 +168,7 @@ def _take(server: Server, *, destination: str, dsn_env: str) -> psycopg.Connecti
         except PoolTimeout:
             if server.failure is not None:
                 raise PublishError(
-                    f"destination {destination}: cannot connect to PostgreSQL with the DSN in ${dsn_env}: {server.failure}"
+                    f"destination {destination}: cannot connect to PostgreSQL with the DSN in {dsn_from}: {server.failure}"
                 ) from None
             if time.monotonic() >= deadline:
                 raise PublishError(

@@ -16,8 +16,8 @@ from dataclasses import dataclass, replace
 import psycopg
 from psycopg import sql
 
-from incsync.errors import SchemaError
 from incsync.core.schema_change import SchemaDiff, TypeChange, change_metadata, incompatible_error, pg_diff
+from incsync.errors import SchemaError
 
 _DEPENDENTS = """
 SELECT DISTINCT CASE v.relkind WHEN 'm' THEN 'materialized view' ELSE 'view' END, v.oid::regclass::text, a.attname

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from incsync.errors import SchemaError
 from incsync.destinations.types import postgres_source_type
+from incsync.errors import SchemaError
 
 
 def pg_type(field: pa.Field) -> str:

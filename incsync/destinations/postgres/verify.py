@@ -22,7 +22,7 @@ def _ident(column: str) -> str:
 class PostgresRowHashes:
     """One recipient's copy of one model in ``<schema>.<model>``, soft-deleted rows and ``skip``ped keys left out."""
 
-    def __init__(self, destination: PostgresDestination, *, model: ModelConfig, recipient: RecipientConfig):
+    def __init__(self, destination: PostgresDestination, *, model: ModelConfig, recipient: RecipientConfig) -> None:
         self.destination, self.model, self.recipient = destination, model, recipient
         self.table = sql.Identifier(destination.schema, model.model_name).as_string(None)
         self.skip: list[str] = []
@@ -37,7 +37,7 @@ class PostgresRowHashes:
     def row_estimate(self) -> int:
         if not self._stored():
             return 0
-        with self.destination._connect() as conn:
+        with self.destination.connect() as conn:
             return int(conn.execute(f"SELECT count(*) FROM {self.table}").fetchone()[0])
 
     def _where_live(self, cols: dict[str, str], kinds: dict[str, Kind] | None = None) -> str:
@@ -59,7 +59,7 @@ class PostgresRowHashes:
             f"SELECT b, count(*), sum(h)::text FROM (SELECT {sql_key_bucket('postgres', key, buckets)} AS b, "
             f"{sql_hash('postgres', row, native=native)} AS h FROM {self.table}{live}) x WHERE b < {checked} GROUP BY b"
         )
-        with self.destination._connect() as conn:
+        with self.destination.connect() as conn:
             for b, n, s in conn.execute(query, {"skip": self.skip} if self.skip else None).fetchall():
                 out.add(int(b), int(n), int(s))
         return out
@@ -71,7 +71,7 @@ class PostgresRowHashes:
         key = [(_ident(c), kinds[c]) for c in self.model.primary_key]
         live = self._where_live(self._stored(), kinds)
         cond = f"{sql_key_bucket('postgres', key, buckets)} IN ({', '.join(map(str, which))})"
-        with self.destination._connect() as conn:
+        with self.destination.connect() as conn:
             cur = _infinity_as_text(conn.cursor())
             cur.execute(f"SELECT * FROM {self.table}{live}{' AND ' if live else ' WHERE '}{cond}",
                         {"skip": self.skip} if self.skip else None)

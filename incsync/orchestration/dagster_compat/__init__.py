@@ -26,13 +26,13 @@ from incsync.orchestration.dagster_compat.sqlite import (  # re-exported: the on
 __all__ = [
     "ASSET_PARTITION_RANGE_END_TAG",
     "ASSET_PARTITION_RANGE_START_TAG",
-    "BatchingSqliteEventLogStorage",
     "DEFER_ASSET_EVENTS_TAG",
     "EVENT_BATCH_ENV_VAR",
     "EVENT_BATCH_SIZE",
     "RUN_FAILURE_REASON_TAG",
     "SYNCHRONOUS_MODES",
     "WORKER_LOST_REASONS",
+    "BatchingSqliteEventLogStorage",
     "add_partition_metadata",
     "defers_asset_events",
     "event_log_storage_config",
@@ -117,7 +117,7 @@ def add_partition_metadata(context: dg.OutputContext, metadata: Mapping[str, Map
     for partition, values in metadata.items():
         handle = AssetMetadataHandle(asset_key=context.asset_key, partition_key=str(partition))
         merged[handle] = {**merged.get(handle, {}), **values}
-    step._metadata_accumulator = OutputMetadataAccumulator(per_output_metadata=merged)  # noqa: SLF001
+    step._metadata_accumulator = OutputMetadataAccumulator(per_output_metadata=merged)  # noqa: SLF001 - see the function's docstring
 
 
 def defers_asset_events(run: dg.DagsterRun | None) -> bool:

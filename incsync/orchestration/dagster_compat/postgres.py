@@ -44,8 +44,8 @@ def store_planned_on_postgres(instance: dg.DagsterInstance, run_id: str, events:
     with storage._connect() as conn:  # noqa: SLF001 - see the docstring
         ids = [int(row[0]) for row in conn.execute(statement).fetchall()]
     with storage.index_transaction() as conn:
-        storage._store_asset_event_tags(conn, entries, ids)  # noqa: SLF001
-        storage._store_asset_event(conn, entries[-1], ids[-1])  # noqa: SLF001
+        storage._store_asset_event_tags(conn, entries, ids)  # noqa: SLF001 - see the module's docstring
+        storage._store_asset_event(conn, entries[-1], ids[-1])  # noqa: SLF001 - see the module's docstring
     return True
 
 

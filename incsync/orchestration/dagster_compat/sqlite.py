@@ -75,7 +75,8 @@ def _batching_sqlite_event_log_storage() -> type:
 
         @classmethod
         def config_type(cls) -> Any:
-            from dagster import Any as AnyValue, Field, StringSource
+            from dagster import Any as AnyValue
+            from dagster import Field, StringSource
 
             return {"base_dir": StringSource,
                     "synchronous": Field(AnyValue, is_required=False, default_value=DEFAULT_SYNCHRONOUS,

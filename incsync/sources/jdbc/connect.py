@@ -11,10 +11,10 @@ from typing import TYPE_CHECKING
 
 from incsync.config.model import ModelConfig, RecipientConfig
 from incsync.config.sources import JdbcSourceConfig
-from incsync.errors import ConfigError, SourceError, root_cause, sanitize
-from incsync.sources.jdbc.errors import url_without_query
 from incsync.core.schema_names import schema_name_problem, shown
 from incsync.core.vendor_sql import DRIVERS, dialect_for
+from incsync.errors import ConfigError, SourceError, root_cause, sanitize
+from incsync.sources.jdbc.errors import url_without_query
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -33,7 +33,7 @@ def driver_packages(sources: Sequence[object]) -> list[str]:
 class JdbcConnection:
     """One database's connection settings; ``JdbcSource`` reads through them."""
 
-    def __init__(self, config: JdbcSourceConfig):
+    def __init__(self, config: JdbcSourceConfig) -> None:
         self.config = config
         self.vendor = config.vendor
         self.dialect = dialect_for(config.vendor)
@@ -52,7 +52,7 @@ class JdbcConnection:
             )
         return schema
 
-    def _options(self, model: ModelConfig, recipient: RecipientConfig) -> dict[str, str]:
+    def jdbc_options(self, model: ModelConfig, recipient: RecipientConfig) -> dict[str, str]:
         cfg = self.config
         if cfg.driver_jar and not Path(cfg.driver_jar).exists():
             raise SourceError(
@@ -76,7 +76,9 @@ class JdbcConnection:
         password = self.config.password()
         return [password.get_secret_value()] if password and password.get_secret_value() else []
 
-    def _load(self, spark: SparkSession, sql: str, options: dict[str, str], *, what: str, extra: dict[str, str] | None = None) -> DataFrame:
+    def load_query(
+        self, spark: SparkSession, sql: str, options: dict[str, str], *, what: str, extra: dict[str, str] | None = None,
+    ) -> DataFrame:
         reader = spark.read.format("jdbc").options(**options, **(extra or {}))
         password = self.config.password()
         try:
@@ -89,10 +91,10 @@ class JdbcConnection:
             df.schema  # noqa: B018 - Spark Connect resolves lazily: connect (and fail) here, not later
             return df
         except Exception as exc:  # noqa: BLE001 - every driver failure becomes one clear SourceError
-            raise self._error(exc, what=what) from None
+            raise self.source_error(exc, what=what) from None
 
     @contextmanager
-    def _pg_connect(self, target: dict[str, object], schema: str | None) -> Iterator[object]:
+    def pg_connect(self, target: dict[str, object], schema: str | None) -> Iterator[object]:
         """A read-only psycopg session in UTC (``search_path`` = the recipient's schema under schema tenancy)."""
         import psycopg
 
@@ -107,7 +109,7 @@ class JdbcConnection:
                 conn.execute(f"SET search_path TO {self.dialect.ident(schema)}")
             yield conn
 
-    def _error(self, exc: BaseException, *, what: str) -> SourceError:
+    def source_error(self, exc: BaseException, *, what: str) -> SourceError:
         """One line naming the source, the model/recipient, the cause and the fix; secrets removed."""
         cfg = self.config
         detail = sanitize(root_cause(exc), self._secrets())
@@ -120,7 +122,8 @@ class JdbcConnection:
             return SourceError(f"source {cfg.name}: {what}: {fix}")
         if any(s in lowered for s in ("password authentication failed", "access denied", "role \"", "authentication")):
             fix = f"check `user` ({cfg.user}) and the password in the variable named by `password_env` ({cfg.password_env})"
-        elif any(s in lowered for s in ("unknownhost", "connection refused", "connection attempt failed", "could not connect", "socket fail", "timed out", "connect timed")):
+        elif any(s in lowered for s in ("unknownhost", "connection refused", "connection attempt failed", "could not connect",
+                                        "socket fail", "timed out", "connect timed")):
             fix = f"check the host and port in `jdbc_url` ({sanitize(url_without_query(cfg.jdbc_url), [])}) and that the server is up"
         elif any(s in lowered for s in ("does not exist", "doesn't exist", "unknown database", "unknown column", "unknown table")):
             fix = "check the model's source_table/source_query, columns and (schema tenancy) the recipient's schema"

@@ -15,8 +15,8 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from incsync.core.bounds import from_micros
 from incsync.config.model import ModelConfig, RecipientConfig
+from incsync.core.bounds import from_micros
 from incsync.core.horizon import LOOKBACK_ONLY, OFF, REPLICA, TRANSACTIONS, SourceHorizon
 from incsync.core.vendor_sql import postgres_target
 
@@ -171,13 +171,13 @@ def _postgres_row(source: JdbcConnection, sql: str) -> dict[str, Any] | None:
 def _spark_row(source: JdbcConnection, spark: SparkSession, sql: str, model: ModelConfig, recipient: RecipientConfig) -> dict[str, Any]:
     what = f"model {model.model_name}, recipient {recipient.id}"
     try:
-        df = source._load(spark, sql, source._options(model, recipient), what=what)
+        df = source.load_query(spark, sql, source.jdbc_options(model, recipient), what=what)
         return df.collect()[0].asDict()
-    except Exception as exc:  # noqa: BLE001 - a missing grant falls back; anything else is one clear error
+    except Exception as exc:
         if "process privilege" in str(exc).lower():
             raise _MissingGrant from None
         from incsync.errors import SourceError
 
         if isinstance(exc, SourceError):
             raise
-        raise source._error(exc, what=what) from None
+        raise source.source_error(exc, what=what) from None

@@ -11,15 +11,15 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
-from incsync.core.bounds import Bounds
 from incsync.config.model import ModelConfig, RecipientConfig
-from incsync.errors import ConfigError, SchemaError
+from incsync.core.bounds import Bounds
 from incsync.core.horizon import SourceHorizon
+from incsync.core.sql_text import pasted_query, split_qualified
+from incsync.core.vendor_sql import bounds_predicate, fan_out_predicate, postgres_literal, postgres_target
+from incsync.errors import ConfigError, SchemaError
 from incsync.sources.base import Source, column, envelope, normalize_last_modified, select_columns
 from incsync.sources.jdbc.connect import JdbcConnection
-from incsync.core.vendor_sql import bounds_predicate, fan_out_predicate, postgres_literal, postgres_target
 from incsync.sources.jdbc.types import catalog_sql, plan_columns, select_list, with_plan_metadata
-from incsync.core.sql_text import pasted_query, split_qualified
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -72,11 +72,11 @@ class JdbcSource(JdbcConnection, Source):
         schema = self.schema_of(model, recipient)
         return [schema, *parts] if schema else parts
 
-    def _probe_schema(self, spark: SparkSession, model: ModelConfig, recipient: RecipientConfig) -> StructType:
+    def probe_schema(self, spark: SparkSession, model: ModelConfig, recipient: RecipientConfig) -> StructType:
         """Connect and learn the relation's columns (Spark runs it with ``WHERE 1=0``)."""
-        options = self._options(model, recipient)
+        options = self.jdbc_options(model, recipient)
         sql = self.relation_sql(model, recipient, bounds_where=None)
-        df = self._load(spark, sql, options, what=f"model {model.model_name}, recipient {recipient.id}")
+        df = self.load_query(spark, sql, options, what=f"model {model.model_name}, recipient {recipient.id}")
         schema = df.schema
         fields = {f.name: f.dataType for f in schema.fields}
         for name in [*model.primary_key, model.last_modified_column, *filter(None, [model.organization_column])]:
@@ -105,7 +105,7 @@ class JdbcSource(JdbcConnection, Source):
 
     def check(self, spark: SparkSession, *, model: ModelConfig, recipient: RecipientConfig) -> None:
         """Authorize the source: connect, and find the table and the model's columns."""
-        schema = self._probe_schema(spark, model, recipient)
+        schema = self.probe_schema(spark, model, recipient)
         self.plans(spark, model=model, recipient=recipient, schema=schema)  # column_types must name real columns
         fields = {f.name: f.dataType for f in schema.fields}
         kind = type(fields[model.last_modified_column]).__name__
@@ -134,7 +134,7 @@ class JdbcSource(JdbcConnection, Source):
         table = postgres_literal(self.dialect.relation(self.table_parts(model, recipient)))
         probe = f"SELECT has_table_privilege({table}, 'INSERT,UPDATE,DELETE,TRUNCATE') AS writable"
         what = f"model {model.model_name}, recipient {recipient.id}"
-        if self._load(spark, probe, self._options(model, recipient), what=what).collect()[0]["writable"]:
+        if self.load_query(spark, probe, self.jdbc_options(model, recipient), what=what).collect()[0]["writable"]:
             log.warning(
                 "source %s: user %s can write to %s; incsync only reads, so grant it SELECT only",
                 self.config.name, self.config.user, model.source_table,
@@ -148,18 +148,18 @@ class JdbcSource(JdbcConnection, Source):
         from pyspark.sql import functions as F
         from pyspark.sql.types import StringType, TimestampType
 
-        schema = self._probe_schema(spark, model, recipient)
+        schema = self.probe_schema(spark, model, recipient)
         fields = {f.name: f.dataType for f in schema.fields}
         plans = self.plans(spark, model=model, recipient=recipient, schema=schema)
         zoned = isinstance(fields[model.last_modified_column], TimestampType)
         in_bounds = bounds_predicate(self.dialect, model, bounds, zoned=zoned) + (f" AND ({where})" if where else "")
         sql = self.relation_sql(model, recipient, bounds_where=in_bounds, plans=plans, names=list(fields))
-        options = self._options(model, recipient)
+        options = self.jdbc_options(model, recipient)
         what = f"model {model.model_name}, recipient {recipient.id}"
         # A range split costs a MIN/MAX query and pays off only for large reads.
         split = rows_hint is None or rows_hint >= PARTITIONED_READ_MIN_ROWS
         extra = self._partitioning(spark, model, fields, sql, options, what) if split else {}
-        df = with_plan_metadata(self._load(spark, sql, options, what=what, extra=extra), plans)
+        df = with_plan_metadata(self.load_query(spark, sql, options, what=what, extra=extra), plans)
         if model.organization_column and isinstance(fields[model.organization_column], StringType):
             # Case-insensitive or PAD SPACE collations match more than the exact value; Spark compares exactly.
             df = df.where(column(model.organization_column) == F.lit(recipient.id_in_provider_system))
@@ -174,7 +174,7 @@ class JdbcSource(JdbcConnection, Source):
         from pyspark.sql.types import StringType, TimestampType
 
         anyone = targets[0][0]
-        schema = self._probe_schema(spark, model, anyone)
+        schema = self.probe_schema(spark, model, anyone)
         fields = {f.name: f.dataType for f in schema.fields}
         plans = self.plans(spark, model=model, recipient=anyone, schema=schema)
         zoned = isinstance(fields[model.last_modified_column], TimestampType)
@@ -182,11 +182,11 @@ class JdbcSource(JdbcConnection, Source):
             model, anyone, bounds_where=None, plans=plans, names=list(fields),
             tenant_where=fan_out_predicate(self.dialect, model, targets, zoned=zoned),
         )
-        options = self._options(model, anyone)
+        options = self.jdbc_options(model, anyone)
         what = f"model {model.model_name}, {len(targets)} recipients"
         split = rows_hint is None or rows_hint >= PARTITIONED_READ_MIN_ROWS
         extra = self._partitioning(spark, model, fields, sql, options, what) if split else {}
-        df = with_plan_metadata(self._load(spark, sql, options, what=what, extra=extra), plans)
+        df = with_plan_metadata(self.load_query(spark, sql, options, what=what, extra=extra), plans)
         assert model.organization_column is not None
         if isinstance(fields[model.organization_column], StringType):
             # Case-insensitive or PAD SPACE collations match more than the exact values; Spark compares exactly.
@@ -199,7 +199,8 @@ class JdbcSource(JdbcConnection, Source):
         anyone = targets[0][0]
         return self._count(
             model, anyone, cap,
-            lambda zoned: self.relation_sql(model, anyone, bounds_where=None, tenant_where=fan_out_predicate(self.dialect, model, targets, zoned=zoned)),
+            lambda zoned: self.relation_sql(
+                model, anyone, bounds_where=None, tenant_where=fan_out_predicate(self.dialect, model, targets, zoned=zoned)),
         )
 
     def count_rows(self, *, model: ModelConfig, recipient: RecipientConfig, bounds: Bounds, cap: int) -> int | None:
@@ -220,7 +221,7 @@ class JdbcSource(JdbcConnection, Source):
         if target is None:
             return None
         try:
-            with self._pg_connect(target, self.schema_of(model, recipient)) as conn:
+            with self.pg_connect(target, self.schema_of(model, recipient)) as conn:
                 lm = self.dialect.ident(model.last_modified_column)
                 relation = self.relation_sql(model, recipient, bounds_where=None)
                 kind = conn.execute(f"SELECT {lm} FROM ({relation}) q LIMIT 0").description[0].type_code
@@ -238,16 +239,16 @@ class JdbcSource(JdbcConnection, Source):
         target = postgres_target(self.config.jdbc_url) if self.vendor == "postgres" else None
         if target is not None:
             try:
-                with self._pg_connect(target, self.schema_of(model, recipient)) as conn:
+                with self.pg_connect(target, self.schema_of(model, recipient)) as conn:
                     return {name: kind for name, kind in conn.execute(sql).fetchall()}
             except Exception:  # noqa: BLE001 - Spark's JDBC read below reports the problem, naming the source
                 log.debug("source %s: the catalog probe failed; asking through Spark", self.config.name)
         what = f"model {model.model_name}, recipient {recipient.id}"
-        df = self._load(spark, sql, self._options(model, recipient), what=what)
+        df = self.load_query(spark, sql, self.jdbc_options(model, recipient), what=what)
         try:
             return {r["name"]: r["type"] for r in df.collect()}
         except Exception as exc:  # noqa: BLE001 - same translation as at connect time
-            raise self._error(exc, what=what) from None
+            raise self.source_error(exc, what=what) from None
 
     def _partitioning(
         self, spark: SparkSession, model: ModelConfig, fields: dict[str, DataType], sql: str, options: dict[str, str], what: str
@@ -261,11 +262,11 @@ class JdbcSource(JdbcConnection, Source):
             log.info("model %s: key %s is not one numeric column; reading with one query", model.model_name, model.primary_key)
             return {}
         k = self.dialect.ident(key)
-        bounds_query = self._load(spark, f"SELECT MIN({k}) AS lo, MAX({k}) AS hi FROM ({sql}) b", options, what=what)
+        bounds_query = self.load_query(spark, f"SELECT MIN({k}) AS lo, MAX({k}) AS hi FROM ({sql}) b", options, what=what)
         try:
             stats = bounds_query.collect()[0]
         except Exception as exc:  # noqa: BLE001 - same translation as at connect time
-            raise self._error(exc, what=what) from None
+            raise self.source_error(exc, what=what) from None
         if stats["lo"] is None or stats["lo"] == stats["hi"]:
             return {}
         return {

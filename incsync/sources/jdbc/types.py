@@ -10,11 +10,17 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from incsync.config.model import ModelConfig
-from incsync.errors import SchemaError
-from incsync.core.vendor_sql import mysql_literal, postgres_literal
 from incsync.core.typemap import (
-    METADATA_KEY, OVERRIDE_HELP, ColumnPlan, cast_sql, override_arrow, plan_column, spark_from_epoch,
+    METADATA_KEY,
+    OVERRIDE_HELP,
+    ColumnPlan,
+    cast_sql,
+    override_arrow,
+    plan_column,
+    spark_from_epoch,
 )
+from incsync.core.vendor_sql import mysql_literal, postgres_literal
+from incsync.errors import SchemaError
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame

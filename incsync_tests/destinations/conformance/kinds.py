@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
 from incsync.destinations.registry import destination_class
 from incsync_tests.support.destinations import PG_DSN_ENV, Target
 
@@ -75,7 +76,7 @@ def stored_type(target: Target, column: str) -> str:
 def create_view(target: Target) -> None:
     """The recipient's own view on its table, as a recipient would build it."""
     if target.kind == "postgres":
-        with target.destination._connect() as conn:
+        with target.destination.connect() as conn:
             conn.execute("CREATE VIEW acme.paid_orders AS SELECT id, status FROM acme.orders WHERE status = 'paid'")
         return
     if target.kind == "duckdb":
@@ -97,7 +98,7 @@ def _mariadb(target: Target, statement: str) -> list[tuple]:
 
 def view_rows(target: Target) -> list[tuple]:
     if target.kind == "postgres":
-        with target.destination._connect() as conn:
+        with target.destination.connect() as conn:
             return conn.execute("SELECT id, status FROM acme.paid_orders ORDER BY id").fetchall()
     if target.kind == "duckdb":
         with target.destination.connect() as con:

@@ -7,20 +7,20 @@ Each kind's crash points and which of them fall after its commit point are its r
 from __future__ import annotations
 
 import os
-from collections import Counter
 import re
 import signal
 import subprocess
 import sys
+from collections import Counter
 from datetime import timedelta
 from pathlib import Path
 
 import pytest
 
 from incsync.core.crashpoints import CRASH_ENV
+from incsync_tests.destinations.conformance.kinds import BY_NAME, KINDS, KINDS_TABLE
 from incsync_tests.support import arrow_transfer
 from incsync_tests.support.destinations import Target, destination_env, destination_spec, duplicates, max_last_modified
-from incsync_tests.destinations.conformance.kinds import BY_NAME, KINDS, KINDS_TABLE
 from incsync_tests.support.lake import lake_config, order, ts, write_table
 
 REPO = Path(__file__).resolve().parents[3]

@@ -15,11 +15,14 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
+from incsync_tests.destinations.conformance.kinds import BY_NAME, KINDS, stored_type
 from incsync_tests.support.arrow_transfer import run
 from incsync_tests.support.destinations import Target, destination_env, destination_spec
-from incsync_tests.destinations.conformance.kinds import BY_NAME, KINDS, stored_type
-from incsync_tests.support.schema_change import BASE, BIG, row as _row, set_type as _set
 from incsync_tests.support.lake import lake_config, ts, write_table
+from incsync_tests.support.schema_change import BASE, BIG
+from incsync_tests.support.schema_change import row as _row
+from incsync_tests.support.schema_change import set_type as _set
+
 
 def _config(root: Path, kind: str, rows: list[dict[str, Any]], schema: pa.Schema = BASE) -> Path:
     write_table(root / "src", "orders", rows, schema=schema)

@@ -1,0 +1,1 @@
+"""Tests of incsync.secrets: the vault and the environment as secret stores."""
