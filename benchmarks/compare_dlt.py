@@ -96,7 +96,6 @@ SETUPS = {
     "warm1p": "one process Connect",  # incsync_loop.py against that server
     "floor": "floor, no tool",     # COPY/ADBC -> delta-rs or COPY: the data movement alone
 }
-HEADLINE = ("worker", "cold")
 CONNECT = ("worker-connect", "warm", "warm1p")  # the tools whose Spark is the harness's Connect server
 WORKERS = ("worker", "worker-connect")
 AB_TOOLS = ("dlt", "worker", "cold", "worker-connect", "warm", "floor")
