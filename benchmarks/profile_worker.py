@@ -14,7 +14,10 @@ the repetitions:
 - the functions holding most samples, inclusive and on top of the stack.
 
     .venv/bin/python benchmarks/profile_worker.py [--tenant-rows 500000 --c-tenants 200 --c-rows 5000000
-        --destinations delta,postgres --repeat 3 --rate 100 --out DIR]
+        --destinations delta,postgres --repeat 3 --rate 100 --max-load 1.5 --max-wait 900 --out DIR]
+
+On a shared machine ``--max-load`` waits (``--max-wait`` seconds at most) before each run for the 1-minute
+load average to fall below it; each run records the load it started at.
     .venv/bin/python benchmarks/profile_worker.py --analyze DIR     # the tables again from a kept DIR
 
 Needs py-spy (``pip install py-spy``) and root or ptrace rights over the worker.
