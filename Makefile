@@ -54,7 +54,8 @@ SOAK_ARGS ?= --kills 210
 test-faults: $(STAMP)
 	$(BIN)/python -m incsync_tests.faults.soak $(SOAK_ARGS)
 
-# incsync (cold and warm) against dlt on the same PostgreSQL data, A/B and C200 (200 tenants, 5M rows);
+# incsync as the README runs it (`incsync worker -c incsync.yaml` with local Spark, and the cold CLI, over a
+# config of every recipient) against dlt on the same PostgreSQL data, A/B and C200 (200 tenants, 5M rows);
 # S: 10,000 recipients, one scheduled cycle through dagster-daemon (benchmarks/scale_daemon.py). Both on
 # a SQLite-backed and a PostgreSQL-backed Dagster instance (deploy/dagster.yaml's storage over a database
 # each run creates and drops); see benchmarks/README.md "Instances: SQLite and PostgreSQL".

@@ -1,36 +1,51 @@
-"""Benchmark: incsync (cold and warm) against dlt on the same PostgreSQL data, into Delta, PostgreSQL, DuckDB,
-Iceberg and MariaDB (``--destinations``; default delta,postgres).
+"""Benchmark: incsync as its README tells users to run it, beside dlt, on the same PostgreSQL data, into
+Delta, PostgreSQL, DuckDB, Iceberg and MariaDB (``--destinations``; default delta,postgres).
 
-Workloads, all on one generated ``public.orders`` table (``id`` PK, tenant column, ``updated_at``):
-  A  backfill of one tenant of ``--tenant-rows`` rows (default 500,000)
-  B  1% of that tenant changed, then an incremental load
+One generated ``public.orders`` table holds every tenant: ``big`` (``--tenant-rows``, 500,000) and
+``--c-tenants`` (200) skewed ones of ``--c-rows`` (5,000,000) in all (tenant k weighs 1/(k+1)).
+Workloads:
+  A  backfill of tenant ``big``
+  B  1% of that tenant changed, then an incremental load (what a schedule tick runs)
   N  (``--no-change``) the same incremental again with nothing changed: the fixed cost of a transfer
-  C  ``--c-tenants`` tenants (default 200) with ``--c-rows`` rows (default 5,000,000) in all, skewed
-     (tenant k has weight 1/(k+1)); one backfill per tenant, one after the other
+  C  one backfill of every C tenant (``--c-tenants`` 0 leaves them out of the data)
 
-Tools, each run as a fresh process per transfer, as a user runs them:
-  dlt    ``benchmarks/dlt_load.py``: sql_table, pyarrow backend, merge on the primary key,
-         incremental on updated_at, tenant filter pushed into the query; dlt's own destination for
-         each kind (filesystem delta / iceberg, postgres, duckdb, sqlalchemy with mysql+pymysql)
-  dlt1p  (workload C) every tenant's dlt pipeline in one process, one after the other
-  cold   ``incsync transfer`` with an embedded Spark (a JVM starts in every process)
-  warm   ``incsync transfer`` against a Spark Connect server the harness starts once (and warms up)
-  worker ``incsync transfer --worker SOCKET``: a standard-library client hands the transfer to an
-         ``incsync worker`` (started per destination before the timing, against the same Connect
-         server), which runs it as the same Dagster run; the reported RSS is the worker's
-  warm1p (workload C) every tenant's backfill in one incsync process (``benchmarks/incsync_loop.py``),
-         against the same server
+Every incsync config holds every recipient of the data (``--config all``, the default: ``big`` and the C
+tenants), at the product's defaults: the model's windows start ``--model-start`` (2025-01-01), daily
+windows, one query per transfer, ``recipients_per_run`` 1,000.
 
-Instances (``--instance``, incsync's tools): each incsync transfer runs in a fresh Dagster instance,
-``sqlite`` or ``postgres`` (a database of its own, deploy/dagster.yaml's storage; ``instances.py``).
+Tools (``--tools`` for A/B/N, ``--c-tools`` for C); the first three are the headline, what the README
+documents:
+  worker          the README's worker: ``incsync worker -c incsync.yaml`` (local Spark inside the worker,
+                  started and ready before the timing, one per tool x destination x repetition) and the
+                  README's client, ``incsync transfer orders --recipient big`` with ``INCSYNC_WORKER`` set,
+                  both run in the config's folder
+  cold            ``incsync transfer ... -c incsync.yaml`` in a fresh process: what a cron entry runs (a JVM
+                  per command); C: ONE command naming every C tenant (``--recipient`` repeated)
+  dlt             ``benchmarks/dlt_load.py``: sql_table, pyarrow backend, merge on the primary key,
+                  incremental on updated_at, tenant filter pushed into the query, a fresh process per load;
+                  dlt's own destination for each kind (filesystem delta / iceberg, postgres, duckdb,
+                  sqlalchemy with mysql+pymysql)
+  dlt1p           (C) every tenant's dlt pipeline in one process, one after the other
+Options, each labelled as such in the output:
+  worker-connect  the same worker and client, the config's ``spark.remote`` naming a Spark Connect server
+                  the harness starts once and warms up with one transfer (README "Keeping Spark warm")
+  warm            a fresh ``incsync transfer`` process against that Connect server
+  warm1p          (C) every tenant's backfill in one incsync process against it (``incsync_loop.py``)
+  floor           (A) the data movement alone, no tool: the tenant's rows by ``COPY`` into Arrow written by
+                  delta-rs, or ``COPY`` out of the source piped into ``COPY`` into the destination
 
-Per transfer it measures wall time, peak RSS of the Python process (VmHWM), of the JVM that serves it
-(the cold run's child JVM, or the Spark Connect server's, its VmHWM reset before each transfer) and of
-the process tree (the cold run's JVM included), and prints medians of ``--repeat`` repetitions with
-ratios to dlt. Each repetition loads into a fresh destination. Not part of `make test`; run with
-`make bench`:
+Instances (``--instance``, incsync's tools): each incsync config gets a fresh Dagster instance, ``sqlite``
+or ``postgres`` (a database of its own, deploy/dagster.yaml's storage; ``instances.py``).
 
-    .venv/bin/python benchmarks/compare_dlt.py [--repeat 3 --c-tenants 200 --c-rows 5000000 --instance sqlite,postgres]
+Per transfer it measures wall time and peak RSS: of the Python process that ran the transfer (VmHWM; a
+worker's, reset before each transfer, or its client's if higher), of the JVM that served it (the cold
+run's child JVM, the worker's local Spark, or the Connect server's; a resident JVM's VmHWM reset before
+each transfer) and of the tree (client + worker + the worker's JVM; the Connect server is in none).
+It prints each figure with its setup, config size and instance, then medians of ``--repeat`` repetitions
+with ratios to dlt (and dlt1p); ``--json`` writes the same with the machine's state. Each repetition
+loads into fresh destinations. Not part of `make test`; run with `make bench`:
+
+    .venv/bin/python benchmarks/compare_dlt.py [--workloads A,B,C --c-tenants 200 --c-rows 5000000 --instance sqlite,postgres]
 """
 
 from __future__ import annotations
@@ -60,6 +75,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from instances import INSTANCES, Instances, parse_instances  # noqa: E402 - sibling script
 from jdbc_postgres import HOST, PORT, pg_user  # noqa: E402
 
+from incsync.worker.client import WORKER_ENV_VAR  # noqa: E402 - standard library only
+
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
 BIG = "big"
@@ -67,12 +84,32 @@ DESTINATIONS = ("delta", "postgres", "duckdb", "iceberg", "mariadb")
 MARIADB = {"host": "127.0.0.1", "port": 3306, "user": "root"}  # the MariaDB destination server, empty password
 
 
+# What each tool's figures measure, as the output labels them: the headline tools run incsync as the
+# README documents; the others are options.
+SETUPS = {
+    "worker": "worker local",      # `incsync worker -c incsync.yaml`: local Spark in the worker (README)
+    "cold": "cold CLI",            # `incsync transfer` in a fresh process: a JVM per command
+    "dlt": "dlt",                  # a fresh dlt process per load
+    "dlt1p": "dlt one process",    # every tenant's pipeline in one dlt process
+    "worker-connect": "worker Connect",  # the worker, spark.remote naming the harness's warmed Connect server
+    "warm": "CLI Connect",         # a fresh `incsync transfer` process against that server
+    "warm1p": "one process Connect",  # incsync_loop.py against that server
+    "floor": "floor, no tool",     # COPY/ADBC -> delta-rs or COPY: the data movement alone
+}
+CONNECT = ("worker-connect", "warm", "warm1p")  # the tools whose Spark is the harness's Connect server
+WORKERS = ("worker", "worker-connect")
+AB_TOOLS = ("dlt", "worker", "cold", "worker-connect", "warm", "floor")
+C_TOOLS = ("dlt", "dlt1p", "worker", "cold", "worker-connect", "warm", "warm1p")
+
+
 @dataclass
 class Sample:
     workload: str
     destination: str
     tool: str
-    instance: str  # "–" for dlt
+    setup: str  # SETUPS[tool]
+    config_recipients: int  # recipients in incsync's config; 0 for dlt and the floor
+    instance: str  # "–" for dlt and the floor
     repetition: int
     wall: float
     rows: int
@@ -82,6 +119,15 @@ class Sample:
 
 
 NO_INSTANCE = "–"
+
+
+@dataclass
+class Worker:
+    """A running ``incsync worker``: its process, the socket it announced, the JVM of its local Spark."""
+
+    process: subprocess.Popen[str]
+    socket: Path
+    jvm: int | None  # None when its Spark is the Connect server
 
 
 def _status(pid: int, field: str) -> int:
@@ -127,10 +173,10 @@ def jvm_of(pid: int) -> int:
     return next((p for p, name in descendants(pid) if name == "java"), pid)
 
 
-def measure(command: list[str], env: dict[str, str]) -> tuple[float, int, int, int, str]:
+def measure(command: list[str], env: dict[str, str], *, cwd: Path | None = None) -> tuple[float, int, int, int, str]:
     """Run ``command``; wall seconds, peak RSS of the process itself, of a JVM it starts, of its tree; stdout."""
     started = time.monotonic()
-    process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    process = subprocess.Popen(command, env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     peaks = {"py": 0, "jvm": 0, "tree": 0}
     done = threading.Event()
 
@@ -164,14 +210,10 @@ def mariadb(**kwargs: object):  # -> pymysql.Connection (imported only when a Ma
     return pymysql.connect(**MARIADB, **kwargs)
 
 
-def worker_socket(config: Path) -> Path:
-    return config.parent / "w.sock"
-
-
-def stop(process: subprocess.Popen[str] | None) -> None:
-    if process is not None:
-        process.terminate()
-        process.wait(timeout=60)
+def stop(worker: Worker | None) -> None:
+    if worker is not None:
+        worker.process.terminate()
+        worker.process.wait(timeout=60)
 
 
 def generate(conn: psycopg.Connection, *, tenant_rows: int, c_tenants: int, c_rows: int, start: datetime, end: datetime) -> dict[str, int]:
@@ -206,10 +248,11 @@ def generate(conn: psycopg.Connection, *, tenant_rows: int, c_tenants: int, c_ro
 
 class Bench:
     def __init__(self, args: argparse.Namespace, work: Path, user: str, source_db: str, dest_db: str, start: datetime,
-                 instances: Instances):
+                 instances: Instances, sizes: dict[str, int]):
         self.args, self.work, self.user = args, work, user
         self.source_db, self.dest_db, self.start = source_db, dest_db, start
         self.instances = instances
+        self.sizes = sizes  # every tenant of the data and its rows: the recipients of a config holding all
         self.instance_env: dict[Path, dict[str, str]] = {}  # config -> the storage URL of its postgres instance
         self.instance_db: dict[Path, str] = {}
         self.remote: set[Path] = set()  # configs whose Spark is the Connect server
@@ -223,8 +266,14 @@ class Bench:
         return f"postgresql://{self.user}@{HOST}:{PORT}/{db}"
 
     # --- incsync -------------------------------------------------------------------------------------
-    def incsync_config(self, name: str, destination: str, recipients: list[str], *, warm: bool, instance: str | None) -> Path:
-        """The config, and its Dagster instance in ``.dagster`` beside it (None: the one incsync writes on first use)."""
+    def config_recipients(self, transferred: list[str]) -> list[str]:
+        """The recipients a tool's config holds: every tenant of the data (``--config all``, what a user's
+        config holds), or only those it transfers."""
+        return list(self.sizes) if self.args.config == "all" else transferred
+
+    def incsync_config(self, name: str, destination: str, recipients: list[str], *, connect: bool, instance: str | None) -> Path:
+        """``<work>/<name>/incsync.yaml`` at the product's defaults, and its Dagster instance in ``.dagster``
+        beside it, the instance's default place (None: the one incsync writes on first use)."""
         folder = self.work / name
         folder.mkdir(parents=True)
         self.maria_names += [name] if destination == "mariadb" else []
@@ -242,21 +291,24 @@ class Bench:
             else:
                 destinations.append({"name": f"d_{r}", "kind": "postgres", "dsn_env": "BENCH_DEST_DSN", "schema": f"{name}_{r}"})
             entries.append({"id": r, "id_in_provider_system": r, "destination": f"d_{r}"})
+        source = {"name": "app_db", "vendor": "postgres", "jdbc_url": f"jdbc:postgresql://{HOST}:{PORT}/{self.source_db}",
+                  "user": self.user}
+        if self.args.queries != 1:  # the product's default is one query per transfer
+            source["max_concurrent_queries_per_transfer"] = self.args.queries
         config = {
-            # --queries: the product's default is one query per transfer.
-            "sources": [{"name": "app_db", "vendor": "postgres", "jdbc_url": f"jdbc:postgresql://{HOST}:{PORT}/{self.source_db}",
-                         "user": self.user, "max_concurrent_queries_per_transfer": self.args.queries}],
+            "sources": [source],
             "destinations": destinations,
+            # Daily windows, as `incsync init` writes them (the field's default too).
             "models": [{"model_name": "orders", "source": "app_db", "source_table": "public.orders", "primary_key": ["id"],
                         "last_modified_column": "updated_at", "organization_column": "organization_id",
                         "max_transfer_time_window_seconds": 86400, "min_start_time_epoch": int(self.start.timestamp())}],
             "recipients": entries,
         }
-        if warm:
+        if connect:
             config["spark"] = {"spark.remote": f"sc://127.0.0.1:{self.args.port}"}
         path = folder / "incsync.yaml"
         path.write_text(yaml.safe_dump(config, sort_keys=False))
-        if warm:
+        if connect:
             self.remote.add(path)
         if instance is not None:
             db = self.instances.next_name() if instance == "postgres" else None
@@ -272,48 +324,72 @@ class Bench:
             self.instances.drop(self.instance_db.pop(config))
 
     def incsync_env(self, config: Path) -> dict[str, str]:
-        return {**os.environ, "DAGSTER_HOME": str(config.parent / ".dagster"), "INCSYNC_STAGING_DIR": str(config.parent / "staging"),
+        env = {k: v for k, v in os.environ.items() if k not in ("INCSYNC_CONFIG", "INCSYNC_WORKER")}
+        return {**env, "DAGSTER_HOME": str(config.parent / ".dagster"), "INCSYNC_STAGING_DIR": str(config.parent / "staging"),
                 "BENCH_DEST_DSN": self.dsn(self.dest_db), **self.instance_env.get(config, {})}
 
-    def timed(self, config: Path, command: list[str], worker: subprocess.Popen[str] | None = None
-              ) -> tuple[float, int, int, int, int, str]:
-        """``measure`` of an incsync command; with the Connect server, its JVM's peak during the command
-        (VmHWM reset before: the server's earlier transfers and warm-up stay out, its resident heap not)."""
-        jvm = self.server_jvm if config in self.remote else None
-        if jvm is not None:
-            reset_peak_rss(jvm)
-        if worker is not None:
-            reset_peak_rss(worker.pid)
-        wall, py, child_jvm, tree, out = measure(command, self.incsync_env(config))
+    def incsync(self, config: Path, recipients: list[str] | None, *, backfill: bool, worker: Worker | None = None,
+                command: list[str] | None = None) -> tuple[float, int, int, int, int]:
+        """One ``incsync transfer orders`` of ``recipients`` (None: every recipient of the config), in a fresh
+        process or, as the README shows it, through ``worker``: the client run in the config's folder with
+        ``INCSYNC_WORKER`` set. ``command`` runs instead (``incsync_loop.py``). Wall seconds, rows, peaks of
+        Python, the serving JVM and the tree."""
+        env, cwd = self.incsync_env(config), None
+        if command is None:
+            who = [a for r in recipients or () for a in ("--recipient", r)]
+            command = [str(BIN / "incsync"), "transfer", "orders", *who, *(["--backfill"] if backfill else [])]
+            if worker is None:
+                command += ["-c", str(config)]
+            else:
+                env[WORKER_ENV_VAR], cwd = str(worker.socket), config.parent
+        # Resident processes' peaks start afresh (Linux clear_refs): their earlier transfers and warm-up stay
+        # out, their resident memory not.
+        resident = [p for p in (worker and worker.process.pid, worker and worker.jvm,
+                                self.server_jvm if config in self.remote else None) if p]
+        for pid in resident:
+            reset_peak_rss(pid)
+        wall, py, jvm, tree, out = measure(command, env, cwd=cwd)
         rows = sum(int(n) for n in re.findall(r"(?<!_)rows_transferred=(\d+)", out))
-        return wall, rows, py, vm_hwm(jvm) if jvm is not None else child_jvm, tree, out
-
-    def incsync(self, config: Path, recipient: str | None, *, backfill: bool, worker: subprocess.Popen[str] | None = None
-                ) -> tuple[float, int, int, int, int]:
-        """One ``incsync transfer`` of ``recipient`` (None: every recipient of the config, as one command)."""
-        who = ["--recipient", recipient] if recipient else []
-        command = [str(BIN / "incsync"), "transfer", "orders", *who, "-c", str(config)]
-        if backfill:
-            command.append("--backfill")
-        if worker is not None:
-            command += ["--worker", str(worker_socket(config))]
-        wall, rows, py, jvm, tree, _ = self.timed(config, command, worker)
-        if worker is not None:  # the work happens in the worker: its peak counts, beside the client's
-            worker_peak = vm_hwm(worker.pid)
-            py, tree = max(py, worker_peak), py + worker_peak
+        if worker is not None:  # the work happens in the worker: its peaks count, beside the client's
+            worker_py = vm_hwm(worker.process.pid)
+            worker_jvm = vm_hwm(worker.jvm) if worker.jvm else 0
+            py, tree = max(py, worker_py), tree + worker_py + worker_jvm
+            jvm = worker_jvm or jvm
+        if config in self.remote and self.server_jvm:
+            jvm = vm_hwm(self.server_jvm)
         return wall, rows, py, jvm, tree
 
-    def start_worker(self, config: Path) -> subprocess.Popen[str]:
-        """``incsync worker`` for ``config``, ready (Spark session connected) before any timing starts."""
-        process = subprocess.Popen([str(BIN / "incsync"), "worker", "-c", str(config), "--socket", str(worker_socket(config))],
+    def start_worker(self, config: Path) -> Worker:
+        """``incsync worker -c incsync.yaml`` in the config's folder, as the README starts it (its default
+        socket beside the file), ready (its Spark started or connected) before any timing starts."""
+        process = subprocess.Popen([str(BIN / "incsync"), "worker", "-c", config.name], cwd=config.parent,
                                    env=self.incsync_env(config), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         assert process.stdout is not None
+        started = time.monotonic()
         for line in process.stdout:
-            if line.strip().startswith("export INCSYNC_WORKER="):
+            if line.strip().startswith(f"export {WORKER_ENV_VAR}="):
                 threading.Thread(target=process.stdout.read, daemon=True).start()  # keep draining its output
-                print(f"  worker ready, resident before any transfer: {vm_hwm(process.pid) / 2**20:,.0f} MB", flush=True)
-                return process
+                socket_path = Path(line.strip().split("=", 1)[1])
+                java = [p for p, name in descendants(process.pid) if name == "java"]
+                worker = Worker(process, socket_path, None if config in self.remote else (java[0] if java else None))
+                jvm = f", its JVM {vm_hwm(worker.jvm) / 2**20:,.0f} MB" if worker.jvm else ""
+                print(f"  worker ready in {time.monotonic() - started:.1f} s, resident before any transfer: "
+                      f"{vm_hwm(process.pid) / 2**20:,.0f} MB{jvm}", flush=True)
+                return worker
         raise RuntimeError(f"incsync worker for {config} exited with {process.wait()} before it was ready")
+
+    def floor(self, name: str, destination: str, tenant: str) -> tuple[float, int, int, int, int]:
+        """``floor.py``: the tenant's rows moved by COPY/ADBC into delta-rs or PostgreSQL, no tool; its wall
+        is the movement alone (connect to commit), its Python start-up left out."""
+        folder = self.work / name
+        folder.mkdir(parents=True, exist_ok=True)
+        target = (["--delta-path", str(folder / "out" / tenant)] if destination == "delta"
+                  else ["--dest-dsn", self.dsn(self.dest_db), "--schema", f"{name}_{tenant}"])
+        command = [str(BIN / "python"), str(ROOT / "benchmarks" / "floor.py"), "--source-dsn", self.dsn(self.source_db),
+                   "--tenant", tenant, *target]
+        _, py, jvm, tree, out = measure(command, dict(os.environ))
+        moved = float(re.search(r"seconds=([0-9.]+)", out).group(1))
+        return moved, int(re.search(r"rows=(\d+)", out).group(1)), py, jvm, tree
 
     # --- dlt -----------------------------------------------------------------------------------------
     def dlt(self, name: str, destination: str, tenant: str | list[str]) -> tuple[float, int, int, int, int]:
@@ -387,65 +463,71 @@ class Bench:
         return n
 
     def record(self, workload: str, destination: str, tool: str, instance: str, rep: int,
-               result: tuple[float, int, int, int, int]) -> None:
+               result: tuple[float, int, int, int, int], *, cfg: int = 0) -> None:
         wall, rows, py, jvm, tree = result
-        self.samples.append(Sample(workload, destination, tool, instance, rep, wall, rows, py, jvm, tree))
-        print(f"  {workload} {destination:<8} {tool:<6} {instance:<8} rep {rep}: {wall:6.1f} s  {rows:>9,} rows  "
+        self.samples.append(Sample(workload, destination, tool, SETUPS[tool], cfg, instance, rep, wall, rows, py, jvm, tree))
+        where = f"cfg {cfg}, {instance} instance" if cfg else "–"
+        print(f"  {workload} {destination:<8} {SETUPS[tool]:<15} {where:<25} rep {rep}: {wall:6.2f} s  {rows:>9,} rows  "
               f"py {py / 2**20:,.0f} MB  JVM {jvm / 2**20:,.0f} MB  tree {tree / 2**20:,.0f} MB", flush=True)
 
     # --- workloads -----------------------------------------------------------------------------------
     def a_and_b(self, destination: str, tool: str, instance: str, rep: int, tenant_rows: int) -> None:
-        name = f"{tool}_{destination[:2]}{'' if tool == 'dlt' else '_' + instance[:2]}_{rep}_{uuid.uuid4().hex[:4]}"
+        name = f"{tool.replace('-', '')[:8]}_{destination[:2]}{'' if instance == NO_INSTANCE else '_' + instance[:2]}_{rep}_{uuid.uuid4().hex[:4]}"
+        if tool == "floor":  # A only: what B's merge would cost without a tool is not this harness's question
+            self.record("A", destination, tool, instance, rep, self.floor(name, destination, BIG))
+            return
         worker = config = None
+        cfg = 0
         if tool == "dlt":
             run = lambda backfill: self.dlt(name, destination, BIG)  # noqa: E731 - dlt's state decides
         try:
             if tool != "dlt":
-                config = self.incsync_config(name, destination, [BIG], warm=tool in ("warm", "worker"), instance=instance)
-                worker = self.start_worker(config) if tool == "worker" else None
-                run = lambda backfill: self.incsync(config, BIG, backfill=backfill, worker=worker)  # noqa: E731
-            self.record("A", destination, tool, instance, rep, run(True))
+                recipients = self.config_recipients([BIG])
+                cfg = len(recipients)
+                config = self.incsync_config(name, destination, recipients, connect=tool in CONNECT, instance=instance)
+                worker = self.start_worker(config) if tool in WORKERS else None
+                run = lambda backfill: self.incsync(config, [BIG], backfill=backfill, worker=worker)  # noqa: E731
+            self.record("A", destination, tool, instance, rep, run(True), cfg=cfg)
             landed = self.landed(tool, name, destination, BIG)
             assert landed == tenant_rows, f"{tool} {destination}: destination holds {landed} rows, the tenant has {tenant_rows}"
             changed = self.change(BIG, 0.01, tenant_rows)
             result = run(False)
             assert result[1] >= changed, f"{tool} {destination}: incremental moved {result[1]} rows, {changed} changed"
-            self.record("B", destination, tool, instance, rep, result)
+            self.record("B", destination, tool, instance, rep, result, cfg=cfg)
             if self.args.no_change:  # N: the same incremental again, nothing changed since
-                self.record("N", destination, tool, instance, rep, run(False))
+                self.record("N", destination, tool, instance, rep, run(False), cfg=cfg)
         finally:
             stop(worker)
             self.done_with(config)
 
     def c(self, destination: str, tool: str, instance: str, rep: int, sizes: dict[str, int]) -> None:
-        name = f"{tool}_c{destination[:2]}{'' if tool.startswith('dlt') else '_' + instance[:2]}_{rep}_{uuid.uuid4().hex[:4]}"
+        name = f"{tool.replace('-', '')[:8]}_c{destination[:2]}{'' if instance == NO_INSTANCE else '_' + instance[:2]}_{rep}_{uuid.uuid4().hex[:4]}"
         tenants = [t for t in sizes if t != BIG]
         if tool == "dlt1p":  # every tenant's pipeline in one dlt process
             self.record("C", destination, tool, instance, rep, self.dlt(name, destination, tenants))
             self.check_c(tool, name, destination, sizes)
             return
-        config = None
-        worker = None
+        config = worker = None
+        cfg = 0
         try:
             if tool != "dlt":
-                config = self.incsync_config(name, destination, tenants, warm=tool in ("warm", "warm1p", "worker"), instance=instance)
+                recipients = self.config_recipients(tenants)
+                cfg = len(recipients)
+                config = self.incsync_config(name, destination, recipients, connect=tool in CONNECT, instance=instance)
             if tool == "warm1p":  # every tenant in one process: no Python start-up per transfer
                 command = [str(BIN / "python"), str(ROOT / "benchmarks" / "incsync_loop.py"), "-c", str(config), "orders", *tenants]
-                wall, rows, py, jvm, tree, _ = self.timed(config, command)
-                self.record("C", destination, tool, instance, rep, (wall, rows, py, jvm, tree))
-                self.check_c(tool, name, destination, sizes)
-                return
-            if tool == "worker":  # every tenant in ONE `incsync transfer` (no --recipient): runs of recipients_per_run
-                worker = self.start_worker(config)
-                self.record("C", destination, tool, instance, rep, self.incsync(config, None, backfill=True, worker=worker))
-                self.check_c(tool, name, destination, sizes)
-                return
-            wall = rows = py = jvm = tree = 0
-            for tenant in tenants:
-                w, r, p, j, t = (self.dlt(name, destination, tenant) if tool == "dlt"
-                                 else self.incsync(config, tenant, backfill=True))
-                wall, rows, py, jvm, tree = wall + w, rows + r, max(py, p), max(jvm, j), max(tree, t)
-            self.record("C", destination, tool, instance, rep, (wall, rows, py, jvm, tree))
+                result = self.incsync(config, tenants, backfill=True, command=command)
+            elif tool in (*WORKERS, "cold"):  # ONE `incsync transfer --backfill` naming every C tenant: runs of recipients_per_run
+                worker = self.start_worker(config) if tool in WORKERS else None
+                result = self.incsync(config, tenants, backfill=True, worker=worker)
+            else:  # dlt, warm: a fresh process per tenant
+                wall = rows = py = jvm = tree = 0
+                for tenant in tenants:
+                    w, r, p, j, t = (self.dlt(name, destination, tenant) if tool == "dlt"
+                                     else self.incsync(config, [tenant], backfill=True))
+                    wall, rows, py, jvm, tree = wall + w, rows + r, max(py, p), max(jvm, j), max(tree, t)
+                result = (wall, rows, py, jvm, tree)
+            self.record("C", destination, tool, instance, rep, result, cfg=cfg)
             self.check_c(tool, name, destination, sizes)
         finally:
             stop(worker)
@@ -473,16 +555,16 @@ def settle(admin: psycopg.Connection) -> None:
     admin.execute("CHECKPOINT")
 
 
-def summarize(samples: list[Sample], sizes: dict[str, int]) -> list[str]:
+def summarize(samples: list[Sample]) -> list[str]:
     """The results table, one line per (workload, destination, tool, instance), with ratios to dlt."""
     groups: dict[tuple[str, str, str, str], list[Sample]] = {}
     for s in samples:
         groups.setdefault((s.workload, s.destination, s.tool, s.instance), []).append(s)
     medians = {k: statistics.median(s.wall for s in v) for k, v in groups.items()}
-    lines = ["| workload | destination | tool | instance | n | wall s, median (min–max) | rows | rows/s | py RSS MB | JVM RSS MB "
-             "| tree RSS MB | wall ÷ dlt |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
-    order = {"dlt": 0, "dlt1p": 1, "cold": 2, "warm": 3, "worker": 4, "warm1p": 5}
+    lines = ["| workload | destination | setup | cfg | instance | n | wall s, median (min–max) | rows | rows/s | py RSS MB "
+             "| JVM RSS MB | tree RSS MB | wall ÷ dlt |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    order = {"dlt": 0, "dlt1p": 1, "floor": 2, "worker": 3, "cold": 4, "worker-connect": 5, "warm": 6, "warm1p": 7}
     for key in sorted(groups, key=lambda k: (k[0], k[1], order.get(k[2], 9), INSTANCES.index(k[3]) if k[3] in INSTANCES else -1)):
         runs, wall = groups[key], medians[key]
         walls = sorted(s.wall for s in runs)
@@ -495,59 +577,89 @@ def summarize(samples: list[Sample], sizes: dict[str, int]) -> list[str]:
         peer_1p = medians.get((key[0], key[1], "dlt1p", NO_INSTANCE))
         if peer_1p and not key[2].startswith("dlt"):
             ratio += f" ({wall / peer_1p:.2f} of dlt1p)"
-        lines.append(f"| {key[0]} | {key[1]} | {key[2]} | {key[3]} | {len(runs)} | {wall:.1f} ({walls[0]:.1f}–{walls[-1]:.1f}) | "
-                     f"{rows:,} | {rows / wall:,.0f} | {py:,.0f} | {'–' if key[2].startswith('dlt') else f'{jvm:,.0f}'} | {tree:,.0f} | {ratio} |")
+        no_jvm = key[2].startswith("dlt") or key[2] == "floor"
+        lines.append(f"| {key[0]} | {key[1]} | {runs[0].setup} | {runs[0].config_recipients or '–'} | {key[3]} | {len(runs)} | "
+                     f"{wall:.2f} ({walls[0]:.2f}–{walls[-1]:.2f}) | {rows:,} | {rows / wall:,.0f} | {py:,.0f} | "
+                     f"{'–' if no_jvm else f'{jvm:,.0f}'} | {tree:,.0f} | {ratio} |")
     return lines
+
+
+def machine(loads: list[tuple[float, float, float]]) -> dict[str, object]:
+    """What the figures ran on: host, cores, the load averages seen, the commit measured."""
+    def git(*args: str) -> str:
+        return subprocess.run(["git", "-C", str(ROOT), *args], capture_output=True, text=True, check=False).stdout.strip()
+
+    return {"host": os.uname().nodename, "cores": os.cpu_count(), "load_averages": loads,
+            "commit": git("rev-parse", "--short", "HEAD") + (" (dirty)" if git("status", "--porcelain", "--untracked-files=no") else "")}
+
+
+def parse_tools(text: str, allowed: tuple[str, ...], flag: str) -> list[str]:
+    tools = [t.strip() for t in text.split(",") if t.strip()]
+    if unknown := [t for t in tools if t not in allowed]:
+        sys.exit(f"{flag}: unknown {', '.join(unknown)}; choose from {', '.join(allowed)}")
+    return tools
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--tenant-rows", type=int, default=500_000, help="workload A/B tenant size")
-    parser.add_argument("--c-tenants", type=int, default=200)
+    parser.add_argument("--c-tenants", type=int, default=200,
+                        help="the many small tenants, in the data (and so in every --config all) whatever --workloads says")
     parser.add_argument("--c-rows", type=int, default=5_000_000)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--c-repeat", type=int, default=1, help="repetitions of workload C")
     parser.add_argument("--workloads", default="A,C", help="A (A then B; B names the same), C")
     parser.add_argument("--destinations", default="delta,postgres", help=f"comma-separated: {', '.join(DESTINATIONS)}")
-    parser.add_argument("--tools", default="dlt,cold,warm,worker")
-    parser.add_argument("--c-tools", default="dlt,dlt1p,worker",
-                        help="tools for workload C (cold pays a JVM per tenant; dlt1p / warm1p: every tenant in one process)")
+    parser.add_argument("--tools", default="dlt,worker,cold", help=f"tools for A/B/N: {', '.join(AB_TOOLS)}")
+    parser.add_argument("--c-tools", default="dlt,dlt1p,worker,cold", help=f"tools for workload C: {', '.join(C_TOOLS)}")
+    parser.add_argument("--config", choices=("all", "transferred"), default="all",
+                        help="incsync's configs hold every recipient of the data (a user's config), or only the transferred")
     parser.add_argument("--no-change", action="store_true", help="after B, one more incremental with nothing changed (N)")
     parser.add_argument("--queries", type=int, default=1,
                         help="incsync's max_concurrent_queries_per_transfer (default: the product's default, 1)")
     parser.add_argument("--data-days", type=int, default=30, help="the rows' updated_at spread over this many days up to now")
-    parser.add_argument("--history-days", type=int, default=365,
-                        help="the model's window grid (daily, the default) starts this many days before the data")
+    parser.add_argument("--model-start", default="2025-01-01",
+                        help="the model's min_start_time_epoch, a UTC date: its daily windows start here")
+    parser.add_argument("--history-days", type=int,
+                        help="instead of --model-start: the model's windows start this many days before the data")
     parser.add_argument("--instance", default=",".join(INSTANCES),
-                        help="Dagster instances for incsync's tools, each transfer in a fresh one: sqlite, postgres (instances.py)")
-    parser.add_argument("--port", type=int, default=15077, help="Spark Connect port for the warm runs")
+                        help="Dagster instances for incsync's tools, each config in a fresh one: sqlite, postgres (instances.py)")
+    parser.add_argument("--port", type=int, default=15077, help="Spark Connect port for worker-connect, warm, warm1p")
     parser.add_argument("--workdir")
-    parser.add_argument("--json", help="also write the samples here")
+    parser.add_argument("--json", help="also write the machine's state and every sample here")
     args = parser.parse_args()
     kinds = parse_instances(args.instance)
+    tools = parse_tools(args.tools, AB_TOOLS, "--tools")
+    c_tools = parse_tools(args.c_tools, C_TOOLS, "--c-tools")
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # drop the databases on kill too
 
     work = Path(args.workdir or tempfile.mkdtemp(prefix="incsync-vs-dlt-"))
     work.mkdir(parents=True, exist_ok=True)
     user = pg_user()
     source_db, dest_db = f"incsync_vsdlt_src_{uuid.uuid4().hex[:6]}", f"incsync_vsdlt_dst_{uuid.uuid4().hex[:6]}"
-    # The product's defaults: daily windows on a grid that starts --history-days before the data (a user's
-    # model start lies long before most tenants' rows), rows spread over the last --data-days up to 10
-    # minutes ago; a backfill covers every window of the grid, most of them empty, and a scheduled
-    # incremental runs the window closed since the last tick and the open one, from the HW.
+    # Rows spread over the last --data-days up to 10 minutes ago on the daily grid from the model's start
+    # (a user's model start lies long before most tenants' rows): a backfill covers every window of the grid,
+    # most of them empty, and a scheduled incremental runs the window closed since the last tick and the open
+    # one, from the HW.
     now = datetime.now(timezone.utc)
     today = now.replace(hour=0, minute=0, second=0, microsecond=0)
     if today + timedelta(days=1) - now < timedelta(minutes=90):
         sys.exit("run this before 22:30 UTC: the changes of B and N must land in today's window")
     data_start = today - timedelta(days=args.data_days)
+    model_start = (data_start - timedelta(days=args.history_days) if args.history_days is not None
+                   else datetime.fromisoformat(args.model_start).replace(tzinfo=timezone.utc))
+    if model_start > data_start:
+        sys.exit(f"--model-start {model_start:%Y-%m-%d} lies after the data's first day {data_start:%Y-%m-%d}")
     admin = psycopg.connect(host=HOST, port=PORT, user=user, dbname="postgres", autocommit=True)
     instances = Instances(host=HOST, port=PORT, user=user)
     server = None
-    tools, c_tools = args.tools.split(","), args.c_tools.split(",")
     workloads, destinations = args.workloads.split(","), args.destinations.split(",")
     destinations = ["mariadb" if d == "mysql" else d for d in destinations]
     if unknown := [d for d in destinations if d not in DESTINATIONS]:
         sys.exit(f"--destinations: unknown {', '.join(unknown)}; choose from {', '.join(DESTINATIONS)} (mysql = mariadb)")
+    if "floor" in tools and (other := [d for d in destinations if d not in ("delta", "postgres")]):
+        sys.exit(f"--tools floor: measures delta and postgres only, not {', '.join(other)}")
+    loads = [os.getloadavg()]
     bench = None
     try:
         for db in (source_db, dest_db):
@@ -556,14 +668,15 @@ def main() -> None:
             with mariadb(autocommit=True) as conn, conn.cursor() as cur:
                 cur.execute(f"CREATE DATABASE `{dest_db}`")
         t0 = time.monotonic()
-        c_tenants = args.c_tenants if "C" in workloads else 0
         with psycopg.connect(host=HOST, port=PORT, user=user, dbname=source_db, autocommit=True) as conn:
-            sizes = generate(conn, tenant_rows=args.tenant_rows, c_tenants=c_tenants, c_rows=args.c_rows if c_tenants else 0,
+            sizes = generate(conn, tenant_rows=args.tenant_rows, c_tenants=args.c_tenants, c_rows=args.c_rows if args.c_tenants else 0,
                              start=data_start, end=now - timedelta(minutes=10))
-        print(f"generated {sum(sizes.values()):,} rows ({len(sizes)} tenants) in {time.monotonic() - t0:.0f} s", flush=True)
-        bench = Bench(args, work, user, source_db, dest_db, data_start - timedelta(days=args.history_days), instances)
+        print(f"generated {sum(sizes.values()):,} rows ({len(sizes)} tenants) in {time.monotonic() - t0:.0f} s; "
+              f"incsync's configs hold {'every tenant' if args.config == 'all' else 'the transferred tenants'}, "
+              f"model start {model_start:%Y-%m-%d}, daily windows", flush=True)
+        bench = Bench(args, work, user, source_db, dest_db, model_start, instances, sizes)
         bench.data_end = now - timedelta(minutes=10)
-        if {"warm", "warm1p", "worker"} & {*tools, *c_tools}:
+        if {*CONNECT} & {*tools, *c_tools}:
             from incsync.spark.server import start_server
 
             t = time.monotonic()
@@ -571,20 +684,22 @@ def main() -> None:
             bench.server_jvm = jvm_of(server.pid)
             print(f"Spark Connect server up in {time.monotonic() - t:.0f} s (JVM pid {bench.server_jvm}); "
                   "warming it up with one transfer", flush=True)
-            bench.incsync(bench.incsync_config("warmup", "delta", [BIG], warm=True, instance=None), BIG, backfill=True)
-        each = lambda tool: [NO_INSTANCE] if tool.startswith("dlt") else kinds  # noqa: E731 - dlt has no instance
+            bench.incsync(bench.incsync_config("warmup", "delta", [BIG], connect=True, instance=None), [BIG], backfill=True)
+        each = lambda tool: [NO_INSTANCE] if tool.startswith("dlt") or tool == "floor" else kinds  # noqa: E731 - no instance
         for rep in range(args.repeat if {"A", "B"} & {*workloads} else 0):
             for destination in destinations:
                 for tool in tools:
                     for kind in each(tool):
                         settle(admin)
                         bench.a_and_b(destination, tool, kind, rep, args.tenant_rows)
+                loads.append(os.getloadavg())
         for rep in range(args.c_repeat if "C" in workloads else 0):
             for destination in destinations:
                 for tool in c_tools:
                     for kind in each(tool):
                         settle(admin)
                         bench.c(destination, tool, kind, rep, sizes)
+                loads.append(os.getloadavg())
     finally:
         if server is not None:
             from incsync.spark.server import stop_server
@@ -603,13 +718,19 @@ def main() -> None:
         if not args.workdir:
             shutil.rmtree(work, ignore_errors=True)
 
+    state = machine(loads)
     c_sizes = sorted((n for t, n in sizes.items() if t != BIG), reverse=True)
-    print(f"\n{os.cpu_count()} cores, load average {' '.join(f'{x:.1f}' for x in os.getloadavg())}; "
-          f"A/B tenant {args.tenant_rows:,} rows, B changes 1%"
-          + (f"; C {len(c_sizes)} tenants, {sum(c_sizes):,} rows (largest {c_sizes[0]:,}, smallest {c_sizes[-1]:,})" if c_sizes else ""))
-    print("\n".join(summarize(bench.samples, sizes)))
+    print(f"\n{state['host']}, {state['cores']} cores, commit {state['commit']}, load averages (1/5/15 min) over the run: "
+          + ", ".join("/".join(f"{x:.1f}" for x in load) for load in loads)
+          + f"\nA/B tenant {args.tenant_rows:,} rows, B changes 1%"
+          + (f"; C {len(c_sizes)} tenants, {sum(c_sizes):,} rows (largest {c_sizes[0]:,}, smallest {c_sizes[-1]:,})" if c_sizes else "")
+          + f"; model start {model_start:%Y-%m-%d}, daily windows, {args.queries} quer{'y' if args.queries == 1 else 'ies'} a transfer;"
+          f" cfg = recipients in incsync's config; the floor is the data movement alone (floor.py)")
+    print("\n".join(summarize(bench.samples)))
     if args.json:
-        Path(args.json).write_text(json.dumps([asdict(s) for s in bench.samples], indent=1))
+        Path(args.json).write_text(json.dumps({
+            "machine": state, "args": vars(args), "model_start": f"{model_start:%Y-%m-%d}", "tenants": len(sizes),
+            "rows": sum(sizes.values()), "samples": [asdict(s) for s in bench.samples]}, indent=1))
 
 
 if __name__ == "__main__":
