@@ -81,7 +81,7 @@ def with_working_scheme(doc: dict[str, Any]) -> dict[str, Any]:
     return doc
 
 
-_STORAGE_COMMENT = "# Dagster's SQLite event log storing each batch of asset events at once (incsync/orchestration/dagster_compat.py)\n"
+_STORAGE_COMMENT = "# Dagster's SQLite event log storing each batch of asset events at once (incsync/operations/dagster_compat/sqlite.py)\n"
 _FIRST_DAGSTER_YAML = "telemetry:\n  enabled: false\n"  # what incsync wrote before the batching event log
 _MOVED_STORAGE_MODULE = "module: incsync.dagster_compat\n"  # the event log's old module path
 
@@ -92,7 +92,7 @@ def dagster_instance(config_file: Path) -> dg.DagsterInstance:
     import yaml
 
     from incsync.errors import ConfigError
-    from incsync.orchestration.dagster_compat import event_log_storage_config
+    from incsync.operations.dagster_compat import event_log_storage_config
     from incsync.paths import dagster_home
 
     home = dagster_home(config_file)
