@@ -104,18 +104,21 @@ def test_a_sqlite_instance_has_no_postgres_url(dagster_instance) -> None:
     assert instance_postgres_url(dagster_instance) is None
 
 
-def test_an_instance_written_before_the_packages_is_moved_to_the_event_logs_new_module(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+# Where the event log's class lived: before incsync had packages, and in ``orchestration`` before the
+# operations on runs had a package of their own.
+@pytest.mark.parametrize("old_module", ["incsync.dagster_compat", "incsync.orchestration.dagster_compat"])
+def test_an_instance_written_before_a_move_is_moved_to_the_event_logs_new_module(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, old_module: str
 ) -> None:
     from incsync.operations.instance import dagster_instance
 
     home = tmp_path / "home"
     home.mkdir()
     monkeypatch.setenv("DAGSTER_HOME", str(home))
-    old = ("telemetry:\n  enabled: false\nevent_log_storage:\n  module: incsync.dagster_compat\n"
+    old = (f"telemetry:\n  enabled: false\nevent_log_storage:\n  module: {old_module}\n"
            f"  class: BatchingSqliteEventLogStorage\n  config:\n    base_dir: {home}\n")
     (home / "dagster.yaml").write_text(old)
     with dagster_instance(tmp_path / "incsync.yaml") as instance:
         assert type(instance.event_log_storage).__module__ == "incsync.operations.dagster_compat"
     assert (home / "dagster.yaml").read_text() == old.replace(
-        "module: incsync.dagster_compat", "module: incsync.operations.dagster_compat")
+        f"module: {old_module}\n", "module: incsync.operations.dagster_compat\n")
