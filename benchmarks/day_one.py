@@ -74,7 +74,7 @@ from scale_daemon import (
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
 FIRST_SYNCS = ("sensor", "cli")
-ASSET_PATH = ["app_db", MODEL]  # assets.model_asset_key: [source, model]
+ASSET_PATH = ["app_db", MODEL]  # partitions.model_asset_key: [source, model]
 NEVER = "0 0 1 1 *"  # the schedule does not fire during the benchmark
 MATERIALIZATION = "ASSET_MATERIALIZATION"
 

@@ -23,9 +23,9 @@ def main() -> int:
 
     from incsync.config.load import load_config
     from incsync.core.windows import recipient_windows
+    from incsync.operations.instance import dagster_instance
+    from incsync.operations.runs import run_transfers
     from incsync.orchestration.definitions import build_definitions
-    from incsync.orchestration.instance import dagster_instance
-    from incsync.orchestration.runs import run_transfers
 
     file = Path(args.config)
     config = load_config(file)

@@ -1,6 +1,6 @@
 """The Dagster instances the benchmarks run on: ``sqlite`` and ``postgres``, otherwise the same file.
 
-Both files come from incsync's generator (``incsync dagster-yaml``, ``orchestration/concurrency.py``) over
+Both files come from incsync's generator (``incsync dagster-yaml``, ``operations/concurrency.py``) over
 the same base, so run queue, run limits, run monitoring and daemon threads are identical:
 - ``sqlite``: what ``incsync dagster-yaml --base dagster.yaml`` writes (Dagster's SQLite storage in
   ``DAGSTER_HOME`` with incsync's batching event log);
@@ -95,7 +95,7 @@ class Instances:
         processes need (the storage URL). For ``postgres`` the database ``db`` (default: the next unique
         name) is created unless it exists."""
         from incsync.config.load import load_config
-        from incsync.orchestration.concurrency import dagster_yaml
+        from incsync.operations.concurrency import dagster_yaml
 
         home.mkdir(parents=True, exist_ok=True)
         loaded = load_config(config)

@@ -163,8 +163,8 @@ def main() -> None:
             from pyspark.sql import SparkSession
 
             from incsync.config.load import load_config
+            from incsync.operations.runs import run_transfers
             from incsync.orchestration.definitions import build_definitions
-            from incsync.orchestration.runs import run_transfers
             from incsync.spark.session import spark_config
 
             t_start = time.monotonic()

@@ -65,8 +65,8 @@ def child(args: argparse.Namespace) -> None:
     from pyspark.sql import SparkSession
 
     from incsync.config.load import load_config
+    from incsync.operations.runs import run_transfers
     from incsync.orchestration.definitions import build_definitions
-    from incsync.orchestration.runs import run_transfers
 
     work = Path(args.workdir)
     os.environ["INCSYNC_STAGING_DIR"] = str(work / "staging")

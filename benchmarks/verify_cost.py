@@ -74,9 +74,9 @@ def run(args: argparse.Namespace, config_file: Path, *, dsn: str) -> None:
     from incsync.config.load import load_config
     from incsync.core.windows import recipient_windows, scheduled_windows
     from incsync.integrity.verify import verify_recipient
+    from incsync.operations.instance import dagster_instance
+    from incsync.operations.runs import run_transfers
     from incsync.orchestration.definitions import build_definitions
-    from incsync.orchestration.instance import dagster_instance
-    from incsync.orchestration.runs import run_transfers
 
     config = load_config(config_file)
     model = config.model("orders")

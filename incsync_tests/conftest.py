@@ -55,7 +55,7 @@ def dagster_instance(tmp_path: Path) -> Iterator[object]:
 
     home = tmp_path / "dagster_home"
     home.mkdir(exist_ok=True)  # instance_for_test writes dagster.yaml into it and does not create it
-    from incsync.orchestration.dagster_compat import event_log_storage_config
+    from incsync.operations.dagster_compat import event_log_storage_config
 
     overrides = {"event_log_storage": event_log_storage_config(home)}
     with dg.instance_for_test(temp_dir=str(home), overrides=overrides) as instance:
@@ -90,3 +90,32 @@ def s3(s3_server, monkeypatch: pytest.MonkeyPatch):
 
     monkeypatch.setenv(SECRET_VAR, SECRET)
     return s3_server
+
+
+@pytest.fixture
+def pg_role(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[str, str]]:
+    """A database, a schema ``acme`` the admin owns, and a login role the destination's DSN (in
+    ``ROLE_DSN_ENV``) uses with USAGE and CREATE on it (the grants a recipient gives a provider): (role,
+    admin DSN of the database). The blame tests and the alert tests provoke a recipient's failures with it."""
+    from incsync.destinations.postgres.pool import close_pool
+    from incsync_tests.support.destinations import ROLE_DSN_ENV, _admin_connect, postgres_database
+
+    role = f"incsync_t_{uuid.uuid4().hex[:8]}"
+    with postgres_database() as admin_dsn:
+        import psycopg
+
+        database = admin_dsn.rsplit("/", 1)[1]
+        with psycopg.connect(admin_dsn, autocommit=True) as conn:
+            conn.execute(f'CREATE ROLE "{role}" LOGIN')
+            conn.execute(f'GRANT CONNECT, CREATE ON DATABASE "{database}" TO "{role}"')
+            conn.execute('CREATE SCHEMA acme')
+            conn.execute(f'GRANT USAGE, CREATE ON SCHEMA acme TO "{role}"')
+        dsn = f"postgresql://{role}@127.0.0.1:5432/{database}"
+        monkeypatch.setenv(ROLE_DSN_ENV, dsn)
+        try:
+            yield role, admin_dsn
+        finally:
+            close_pool(dsn)
+    admin, _ = _admin_connect()
+    with admin:
+        admin.execute(f'DROP ROLE IF EXISTS "{role}"')

@@ -225,9 +225,9 @@ def run_demo(workdir: Path, *, rows: int = 120_000, acme: str = "delta", mariadb
     """Build everything under ``workdir`` from scratch (idempotent), transfer, verify, print per-transfer lines."""
     from incsync.config.load import load_config
     from incsync.core.windows import recipient_windows, scheduled_windows
+    from incsync.operations.instance import dagster_instance
+    from incsync.operations.runs import run_transfers
     from incsync.orchestration.definitions import build_definitions
-    from incsync.orchestration.instance import dagster_instance
-    from incsync.orchestration.runs import run_transfers
 
     began = time.monotonic()
     workdir = workdir.resolve()

@@ -37,7 +37,7 @@ def cmd_janitor(args: argparse.Namespace) -> int:
 
 def cmd_dagster_yaml(args: argparse.Namespace) -> int:
     from incsync.config.load import load_config
-    from incsync.orchestration.concurrency import dagster_yaml
+    from incsync.operations.concurrency import dagster_yaml
 
     home = Path(args.output).parent if args.output else (Path(os.environ["DAGSTER_HOME"]) if os.environ.get("DAGSTER_HOME") else None)
     text = dagster_yaml(load_config(args.config), Path(args.base) if args.base else None, dagster_home=home)
@@ -79,8 +79,8 @@ def cmd_maintain(args: argparse.Namespace) -> int:
     """Compact and vacuum the destinations now (what the `incsync_maintenance` schedule runs)."""
     from incsync.config.load import load_config
     from incsync.destinations.maintenance import size_text
-    from incsync.orchestration.instance import dagster_instance
-    from incsync.orchestration.maintenance import maintain_destinations, summary
+    from incsync.operations.instance import dagster_instance
+    from incsync.operations.maintenance import maintain_destinations, summary
 
     file = config_path(args.config)
     config = load_config(file)
@@ -108,22 +108,23 @@ def cmd_audit(args: argparse.Namespace) -> int:
     """Append the transfer log once (what the `incsync_audit_schedule` runs), through Dagster: the pass is a
     materialization of the `incsync_audit` asset like the schedule's."""
     from incsync.config.load import load_config
-    from incsync.orchestration.audit import JOB_NAME, OP_NAME, lines
+    from incsync.operations.audit import lines
+    from incsync.operations.instance import dagster_instance
     from incsync.orchestration.definitions import build_definitions
-    from incsync.orchestration.instance import dagster_instance
+    from incsync.orchestration.housekeeping import AUDIT_JOB, AUDIT_OP
 
     file = config_path(args.config)
     if load_config(file).audit is None:
         raise ConfigError(str(file), ["audit: the file has no `audit:` section; add `audit: {destination: <name>}` "
                                       "naming a destination of the provider's that no recipient uses (docs/operations.md)"])
-    result = build_definitions(file).resolve_job_def(JOB_NAME).execute_in_process(
+    result = build_definitions(file).resolve_job_def(AUDIT_JOB).execute_in_process(
         instance=dagster_instance(file), raise_on_error=False)
     if not result.success:
         failure = next((e for e in result.all_events if e.is_step_failure), None)
         error = failure.step_failure_data.error if failure and failure.step_failure_data else None
         print(f"incsync audit failed: {error.message.strip() if error else 'see the run ' + result.run_id}")
         return 1
-    [mat] = result.asset_materializations_for_node(OP_NAME)
+    [mat] = result.asset_materializations_for_node(AUDIT_OP)
     for line in lines({k: v.value for k, v in mat.metadata.items()}):
         print(line)
     return 0

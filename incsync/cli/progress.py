@@ -85,7 +85,7 @@ class Progress:
 
 def recipient_line(lines: Sequence[Any]) -> str:
     """One recipient's windows in one line: the window range, the summed counts, the newest high watermark
-    and how many windows failed (``lines`` are ``orchestration.runs.TransferLine``, in window order)."""
+    and how many windows failed (``lines`` are ``operations.runs.TransferLine``, in window order)."""
     if len(lines) == 1:
         return str(lines[0])
     first, ok = lines[0], [line for line in lines if line.ok]

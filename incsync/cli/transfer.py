@@ -55,7 +55,7 @@ def run_transfer(command: TransferCommand, *, config: str | None, resident: Resi
     from incsync.config.tags import BACKFILL, INCREMENTAL, parse_tags, reported_mode, user_run_tags
     from incsync.core.windows import recipient_windows, scheduled_windows
     from incsync.errors import NotSubscribedError
-    from incsync.orchestration.runs import MANUAL
+    from incsync.operations.runs import MANUAL
 
     file = config_path(config)
     loaded = load_config(file)
@@ -126,15 +126,15 @@ def _launch(command: TransferCommand, resident: Resident | None, file: Path, con
     from incsync.cli.output import print_json
     from incsync.cli.progress import Progress, RecipientLines
     from incsync.config.tags import ALLOW_MASS_DELETE_TAG, reported_mode
+    from incsync.operations.instance import dagster_instance
+    from incsync.operations.launch import register, run_specs
+    from incsync.operations.runs import run_in_process
     from incsync.orchestration.definitions import build_definitions
-    from incsync.orchestration.instance import dagster_instance
-    from incsync.orchestration.launch import register, run_specs
-    from incsync.orchestration.runs import run_in_process
     from incsync.transfer import progress as progress_events
 
     as_json = command.json
     defs, instance = resident(file) if resident else (build_definitions(file), dagster_instance(file))
-    from incsync.orchestration.liveness import reap
+    from incsync.operations.liveness import reap
     from incsync.orchestration.resources import default_staging_dir
 
     reap(instance, staging_root=Path(default_staging_dir(config)))
@@ -176,10 +176,10 @@ def cmd_transfers(args: argparse.Namespace) -> int:
     from incsync.cli.output import print_json, transfers_lines
     from incsync.config.load import load_config
     from incsync.config.tags import parse_tags
-    from incsync.orchestration.instance import dagster_instance
-    from incsync.orchestration.liveness import reap
+    from incsync.operations.instance import dagster_instance
+    from incsync.operations.liveness import reap
+    from incsync.operations.statuses import counts_by_model, list_transfers
     from incsync.orchestration.resources import default_staging_dir
-    from incsync.orchestration.statuses import counts_by_model, list_transfers
 
     file = config_path(args.config)
     config = load_config(file)

@@ -3,7 +3,7 @@
 ``incsync validate`` and every config load check a model's ``frequency``; importing Dagster for that
 costs more than the rest of the check at 10,000 recipients. croniter is the library Dagster's own
 schedules use (vendored); the extra validity rules and the tick arithmetic below are pinned against
-Dagster's in ``incsync_tests/orchestration/test_dagster_compat.py``.
+Dagster's in ``incsync_tests/operations/test_dagster_compat.py``.
 """
 
 from __future__ import annotations

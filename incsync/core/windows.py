@@ -2,7 +2,7 @@
 
 Windows are aligned to the UTC epoch: a window of ``seconds`` starts at a multiple of ``seconds``
 (the config only accepts sizes that divide a day). A model's grid starts at the first boundary at or
-after its ``min_start_time_epoch`` and includes the still-open window. ``orchestration.partitions``
+after its ``min_start_time_epoch`` and includes the still-open window. ``operations.partitions``
 builds Dagster's partitions from the same cron and key format.
 """
 

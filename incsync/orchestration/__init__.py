@@ -1,8 +1,9 @@
-"""incsync in Dagster: the Definitions, one asset per model partitioned by window × recipient, the IO
-manager that publishes, resources, materialization metadata, the integrity asset check, the recipient
-sensor and schedules, run launch and run statuses, transfer slots, maintenance, the transfer log
-(``audit``), and the one module of Dagster's private APIs (``dagster_compat``).
+"""incsync in Dagster: what a code location loads. The Definitions, one asset per model partitioned by
+window × recipient, the IO manager that publishes, resources, the integrity asset check, the recipient
+sensor and its subscriptions, the schedules, the reaper and failure-alert sensors, and incsync's own jobs
+(maintenance, the transfer log).
 
-The only package that imports Dagster (with ``cli`` and ``worker``, which launch runs); may import
-every engine package.
+Each is built on ``operations`` (launch, statuses, blame, liveness, slots, reporting, the transfer log's
+pass, maintenance's pass); building the Definitions changes no process-wide state. May import
+``operations`` and every engine package; never ``worker`` or ``cli``.
 """

@@ -36,7 +36,8 @@ import dagster as dg
 from incsync.config.alerts import AlertsConfig
 from incsync.config.model import IncsyncConfig
 from incsync.config.tags import RECIPIENT_TAG
-from incsync.orchestration.blame import recipients_blamed, run_blame, run_level
+from incsync.operations.blame import recipients_blamed, run_blame, run_level
+from incsync.operations.partitions import model_asset_key
 from incsync.orchestration.errors import AlertError
 
 ALERT_SENSOR = "incsync_failure_alerts"
@@ -57,8 +58,6 @@ def _failure_windows(instance: dg.DagsterInstance, run_id: str) -> dict[str, lis
 def alert_payload(instance: dg.DagsterInstance, run: dg.DagsterRun, config: IncsyncConfig) -> dict[str, object] | None:
     """The JSON an alert posts for a failed run of a model, or None: not a model's run, or blamed on a party
     the `alerts.blamed` filter leaves out."""
-    from incsync.orchestration.assets import model_asset_key
-
     alerts = config.alerts or AlertsConfig()
     keys = {model_asset_key(m): m.model_name for m in config.models}
     if run.asset_selection:
@@ -139,7 +138,7 @@ def _newest_failure(instance: dg.DagsterInstance) -> int:
 
 def build_alert_sensor(config_path: str, *, default_status: dg.DefaultSensorStatus = dg.DefaultSensorStatus.RUNNING) -> dg.SensorDefinition:
     """The sensor of the `alerts:` section: each failed transfer, whoever launched it, posted once."""
-    from incsync.orchestration.dagster_compat import run_reaction
+    from incsync.operations.dagster_compat import run_reaction
     from incsync.orchestration.resources import cached_config
 
     @dg.sensor(

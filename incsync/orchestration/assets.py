@@ -10,10 +10,10 @@ from incsync.core.blame import blame
 from incsync.core.fingerprint import model_fingerprint
 from incsync.destinations.registry import Destination
 from incsync.errors import NotSubscribedError
-from incsync.orchestration.blame import tag_blame
-from incsync.orchestration.dagster_compat import DEFER_ASSET_EVENTS_TAG, defers_asset_events, report_planned
-from incsync.orchestration.liveness import mark_running
-from incsync.orchestration.partitions import model_partitions, split_key
+from incsync.operations.blame import tag_blame
+from incsync.operations.dagster_compat import DEFER_ASSET_EVENTS_TAG, defers_asset_events, report_planned
+from incsync.operations.liveness import mark_running
+from incsync.operations.partitions import model_asset_key, model_partitions, split_key
 from incsync.orchestration.resources import destination_resource_key, recipient_destination, source_resource_key
 from incsync.spark.session import SparkWarmUp
 from incsync.transfer.request import TransferPlan, TransferRequest, TransferRun
@@ -63,10 +63,6 @@ def model_description(config: IncsyncConfig, model: ModelConfig) -> str:
         + (f" Products: {', '.join(products_with(config, model.model_name)) or 'none'} (recipients of other "
            "products do not receive it)." if config.products else "")
     )
-
-
-def model_asset_key(model: ModelConfig) -> dg.AssetKey:
-    return dg.AssetKey([model.source, model.model_name])
 
 
 def source_specs(config: IncsyncConfig) -> list[dg.AssetSpec]:

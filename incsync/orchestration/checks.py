@@ -14,20 +14,17 @@ from pathlib import Path
 import dagster as dg
 
 from incsync.config.model import IncsyncConfig, ModelConfig, RecipientConfig
-from incsync.orchestration.dagster_compat import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG
+from incsync.operations.dagster_compat import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG
+from incsync.operations.partitions import model_asset_key, split_key
 
 CHECK_NAME = "integrity"
 
 
 def check_key(model: ModelConfig) -> dg.AssetCheckKey:
-    from incsync.orchestration.assets import model_asset_key
-
     return dg.AssetCheckKey(model_asset_key(model), CHECK_NAME)
 
 
 def _run_recipients(context: dg.AssetCheckExecutionContext, config: IncsyncConfig, model: ModelConfig) -> list:
-    from incsync.orchestration.partitions import split_key
-
     tags = context.run.tags
     ids: list[str] = []
     if "dagster/partition" in tags:
@@ -47,8 +44,6 @@ def _run_recipients(context: dg.AssetCheckExecutionContext, config: IncsyncConfi
 
 
 def build_integrity_check(model: ModelConfig) -> dg.AssetChecksDefinition:
-    from incsync.orchestration.assets import model_asset_key
-
     spec = dg.AssetCheckSpec(
         CHECK_NAME, asset=model_asset_key(model), blocking=False,
         description=f"Verify {model.model_name}: each recipient's copy against its source rows up to its high "

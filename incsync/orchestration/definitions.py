@@ -78,13 +78,13 @@ def build_definitions(path: str | os.PathLike[str] | None = None, *, config: Inc
     status = dg.DefaultScheduleStatus.RUNNING if automation_running() else dg.DefaultScheduleStatus.STOPPED
     schedules = [*schedules, *(build_check_schedule(m, default_status=status) for m in config.models
                                if m.integrity_check == "schedule")]
-    from incsync.orchestration.maintenance import build_maintenance_schedule, maintenance_job
+    from incsync.orchestration.housekeeping import build_maintenance_schedule, maintenance_job
 
     schedules.append(build_maintenance_schedule(config, default_status=status))
     jobs_beside: list[object] = [maintenance_job]
     assets: list[object] = [*source_specs(config), *(build_model_asset(config, m) for m in config.models)]
     if config.audit is not None:  # without `audit:` nothing of it exists
-        from incsync.orchestration.audit import audit_asset, audit_job, build_audit_schedule
+        from incsync.orchestration.housekeeping import audit_asset, audit_job, build_audit_schedule
 
         assets.append(audit_asset)
         jobs_beside.append(audit_job)
@@ -108,7 +108,7 @@ def check_loadable(path: str | os.PathLike[str], *, config: IncsyncConfig) -> No
     import warnings
 
     from incsync.errors import ConfigError, IncsyncError
-    from incsync.orchestration.dagster_compat import load_as_code_location
+    from incsync.operations.dagster_compat import load_as_code_location
 
     try:
         with warnings.catch_warnings():

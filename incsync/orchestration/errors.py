@@ -1,12 +1,8 @@
-"""Errors of incsync in Dagster: what a run listing was asked that it cannot answer, an alert not delivered."""
+"""Errors of incsync in Dagster's definitions: an alert not delivered."""
 
 from __future__ import annotations
 
-from incsync.errors import IncsyncError, InputError
-
-
-class StatusError(InputError):
-    """An unknown transfer status was asked for."""
+from incsync.errors import IncsyncError
 
 
 class AlertError(IncsyncError):

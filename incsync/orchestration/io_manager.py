@@ -15,13 +15,13 @@ from incsync.config.tags import ERROR_TAG
 from incsync.core.blame import Blame, blame
 from incsync.destinations.readers import PublishedCopies
 from incsync.errors import IncsyncError
-from incsync.orchestration.blame import failure_metadata, recipient_blames, run_level, tag_blame
-from incsync.orchestration.dagster_compat import add_partition_metadata, defers_asset_events, store_events_in_batches
-from incsync.orchestration.metadata import transfer_metadata
-from incsync.orchestration.partitions import dagster_key, split_key
-from incsync.orchestration.reporting import RunReporter
+from incsync.operations.blame import failure_metadata, recipient_blames, run_level, tag_blame
+from incsync.operations.dagster_compat import add_partition_metadata, defers_asset_events, store_events_in_batches
+from incsync.operations.metadata import transfer_metadata
+from incsync.operations.partitions import dagster_key, split_key
+from incsync.operations.reporting import RunReporter
+from incsync.operations.slots import run_holding
 from incsync.orchestration.resources import destination_resource_key, recipient_destination
-from incsync.orchestration.slots import run_holding
 from incsync.storage.files import staging_root
 from incsync.transfer import progress
 from incsync.transfer.errors import TransferFailures

@@ -15,9 +15,9 @@ from incsync.config.tags import INCREMENTAL
 from incsync.core import cron
 from incsync.core.bounds import UTC
 from incsync.core.windows import tick_span, window_key_for
+from incsync.operations.launch import run_specs
+from incsync.operations.partitions import RECIPIENTS_PARTITIONS
 from incsync.orchestration.assets import model_job
-from incsync.orchestration.launch import run_specs
-from incsync.orchestration.partitions import RECIPIENTS_PARTITIONS
 from incsync.orchestration.resources import cached_config
 
 

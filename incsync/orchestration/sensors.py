@@ -18,9 +18,9 @@ from incsync.config.rows import refused_lines
 from incsync.config.tags import BACKFILL
 from incsync.core.bounds import UTC
 from incsync.core.windows import initial_backfill_span, window_key_for
+from incsync.operations.launch import run_specs
+from incsync.operations.partitions import RECIPIENTS_PARTITIONS, recipients_partitions
 from incsync.orchestration.assets import model_job
-from incsync.orchestration.launch import run_specs
-from incsync.orchestration.partitions import RECIPIENTS_PARTITIONS, recipients_partitions
 from incsync.orchestration.resources import cached_config
 from incsync.orchestration.subscriptions import (
     Registry,

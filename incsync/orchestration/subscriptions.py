@@ -29,8 +29,8 @@ from incsync.config.tags import INCREMENTAL
 from incsync.core import cron
 from incsync.core.bounds import UTC
 from incsync.core.windows import tick_span, window_key_for
-from incsync.orchestration.dagster_compat import read_instance_value, write_instance_value
-from incsync.orchestration.launch import run_specs
+from incsync.operations.dagster_compat import read_instance_value, write_instance_value
+from incsync.operations.launch import run_specs
 
 STATE_KEY = "incsync/recipients_sensor/registry"
 

@@ -1,23 +1,26 @@
 """Everything automation adds to the Definitions: the recipient sensor, the schedules (one per model and
-per tier with a cron for it) and, with an `alerts:` section, the failure-alert sensor."""
+per tier with a cron for it), the reaper sensor (``operations.liveness.reap`` every 30 s) and, with an
+`alerts:` section, the failure-alert sensor."""
 
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import dagster as dg
 
 from incsync.config.model import IncsyncConfig
 from incsync.config.products import model_schedules
 from incsync.errors import ConfigError
+from incsync.operations.liveness import reap
 from incsync.orchestration.assets import model_job
-from incsync.orchestration.liveness import build_reaper_sensor
 from incsync.orchestration.resources import default_staging_dir
 from incsync.orchestration.schedules import build_model_schedule
 from incsync.orchestration.sensors import build_recipient_sensor
 
 # "running" (default): the sensor and schedules start with the daemon; "stopped": turn them on in the UI.
 AUTOMATION_ENV_VAR = "INCSYNC_AUTOMATION"
+REAPER_SENSOR = "incsync_reaper"
 
 
 def automation_running() -> bool:
@@ -53,3 +56,20 @@ def automation(
         for m in config.models for tier, cron in model_schedules(config, m)
     ]
     return sensors, schedules
+
+
+def build_reaper_sensor(
+    staging_root: str, *, default_status: dg.DefaultSensorStatus = dg.DefaultSensorStatus.RUNNING,
+) -> dg.SensorDefinition:
+    @dg.sensor(
+        name=REAPER_SENSOR,
+        minimum_interval_seconds=30,
+        default_status=default_status,
+        description="Marks transfers whose process died ORPHANED and removes their staging "
+        "(CLI and worker runs have no Dagster run monitoring).",
+    )
+    def reaper(context: dg.SensorEvaluationContext) -> dg.SkipReason:
+        marked = reap(context.instance, staging_root=Path(staging_root))
+        return dg.SkipReason(f"marked {len(marked)} run(s) ORPHANED: {', '.join(marked)}" if marked else "no dead transfer")
+
+    return reaper

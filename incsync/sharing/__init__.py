@@ -3,5 +3,5 @@
 Owns the share catalog (which tables a recipient's share holds, found through the destination contract),
 the token store (hashed bearer tokens, rotation, revocation), signed file URLs, reading Delta tables'
 logs for the protocol, and the HTTP server. May import ``core``, ``storage``, ``config`` and
-``destinations`` (their contract, never a kind's module); never Dagster or ``orchestration``.
+``destinations`` (their contract, never a kind's module); never Dagster, ``operations`` or ``orchestration``.
 """

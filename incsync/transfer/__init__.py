@@ -3,5 +3,5 @@
 repair, retries, progress and the dry run.
 
 May import every engine package below it (``core``, ``config``, ``storage``, ``spark``, ``sources``,
-``staging``, ``destinations``, ``integrity``); never Dagster or ``orchestration``.
+``staging``, ``destinations``, ``integrity``); never Dagster, ``operations`` or ``orchestration``.
 """

@@ -89,8 +89,8 @@ class Worker:
 
     def resident(self, file: Path) -> tuple[dg.Definitions, dg.DagsterInstance]:
         """Definitions (rebuilt when the file changes) and the one instance, for ``cli_transfer.cmd_transfer``."""
+        from incsync.operations.instance import dagster_instance
         from incsync.orchestration.definitions import build_definitions
-        from incsync.orchestration.instance import dagster_instance
 
         assert file.resolve() == self.config_file
         mtime = self.config_file.stat().st_mtime

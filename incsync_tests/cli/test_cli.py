@@ -11,7 +11,7 @@ import dagster as dg
 import pytest
 
 from incsync.cli.main import main
-from incsync.orchestration.partitions import partition_key
+from incsync.operations.partitions import partition_key
 from incsync_tests.support.lake import delta_rows, ts
 
 HAND_WRITTEN = """
@@ -214,7 +214,7 @@ def test_dagster_yaml_limits_come_from_the_config(hand_config: Path, tmp_path: P
     doc = yaml.safe_load((tmp_path / "d.yaml").read_text())
     assert doc["telemetry"] == {"enabled": False}
     assert doc["event_log_storage"] == {  # the instance beside the file gets the batching event log
-        "module": "incsync.orchestration.dagster_compat", "class": "BatchingSqliteEventLogStorage",
+        "module": "incsync.operations.dagster_compat", "class": "BatchingSqliteEventLogStorage",
         "config": {"base_dir": f"{tmp_path}/history/runs/"},
     }
     assert doc["concurrency"]["runs"]["tag_concurrency_limits"] == [

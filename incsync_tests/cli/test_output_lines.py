@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from incsync.cli.progress import RecipientLines
-from incsync.orchestration.runs import TransferLine
+from incsync.operations.runs import TransferLine
 
 
 def _line(recipient: str, window: str, rows: int | None = 1, hw: str | None = "2025-01-01T05:00:00+00:00",

@@ -11,7 +11,7 @@ import yaml
 from incsync.config.load import load_config
 from incsync.config.rows import refused_lines
 from incsync.errors import ConfigError
-from incsync.orchestration.partitions import RECIPIENTS_PARTITIONS
+from incsync.operations.partitions import RECIPIENTS_PARTITIONS
 from incsync.orchestration.sensors import build_recipient_sensor
 from incsync_tests.orchestration.test_sensors_schedules import NOW, _defs_with, _evaluate_sensor
 from incsync_tests.support.jdbc import pg_database

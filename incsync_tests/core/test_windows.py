@@ -18,7 +18,7 @@ from incsync.core.windows import (
     window_of,
     windows_between,
 )
-from incsync.orchestration.partitions import window_partitions
+from incsync.operations.partitions import window_partitions
 
 
 def _model(start: int, seconds: int) -> ModelConfig:

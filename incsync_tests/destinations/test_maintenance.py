@@ -148,8 +148,8 @@ def test_maintenance_bounds_storage_and_keeps_every_version_inside_the_retention
 
 
 def test_maintenance_waits_for_the_transfer_that_holds_the_destination(synced, dagster_instance) -> None:
-    from incsync.orchestration.maintenance import maintain_destinations
-    from incsync.orchestration.slots import FileSlots
+    from incsync.operations.maintenance import maintain_destinations
+    from incsync.operations.slots import FileSlots
 
     root, config, _ = synced
     slots = FileSlots(Path(dagster_instance.root_directory) / "incsync-slots")
@@ -197,7 +197,7 @@ def test_a_bad_maintenance_frequency_is_refused_by_name(tmp_path: Path) -> None:
 def test_unknown_destination_is_named_with_the_known_ones(tmp_path: Path) -> None:
     config = _config(tmp_path)
     with pytest.raises(ConfigError) as err:
-        from incsync.orchestration.maintenance import maintain_destinations
+        from incsync.operations.maintenance import maintain_destinations
 
         list(maintain_destinations(load_config(config), instance=None, destination="nope"))
     assert '"nope" is not a destination of the file; known: [d]' in str(err.value)

@@ -204,8 +204,8 @@ def test_a_changed_file_is_never_compacted_and_a_signed_snapshot_verifies(tmp_pa
 
 def test_maintenance_waits_for_the_transfer_that_holds_the_destination(tmp_path: Path, dagster_instance,
                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
-    from incsync.orchestration.maintenance import maintain_destinations
-    from incsync.orchestration.slots import FileSlots
+    from incsync.operations.maintenance import maintain_destinations
+    from incsync.operations.slots import FileSlots
 
     monkeypatch.setenv("INCSYNC_STAGING_DIR", str(tmp_path / "staging"))
     config = _config(tmp_path)

@@ -24,8 +24,9 @@ from incsync.cli.main import main
 from incsync.config.load import load_config
 from incsync.config.tags import HEARTBEAT_TAG, PROCESS_TAG
 from incsync.core.crashpoints import PAUSE_ENV, PAUSE_FILE_ENV
-from incsync.orchestration.liveness import REAPER_SENSOR, STALE_AFTER, process_tag, reap
-from incsync.orchestration.statuses import TransferStatus, list_transfers
+from incsync.operations.liveness import STALE_AFTER, process_tag, reap
+from incsync.operations.statuses import TransferStatus, list_transfers
+from incsync.orchestration.triggers import REAPER_SENSOR
 from incsync.staging.folders import claim
 from incsync_tests.support.lake import delta_rows, lake_config, order, ts, write_table
 

@@ -29,11 +29,11 @@ from dagster._daemon.sensor import execute_sensor_iteration
 
 from incsync.config.load import load_config
 from incsync.config.tags import RECIPIENT_TAG
+from incsync.operations.runs import run_transfers
 from incsync.orchestration.alerts import ALERT_SENSOR, alert_payload, cursor_storage_id
 from incsync.orchestration.definitions import build_definitions
-from incsync.orchestration.runs import run_transfers
-from incsync_tests.orchestration.conftest import DSN_ENV
-from incsync_tests.orchestration.test_blame import ACME_PG, LOGIN, PG, run
+from incsync_tests.operations.test_blame import ACME_PG, LOGIN, PG, run
+from incsync_tests.support.destinations import ROLE_DSN_ENV
 from incsync_tests.support.lake import lake_config, order, ts, write_table
 from incsync_tests.support.webhook import Webhook, webhook_server
 
@@ -181,7 +181,7 @@ def test_a_recipient_blamed_failure_is_posted_without_secrets_and_the_filter_hol
     with psycopg.connect(admin_dsn, autocommit=True) as conn:
         conn.execute(f'ALTER ROLE "{role}" NOLOGIN')
     database = admin_dsn.rsplit("/", 1)[1]
-    monkeypatch.setenv(DSN_ENV, f"postgresql://{role}:{PASSWORD}@127.0.0.1:5432/{database}")
+    monkeypatch.setenv(ROLE_DSN_ENV, f"postgresql://{role}:{PASSWORD}@127.0.0.1:5432/{database}")
     write_table(tmp_path / "src", "orders", [order(1, "org_1", ts(1, 1))])
     config = _with_alerts(
         lake_config(tmp_path, recipients=[ACME_PG], destinations=[PG]),

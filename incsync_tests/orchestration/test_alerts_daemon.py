@@ -21,11 +21,11 @@ from dagster._core.scheduler.instigation import InstigatorType
 
 from incsync.config.load import load_config
 from incsync.core.bounds import UTC
+from incsync.operations.concurrency import dagster_yaml
 from incsync.orchestration.alerts import ALERT_SENSOR
-from incsync.orchestration.concurrency import dagster_yaml
-from incsync_tests.orchestration.conftest import DSN_ENV
-from incsync_tests.orchestration.test_blame import ACME_PG, LOGIN, PG
+from incsync_tests.operations.test_blame import ACME_PG, LOGIN, PG
 from incsync_tests.support.browser import stop_group
+from incsync_tests.support.destinations import ROLE_DSN_ENV
 from incsync_tests.support.lake import lake_config, order, write_table
 from incsync_tests.support.webhook import webhook_server
 
@@ -88,7 +88,7 @@ def test_each_failed_transfer_is_posted_once_whether_the_daemon_the_cli_or_a_wor
         instance.fetch_run_status_changes(dg.DagsterEventType.RUN_FAILURE, limit=1)
         env = {k: v for k, v in os.environ.items() if k != "INCSYNC_WORKER"} | {
             "DAGSTER_HOME": str(home), "INCSYNC_CONFIG": str(config), "DAGSTER_DISABLE_TELEMETRY": "yes",
-            DSN_ENV: f"postgresql://{role}:{PASSWORD}@127.0.0.1:5432/{database}", URL_ENV: hook.url,
+            ROLE_DSN_ENV: f"postgresql://{role}:{PASSWORD}@127.0.0.1:5432/{database}", URL_ENV: hook.url,
         }
         log = tmp_path / "daemon.log"
         daemon = str(Path(sys.executable).with_name("dagster-daemon"))

@@ -7,12 +7,12 @@ from pathlib import Path
 
 import dagster as dg
 
-import incsync.orchestration.reporting
+import incsync.operations.reporting
 from incsync.config.load import load_config
-from incsync.orchestration.dagster_compat import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG, DEFER_ASSET_EVENTS_TAG
+from incsync.operations.dagster_compat import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG, DEFER_ASSET_EVENTS_TAG
+from incsync.operations.partitions import RECIPIENTS_PARTITIONS, partition_key
+from incsync.operations.statuses import TransferStatus, list_transfers
 from incsync.orchestration.definitions import build_definitions
-from incsync.orchestration.partitions import RECIPIENTS_PARTITIONS, partition_key
-from incsync.orchestration.statuses import TransferStatus, list_transfers
 from incsync_tests.support.lake import delta_rows, lake_config, order, ts, write_table
 
 MODEL = dg.AssetKey(["lake", "orders"])
@@ -152,8 +152,8 @@ def _event_story(instance: dg.DagsterInstance, run_id: str) -> list[tuple[str, s
 def _three_commits(tmp_path: Path, instance: dg.DagsterInstance, monkeypatch, *, in_progress_after: float) -> tuple[str, list[str]]:  # noqa: ANN001
     """A model's job over three windows of acme, a commit each; every commit reported at once (not
     once a second). The run's id and its partition keys."""
-    monkeypatch.setattr(incsync.orchestration.reporting, "REPORT_INTERVAL_SECONDS", 0)
-    monkeypatch.setattr(incsync.orchestration.reporting, "IN_PROGRESS_AFTER_SECONDS", in_progress_after)
+    monkeypatch.setattr(incsync.operations.reporting, "REPORT_INTERVAL_SECONDS", 0)
+    monkeypatch.setattr(incsync.operations.reporting, "IN_PROGRESS_AFTER_SECONDS", in_progress_after)
     write_table(tmp_path / "src", "orders", [order(1, "org_1", ts(1, 10)), order(2, "org_1", ts(2, 10)), order(3, "org_1", ts(3, 10))])
     config_file = lake_config(tmp_path, recipients=RECIPIENTS[:1], model={"max_rows_per_batch": 1})  # a commit per window
     defs = build_definitions(config_file)

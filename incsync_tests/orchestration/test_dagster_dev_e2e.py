@@ -19,7 +19,7 @@ import yaml
 from dagster._core.instance.ref import InstanceRef
 
 from incsync.config.load import load_config
-from incsync.orchestration.concurrency import dagster_yaml
+from incsync.operations.concurrency import dagster_yaml
 from incsync_tests.support.browser import stop_group
 from incsync_tests.support.host import free_port, in_ci
 from incsync_tests.support.lake import delta_rows, lake_config, order, ts, write_table

@@ -18,7 +18,7 @@ import yaml
 
 from incsync.config.load import load_config
 from incsync.core.bounds import UTC
-from incsync.orchestration.concurrency import dagster_yaml
+from incsync.operations.concurrency import dagster_yaml
 from incsync_tests.support.browser import stop_group
 from incsync_tests.support.destinations import postgres_database
 from incsync_tests.support.lake import delta_rows, lake_config, order, write_table

@@ -12,8 +12,8 @@ import dagster as dg
 
 from incsync.config.load import load_config
 from incsync.core.fingerprint import model_fingerprint
+from incsync.operations.partitions import RECIPIENT_DIM, WINDOW_DIM
 from incsync.orchestration.definitions import build_definitions
-from incsync.orchestration.partitions import RECIPIENT_DIM, WINDOW_DIM
 from incsync_tests.support.lake import lake_config
 
 

@@ -21,12 +21,9 @@ from incsync.cli.main import main
 from incsync.config.docs import SECTIONS
 from incsync.config.load import load_config
 from incsync.config.model import IncsyncConfig
-from incsync.orchestration.audit import ASSET_KEY as AUDIT_KEY
-from incsync.orchestration.audit import JOB_NAME as AUDIT_JOB
-from incsync.orchestration.audit import SCHEDULE_NAME as AUDIT_SCHEDULE
-from incsync.orchestration.dagster_compat import load_as_code_location
+from incsync.operations.dagster_compat import load_as_code_location
 from incsync.orchestration.definitions import build_definitions
-from incsync.orchestration.maintenance import JOB_NAME as MAINTENANCE_JOB
+from incsync.orchestration.housekeeping import AUDIT_JOB, AUDIT_KEY, AUDIT_SCHEDULE, MAINTENANCE_JOB
 from incsync_tests.support.jdbc import PgDatabase, pg_database
 from incsync_tests.support.lake import JAN1_EPOCH, order, ts, write_table
 

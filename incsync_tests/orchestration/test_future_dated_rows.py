@@ -20,8 +20,8 @@ import yaml
 
 from incsync.config.load import load_config
 from incsync.core.bounds import UTC, floor_to_second
+from incsync.operations.partitions import RECIPIENTS_PARTITIONS
 from incsync.orchestration.definitions import build_definitions
-from incsync.orchestration.partitions import RECIPIENTS_PARTITIONS
 from incsync.orchestration.schedules import schedule_name
 from incsync_tests.support.destinations import Target, destination_env, destination_spec
 from incsync_tests.support.jdbc import jdbc_config, pg_database

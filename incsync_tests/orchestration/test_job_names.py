@@ -26,7 +26,7 @@ from dagster._daemon.sensor import execute_sensor_iteration
 from dagster_graphql.client.query import LAUNCH_PARTITION_BACKFILL_MUTATION
 from dagster_graphql.test.utils import execute_dagster_graphql
 
-from incsync.orchestration.partitions import RECIPIENTS_PARTITIONS
+from incsync.operations.partitions import RECIPIENTS_PARTITIONS
 from incsync.orchestration.sensors import RECIPIENT_SENSOR
 from incsync_tests.support.lake import lake_config
 

@@ -17,8 +17,8 @@ from incsync.config.load import load_config
 from incsync.config.products import frequency_of, kept_copy, receives, schedule_tier
 from incsync.core.bounds import UTC
 from incsync.errors import ConfigError, NotSubscribedError
-from incsync.orchestration.dagster_compat import read_instance_value
-from incsync.orchestration.partitions import RECIPIENTS_PARTITIONS
+from incsync.operations.dagster_compat import read_instance_value
+from incsync.operations.partitions import RECIPIENTS_PARTITIONS
 from incsync.orchestration.schedules import build_model_schedule
 from incsync.orchestration.sensors import build_recipient_sensor
 from incsync.orchestration.subscriptions import STATE_KEY
@@ -251,8 +251,8 @@ def test_a_recipient_not_receiving_a_model_is_refused_by_transfer_and_the_ui_and
 ) -> None:
     from incsync.cli.main import main
     from incsync.integrity.verify import recipients_of
+    from incsync.operations.runs import failure_message
     from incsync.orchestration.definitions import build_definitions
-    from incsync.orchestration.runs import failure_message
     from incsync_tests.support.lake import materialize_partition
 
     write_table(tmp_path / "src", "orders", [order(1, "org_1", ts(1, 1)), order(2, "org_2", ts(1, 2)), order(3, "org_2", ts(1, 3))])

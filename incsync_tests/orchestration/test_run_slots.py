@@ -8,9 +8,9 @@ from pathlib import Path
 
 import dagster as dg
 
+from incsync.operations.partitions import RECIPIENTS_PARTITIONS, partition_key
+from incsync.operations.slots import FileSlots
 from incsync.orchestration.definitions import build_definitions
-from incsync.orchestration.partitions import RECIPIENTS_PARTITIONS, partition_key
-from incsync.orchestration.slots import FileSlots
 from incsync.transfer.request import TransferPlan
 from incsync_tests.support.lake import lake_config, order, ts, write_table
 

@@ -17,7 +17,7 @@ from dagster._serdes import serialize_value
 from incsync.cli.main import main
 from incsync.config.load import load_config
 from incsync.destinations.registry import build_destination
-from incsync.orchestration.audit import TABLES, owner, table_model
+from incsync.operations.audit import TABLES, owner, table_model
 from incsync.secrets.keys import new_key
 from incsync.secrets.stores import VaultStore
 from incsync_tests.support.destinations import postgres_database

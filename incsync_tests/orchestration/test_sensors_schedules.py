@@ -12,7 +12,7 @@ import yaml
 from incsync.config.load import load_config
 from incsync.config.tags import transfer_run_tags
 from incsync.core.bounds import UTC
-from incsync.orchestration.partitions import RECIPIENTS_PARTITIONS
+from incsync.operations.partitions import RECIPIENTS_PARTITIONS
 from incsync.orchestration.schedules import build_model_schedule, schedule_name
 from incsync.orchestration.sensors import build_recipient_sensor
 from incsync.orchestration.triggers import automation
@@ -202,7 +202,7 @@ def test_ten_thousand_recipients_take_ten_runs_and_ticks_of_seconds(tmp_path: Pa
 
 def test_ten_thousand_destinations_make_one_limit_entry_per_distinct_limit(tmp_path: Path) -> None:
     """The instance config Dagster passes to its code server on the command line stays small."""
-    from incsync.orchestration.concurrency import dagster_yaml
+    from incsync.operations.concurrency import dagster_yaml
 
     n = 10_000
     recipients = [{"id": f"r{i:05d}", "id_in_provider_system": f"org_{i}", "destination": f"d{i}"} for i in range(n)]
@@ -221,7 +221,7 @@ def test_ten_thousand_destinations_make_one_limit_entry_per_distinct_limit(tmp_p
 
 
 def test_runs_at_once_default_to_one_per_cpu_with_local_spark(tmp_path: Path) -> None:
-    from incsync.orchestration.concurrency import dagster_yaml, default_max_concurrent_runs
+    from incsync.operations.concurrency import dagster_yaml, default_max_concurrent_runs
 
     config = load_config(lake_config(tmp_path))
     assert default_max_concurrent_runs(config, cpus=2) == 2
@@ -236,7 +236,7 @@ def test_runs_at_once_default_to_one_per_cpu_with_local_spark(tmp_path: Path) ->
 
 def test_generated_instance_checks_the_queue_every_second_and_submits_tick_runs_from_threads(tmp_path: Path) -> None:
     """The settings reach a real instance (Dagster validates the file), and a base's own choice wins."""
-    from incsync.orchestration.concurrency import dagster_yaml, default_max_concurrent_runs
+    from incsync.operations.concurrency import dagster_yaml, default_max_concurrent_runs
 
     config = load_config(lake_config(tmp_path))
     repo_yaml = Path(__file__).resolve().parents[2] / "dagster.yaml"

@@ -11,7 +11,7 @@ import dagster as dg
 
 from incsync.config.load import load_config
 from incsync.config.model import ModelConfig
-from incsync.orchestration.partitions import RECIPIENTS_PARTITIONS, split_key
+from incsync.operations.partitions import RECIPIENTS_PARTITIONS, split_key
 from incsync.orchestration.resources import cached_config
 from incsync.orchestration.sensors import build_recipient_sensor
 from incsync_tests.config.test_destinations_table import (

@@ -155,8 +155,8 @@ def test_in_a_fan_out_only_the_recipient_whose_destination_cannot_hold_infinity_
     import yaml
     from dagster._core.storage.tags import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG
 
+    from incsync.operations.partitions import RECIPIENTS_PARTITIONS, partition_key
     from incsync.orchestration.definitions import build_definitions
-    from incsync.orchestration.partitions import RECIPIENTS_PARTITIONS, partition_key
     from incsync_tests.support.destinations import destination_spec
     from incsync_tests.support.jdbc import jdbc_config
     from incsync_tests.support.lake import delta_rows

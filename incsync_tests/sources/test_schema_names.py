@@ -17,9 +17,9 @@ from incsync.config.load import load_config, parse_config
 from incsync.config.tags import MODE_TAG
 from incsync.core.bounds import Bounds
 from incsync.errors import ConfigError
-from incsync.orchestration.dagster_compat import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG
+from incsync.operations.dagster_compat import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG
+from incsync.operations.partitions import RECIPIENTS_PARTITIONS, partition_key
 from incsync.orchestration.definitions import build_definitions
-from incsync.orchestration.partitions import RECIPIENTS_PARTITIONS, partition_key
 from incsync.sources.jdbc.types import catalog_sql
 from incsync.sources.registry import build_source
 from incsync_tests.sources.test_jdbc_sources import MARIA_ORDERS, PG_ORDERS, maria_insert, pg_insert

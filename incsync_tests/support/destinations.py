@@ -29,6 +29,7 @@ KINDS = ("delta", "postgres", "object_storage", "duckdb", "iceberg", "mariadb")
 LONG_KINDS = ("iceberg", "mariadb")
 MATRIX_KINDS = [pytest.param(k, marks=pytest.mark.slow) if k in LONG_KINDS else k for k in KINDS]
 PG_DSN_ENV = "INCSYNC_TEST_PG_DSN"
+ROLE_DSN_ENV = "INCSYNC_TEST_BLAME_DSN"  # the DSN of the pg_role fixture's destination (a recipient's role)
 MARIADB_ENV = "INCSYNC_TEST_MARIADB_DATABASE"  # the test's prefix of MariaDB database names
 PG_ADMIN_USERS = ("postgres", "root")
 DEST = "acme_dest"

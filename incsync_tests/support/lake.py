@@ -98,7 +98,7 @@ def materialize_partition(
     raise_on_error: bool = True,
 ) -> dg.ExecuteInProcessResult:
     """Materialize one (window, recipient) partition through the asset job, as the UI would."""
-    from incsync.orchestration.partitions import RECIPIENTS_PARTITIONS, partition_key
+    from incsync.operations.partitions import RECIPIENTS_PARTITIONS, partition_key
 
     if not instance.has_dynamic_partition(RECIPIENTS_PARTITIONS, recipient):
         instance.add_dynamic_partitions(RECIPIENTS_PARTITIONS, [recipient])

@@ -10,8 +10,8 @@ import pytest
 import yaml
 from dagster._core.storage.tags import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG
 
+from incsync.operations.partitions import RECIPIENTS_PARTITIONS, partition_key
 from incsync.orchestration.definitions import build_definitions
-from incsync.orchestration.partitions import RECIPIENTS_PARTITIONS, partition_key
 from incsync.sources.jdbc.source import JdbcSource
 from incsync_tests.sources.test_jdbc_sources import MARIA_ORDERS, PG_ORDERS, maria_insert, pg_insert
 from incsync_tests.support.jdbc import jdbc_config, maria_database, pg_database

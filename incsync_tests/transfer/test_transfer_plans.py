@@ -9,8 +9,8 @@ import pytest
 from dagster._core.storage.tags import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG
 from deltalake import DeltaTable
 
+from incsync.operations.partitions import RECIPIENTS_PARTITIONS, partition_key
 from incsync.orchestration.definitions import build_definitions
-from incsync.orchestration.partitions import RECIPIENTS_PARTITIONS, partition_key
 from incsync.sources.lake import LakeSource
 from incsync_tests.support.lake import delta_rows, lake_config, order, ts, write_table
 
@@ -202,7 +202,7 @@ def test_a_failed_transfer_fails_its_run_with_a_failure_naming_model_recipient_a
     spark, tmp_path: Path, dagster_instance
 ) -> None:
     from incsync.config.tags import ERROR_TAG
-    from incsync.orchestration.runs import failure_message
+    from incsync.operations.runs import failure_message
 
     write_table(tmp_path / "src", "orders", [order(1, "org_1", ts(1, 1)), order(1, "org_1", ts(2, 1)), order(2, "org_1", ts(2, 2))])
     config = lake_config(tmp_path)
@@ -338,7 +338,7 @@ def test_the_cli_runs_every_enabled_recipient_in_one_run_and_names_the_one_that_
     spark, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     from incsync.cli.main import main
-    from incsync.orchestration.instance import dagster_instance
+    from incsync.operations.instance import dagster_instance
 
     monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "dagster_home"))
     write_table(tmp_path / "src", "orders", [

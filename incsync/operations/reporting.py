@@ -19,8 +19,8 @@ from collections.abc import Callable, Iterable, Sequence
 
 import dagster as dg
 
-from incsync.orchestration.dagster_compat import materialization_reporter, report_planned
-from incsync.orchestration.partitions import dagster_key
+from incsync.operations.dagster_compat import materialization_reporter, report_planned
+from incsync.operations.partitions import dagster_key
 from incsync.transfer.request import TransferRequest
 
 # How often a run reports the commits that landed since its last report: each report is one batch in

@@ -209,7 +209,7 @@ def destination_slot(destination: Any) -> Slot:
 
 def instance_backend(instance: Any, holder: str) -> Backend:
     """Where the slots of ``instance`` live: its PostgreSQL database, else files in its folder."""
-    from incsync.orchestration.dagster_compat import instance_postgres_url
+    from incsync.operations.dagster_compat import instance_postgres_url
 
     url = instance_postgres_url(instance)
     if url:

@@ -1,5 +1,5 @@
-"""The transfer log in the provider's warehouse (``audit:``): the `incsync_audit` asset, its job and schedule,
-and the pass `incsync audit` runs.
+"""The transfer log in the provider's warehouse (``audit:``): the pass the `incsync_audit` asset
+(``orchestration.housekeeping``) runs, for its schedule and `incsync audit`.
 
 Each pass reads the runs whose status changed since the log's cursor (less ``lookback_seconds``) through
 ``list_transfers`` and publishes three tables through the destination protocol, like a model: staged,
@@ -7,7 +7,8 @@ upserted on their keys, each with a transfer record committed with its rows. The
 is the cursor, so a pass that dies after one publish loses nothing and a pass run twice adds no row twice.
 """
 
-# No ``from __future__ import annotations``: Dagster reads the asset's context type from its annotation.
+from __future__ import annotations
+
 import json
 import time
 from dataclasses import dataclass
@@ -24,7 +25,7 @@ from incsync.core.fingerprint import fingerprint, model_fingerprint
 from incsync.core.transfer_id import new_transfer_id
 from incsync.destinations.base import FULL_REFRESH, INCREMENTAL, Destination, DestinationState, TransferRecord
 from incsync.errors import ConfigError
-from incsync.orchestration.audit_rows import (
+from incsync.operations.audit_rows import (
     DESTINATIONS_SCHEMA,
     FRESHNESS_SCHEMA,
     TRANSFERS_SCHEMA,
@@ -34,11 +35,7 @@ from incsync.orchestration.audit_rows import (
     transfer_rows,
 )
 
-ASSET_KEY = dg.AssetKey(["incsync_audit"])
-GROUP = "incsync_audit"
-JOB_NAME = "incsync_audit"
-OP_NAME = "append_transfer_log"
-SCHEDULE_NAME = "incsync_audit_schedule"
+GROUP = "incsync_audit"  # the log's tables' source, as the destinations see them, and its asset's group
 OWNER = "incsync_audit"  # the recipient id the log's tables are stamped with: the provider's own
 TRANSFERS, FRESHNESS, DESTINATIONS = "transfers", "recipient_freshness", "recipient_destinations"
 # table -> (schema, primary key, last-modified column)
@@ -89,8 +86,7 @@ def _extra(state: DestinationState, key: str) -> str | None:
 
 
 def _publish(config: IncsyncConfig, destination: Destination, name: str, rows: list[dict[str, Any]], *,
-             state: DestinationState, upper: datetime, extra: dict[str, str]) -> Appended:
-    from incsync.orchestration.resources import default_staging_dir
+             state: DestinationState, upper: datetime, extra: dict[str, str], staging_dir: str) -> Appended:
     from incsync.staging.batch import stage_arrow
     from incsync.staging.folders import remove
     from incsync.storage.files import staging_root
@@ -111,7 +107,7 @@ def _publish(config: IncsyncConfig, destination: Destination, name: str, rows: l
         lookback_seconds=config.audit.lookback_seconds, committed_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         extra={**extra, **({"full_refresh_reason": state.reset_reason} if state.reset_reason else {})},
     )
-    folder = staging_root(default_staging_dir(config), config.staging_storage_options) / f"incsync_audit-{record.transfer_id}"
+    folder = staging_root(staging_dir, config.staging_storage_options) / f"incsync_audit-{record.transfer_id}"
     try:
         batch = stage_arrow(pa.Table.from_pylist(rows, schema=schema), folder)
         destination.publish(model=model, recipient=owner(config), batch=batch, record=record, expected=state)
@@ -120,10 +116,12 @@ def _publish(config: IncsyncConfig, destination: Destination, name: str, rows: l
     return Appended(name, len(rows), new_rows, None if hw is None else from_micros(hw))
 
 
-def run_audit(config: IncsyncConfig, instance: dg.DagsterInstance, *, now: datetime | None = None) -> list[Appended]:
-    """Append what changed since the last pass to the three tables; a table with nothing new gets no commit."""
+def run_audit(config: IncsyncConfig, instance: dg.DagsterInstance, *, staging_dir: str,
+              now: datetime | None = None) -> list[Appended]:
+    """Append what changed since the last pass to the three tables; a table with nothing new gets no commit.
+    Each table's rows are staged under ``staging_dir`` (the definitions' staging folder) on their way."""
     from incsync.destinations.registry import build_destination
-    from incsync.orchestration.statuses import list_transfers
+    from incsync.operations.statuses import list_transfers
 
     if config.audit is None:
         raise ConfigError("audit", ["the file has no `audit:` section: add `audit: {destination: <name>}` "
@@ -139,7 +137,8 @@ def run_audit(config: IncsyncConfig, instance: dg.DagsterInstance, *, now: datet
     rows = sorted(transfer_rows(instance, config, transfers), key=lambda r: (r["finished_at"], r["id"]))
     done = []
     if rows:
-        done.append(_publish(config, destination, TRANSFERS, rows, state=states[TRANSFERS], upper=now, extra={}))
+        done.append(_publish(config, destination, TRANSFERS, rows, state=states[TRANSFERS], upper=now, extra={},
+                             staging_dir=staging_dir))
     crash_point("audit_after_transfers")  # the next pass reads from the freshness's own cursor: nothing is lost
 
     known = json.loads(_extra(states[FRESHNESS], STATE) or "{}")
@@ -150,12 +149,12 @@ def run_audit(config: IncsyncConfig, instance: dg.DagsterInstance, *, now: datet
     if fresh and (state != known or rows or pairs != _extra(states[FRESHNESS], PAIRS)):
         done.append(_publish(config, destination, FRESHNESS, fresh, state=states[FRESHNESS], upper=now,
                              extra={STATE: json.dumps(state, separators=(",", ":")), PAIRS: pairs,
-                                    **({THROUGH: str(end)} if end is not None else {})}))
+                                    **({THROUGH: str(end)} if end is not None else {})}, staging_dir=staging_dir))
 
     snapshot, digest = destination_rows(config, at=now)
     if snapshot and digest != _extra(states[DESTINATIONS], SNAPSHOT):
         done.append(_publish(config, destination, DESTINATIONS, snapshot, state=states[DESTINATIONS], upper=now,
-                             extra={SNAPSHOT: digest}))
+                             extra={SNAPSHOT: digest}, staging_dir=staging_dir))
     return done
 
 
@@ -176,25 +175,3 @@ def lines(metadata: dict[str, Any]) -> list[str]:
     return [f"{name}: {metadata[f'{name}_rows']} row(s) written, {metadata[f'{name}_new_rows']} new"
             + (f", high watermark {metadata[f'{name}_high_watermark']}" if f"{name}_high_watermark" in metadata else "")
             for name in TABLES]
-
-
-# The op has its own name: Dagster names an asset's op after its key, and ops and jobs share one namespace in a
-# code location, so an op `incsync_audit` beside the job `incsync_audit` stops the whole location from loading.
-@dg.multi_asset(name=OP_NAME, specs=[dg.AssetSpec(
-    ASSET_KEY, group_name=GROUP, description="The transfer log in the provider's warehouse: transfers, "
-    "recipient_freshness and recipient_destinations (docs/operations.md).")], required_resource_keys={"incsync"})
-def audit_asset(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
-    done = run_audit(context.resources.incsync.config, context.instance)
-    for appended in done:
-        context.log.info(appended.line())
-    return dg.MaterializeResult(metadata=summary(done))
-
-
-audit_job = dg.define_asset_job(JOB_NAME, selection=[ASSET_KEY],
-                                description="Appends the transfer log to the `audit:` destination.")
-
-
-def build_audit_schedule(config: IncsyncConfig, *, default_status: dg.DefaultScheduleStatus) -> dg.ScheduleDefinition:
-    assert config.audit is not None
-    return dg.ScheduleDefinition(name=SCHEDULE_NAME, job=audit_job, cron_schedule=config.audit.frequency,
-                                 default_status=default_status)

@@ -81,9 +81,10 @@ def with_working_scheme(doc: dict[str, Any]) -> dict[str, Any]:
     return doc
 
 
-_STORAGE_COMMENT = "# Dagster's SQLite event log storing each batch of asset events at once (incsync/orchestration/dagster_compat.py)\n"
+_STORAGE_COMMENT = "# Dagster's SQLite event log storing each batch of asset events at once (incsync/operations/dagster_compat/sqlite.py)\n"
 _FIRST_DAGSTER_YAML = "telemetry:\n  enabled: false\n"  # what incsync wrote before the batching event log
-_MOVED_STORAGE_MODULE = "module: incsync.dagster_compat\n"  # the event log's old module path
+# The event log's old module paths: before incsync had packages, and in ``orchestration``.
+_MOVED_STORAGE_MODULES = ("module: incsync.dagster_compat\n", "module: incsync.orchestration.dagster_compat\n")
 
 
 def dagster_instance(config_file: Path) -> dg.DagsterInstance:
@@ -92,7 +93,7 @@ def dagster_instance(config_file: Path) -> dg.DagsterInstance:
     import yaml
 
     from incsync.errors import ConfigError
-    from incsync.orchestration.dagster_compat import event_log_storage_config
+    from incsync.operations.dagster_compat import event_log_storage_config
     from incsync.paths import dagster_home
 
     home = dagster_home(config_file)
@@ -102,8 +103,11 @@ def dagster_instance(config_file: Path) -> dg.DagsterInstance:
     if not yaml_file.exists() or yaml_file.read_text() == _FIRST_DAGSTER_YAML:
         storage = yaml.safe_dump({"event_log_storage": event_log_storage_config(home)}, sort_keys=False)
         yaml_file.write_text(_FIRST_DAGSTER_YAML + _STORAGE_COMMENT + storage)
-    elif _MOVED_STORAGE_MODULE in (text := yaml_file.read_text()):  # written before incsync had packages
-        yaml_file.write_text(text.replace(_MOVED_STORAGE_MODULE, f"module: {event_log_storage_config(home)['module']}\n"))
+    else:  # one written while the event log's class lived elsewhere now names where it is
+        text = yaml_file.read_text()
+        for old in _MOVED_STORAGE_MODULES:
+            if old in text:
+                yaml_file.write_text(text.replace(old, f"module: {event_log_storage_config(home)['module']}\n"))
     problems = storage_problems(yaml.safe_load(yaml_file.read_text()) or {})
     if problems:  # say so now, not as a NOTIFY syntax error in the middle of the first run
         raise ConfigError(str(yaml_file), problems)

@@ -15,16 +15,16 @@ from dagster._core.storage.tags import ASSET_PARTITION_RANGE_END_TAG, ASSET_PART
 
 from incsync.config.load import load_config
 from incsync.config.tags import BLAME_REASON_TAG, BLAMED_TAG
-from incsync.orchestration.blame import recipients_blamed
+from incsync.operations.blame import recipients_blamed
+from incsync.operations.partitions import RECIPIENTS_PARTITIONS, partition_key
+from incsync.operations.statuses import list_transfers
 from incsync.orchestration.definitions import build_definitions
-from incsync.orchestration.partitions import RECIPIENTS_PARTITIONS, partition_key
-from incsync.orchestration.statuses import list_transfers
-from incsync_tests.orchestration.conftest import DSN_ENV
+from incsync_tests.support.destinations import ROLE_DSN_ENV
 from incsync_tests.support.lake import delta_rows, lake_config, order, ts, write_table
 
 LAKE = dg.AssetKey(["lake", "orders"])
 
-PG = {"name": "acme_pg", "kind": "postgres", "dsn_env": DSN_ENV, "schema": "acme"}
+PG = {"name": "acme_pg", "kind": "postgres", "dsn_env": ROLE_DSN_ENV, "schema": "acme"}
 ACME_PG = {"id": "acme", "id_in_provider_system": "org_1", "destination": "acme_pg"}
 
 GRANT = ("destination acme_pg denied incsync a privilege it needs: the recipient must grant the DSN's role USAGE and "
@@ -94,7 +94,7 @@ def test_a_login_the_recipient_disabled_blames_the_recipient(spark, tmp_path: Pa
     assert run(config, dagster_instance, ["acme"]).success
     _admin(admin_dsn, f'ALTER ROLE "{role}" NOLOGIN',
            f"SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = '{role}'")
-    close_pool(os.environ[DSN_ENV])
+    close_pool(os.environ[ROLE_DSN_ENV])
 
     result = run(config, dagster_instance, ["acme"])
 

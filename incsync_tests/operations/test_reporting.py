@@ -1,4 +1,4 @@
-"""What a model's run reports of its partitions (``orchestration.reporting``): materializations as commits
+"""What a model's run reports of its partitions (``operations.reporting``): materializations as commits
 land, planned events only for spans that are slow or failed, never a window planned after it landed."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import dagster as dg
 import pytest
 
 from incsync.core.windows import Window, WindowPartition
-from incsync.orchestration.reporting import RunReporter
+from incsync.operations.reporting import RunReporter
 
 ASSET = dg.AssetKey(["app", "orders"])
 DAY = datetime(2025, 1, 1, tzinfo=timezone.utc)

@@ -16,7 +16,7 @@ import dagster as dg
 import pytest
 import yaml
 
-from incsync.orchestration.slots import FileSlots, PostgresSlots, Slot, holding, run_slots
+from incsync.operations.slots import FileSlots, PostgresSlots, Slot, holding, run_slots
 from incsync_tests.support.destinations import KINDS, Target, destination_env, destination_spec, postgres_database
 from incsync_tests.support.lake import lake_config, order, ts, write_table
 
@@ -82,7 +82,7 @@ def test_postgres_slots_wait_for_the_holder_and_name_it() -> None:
 
 
 def test_a_killed_holder_frees_its_slot(tmp_path: Path) -> None:
-    code = ("import sys, time; from pathlib import Path; from incsync.orchestration.slots import FileSlots; "
+    code = ("import sys, time; from pathlib import Path; from incsync.operations.slots import FileSlots; "
             f"h = FileSlots(Path({str(tmp_path)!r})).try_take({MD_KEY!r}, 0, 'doomed'); print('held', flush=True); time.sleep(60)")
     proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
     try:
@@ -117,7 +117,7 @@ def test_three_cli_transfers_of_one_model_destination_run_one_at_a_time(
         doc["spark"] = {"spark.remote": f"sc://127.0.0.1:{connect_port}"}
         file.write_text(yaml.safe_dump(doc))
         env = {**os.environ, "DAGSTER_HOME": str(home)}
-        from incsync.orchestration.instance import dagster_instance
+        from incsync.operations.instance import dagster_instance
 
         monkeypatch.setenv("DAGSTER_HOME", str(home))
         dagster_instance(file).dispose()  # the instance's folder and dagster.yaml, as the first command creates them

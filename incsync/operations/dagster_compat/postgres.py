@@ -1,5 +1,5 @@
 """dagster-postgres' event log storing a batch in one statement where its own code does not. Private
-Dagster API, pinned by ``incsync_tests/orchestration/test_event_batches.py``."""
+Dagster API, pinned by ``incsync_tests/operations/test_event_batches.py``."""
 
 from __future__ import annotations
 

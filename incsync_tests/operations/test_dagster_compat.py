@@ -1,4 +1,4 @@
-"""Pins the Dagster and storage behaviour incsync/orchestration/dagster_compat.py relies on."""
+"""Pins the Dagster and storage behaviour incsync/operations/dagster_compat.py relies on."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import sqlalchemy
 import yaml
 
 from incsync.errors import ConfigError
-from incsync.orchestration.dagster_compat import (
+from incsync.operations.dagster_compat import (
     ASSET_PARTITION_RANGE_END_TAG,
     ASSET_PARTITION_RANGE_START_TAG,
     DEFER_ASSET_EVENTS_TAG,
@@ -136,7 +136,7 @@ def test_a_run_with_the_defer_tag_leaves_planned_and_materialized_events_to_incs
 
 
 def test_the_range_tags_make_a_run_over_the_partitions_between_them(dagster_instance) -> None:
-    """``incsync.orchestration.launch`` runs a box of partitions in one run by these tags; ``automation.statuses`` reads them."""
+    """``incsync.operations.launch`` runs a box of partitions in one run by these tags; ``automation.statuses`` reads them."""
     assert (ASSET_PARTITION_RANGE_START_TAG, ASSET_PARTITION_RANGE_END_TAG) == (
         "dagster/asset_partition_range_start", "dagster/asset_partition_range_end"
     )
@@ -189,7 +189,7 @@ def test_the_batching_event_log_commits_as_its_instance_says_and_nothing_else_do
     """dagster.yaml's ``synchronous`` (default off) sets the event log's own connections; any other SQLite
     connection keeps SQLite's default; a mode SQLite lacks, or the environment variable that chose it once,
     is refused naming the setting."""
-    from incsync.orchestration.dagster_compat import BatchingSqliteEventLogStorage
+    from incsync.operations.dagster_compat import BatchingSqliteEventLogStorage
 
     monkeypatch.delenv("DAGSTER_EVENT_BATCH_SIZE", raising=False)  # the storage sets it; restored after the test
     modes = {}
@@ -215,7 +215,7 @@ def test_the_batching_event_log_commits_as_its_instance_says_and_nothing_else_do
         storage_class(str(tmp_path / "old"))
 
 
-BATCHING = {"module": "incsync.orchestration.dagster_compat", "class": "BatchingSqliteEventLogStorage"}
+BATCHING = {"module": "incsync.operations.dagster_compat", "class": "BatchingSqliteEventLogStorage"}
 
 
 def _materialize_twice(instance: dg.DagsterInstance) -> list[str]:
@@ -368,7 +368,7 @@ def test_a_run_shard_copied_from_the_template_is_the_shard_dagster_creates(tmp_p
     creating its tables and stamping its revision per run; the copy must be what Dagster would make."""
     from dagster._core.storage.event_log.sqlite.sqlite_event_log import SqliteEventLogStorage
 
-    from incsync.orchestration.dagster_compat import BatchingSqliteEventLogStorage
+    from incsync.operations.dagster_compat import BatchingSqliteEventLogStorage
 
     def shape(path) -> tuple[list[tuple[str, str]], list[tuple[str]], str]:  # noqa: ANN001
         with sqlite3.connect(path) as conn:
@@ -419,7 +419,7 @@ def test_a_batch_mixing_asset_and_check_events_still_stores_the_asset_events_tog
 
 def test_instance_values_round_trip_through_the_run_storage_key_value_table(dagster_instance) -> None:
     """The recipient sensor keeps its registry state there (``subscriptions``): insert, then update in place."""
-    from incsync.orchestration.dagster_compat import read_instance_value, write_instance_value
+    from incsync.operations.dagster_compat import read_instance_value, write_instance_value
 
     assert read_instance_value(dagster_instance, "incsync/test") is None
     write_instance_value(dagster_instance, "incsync/test", "x" * 100_000)

@@ -12,8 +12,8 @@ import yaml
 from incsync.config.model import IncsyncConfig
 from incsync.config.tags import DESTINATION_SLOTS_TAG, MODEL_DESTINATION_TAG, SHARD_TAG, SOURCE_SLOTS_TAG
 from incsync.errors import ConfigError
-from incsync.orchestration.dagster_compat import event_log_storage_config
-from incsync.orchestration.instance import storage_problems, with_working_scheme
+from incsync.operations.dagster_compat import event_log_storage_config
+from incsync.operations.instance import storage_problems, with_working_scheme
 
 
 def tag_concurrency_limits(config: IncsyncConfig) -> list[dict[str, Any]]:

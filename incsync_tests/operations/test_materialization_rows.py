@@ -17,8 +17,8 @@ import yaml
 from dagster._core.storage.event_log.schema import SqlEventLogStorageTable
 from dagster._serdes import deserialize_value, serialize_value
 
-import incsync.orchestration.dagster_compat.events as events
-from incsync.orchestration.dagster_compat import DEFER_ASSET_EVENTS_TAG, materialization_reporter, report_materialized
+import incsync.operations.dagster_compat.events as events
+from incsync.operations.dagster_compat import DEFER_ASSET_EVENTS_TAG, materialization_reporter, report_materialized
 from incsync_tests.support.destinations import postgres_database
 
 KEYS = ["a", "b|ü 1", "c", "d", "e", "f"]
@@ -100,7 +100,7 @@ def _instance(kind: str, tmp_path: Path) -> Iterator[dg.DagsterInstance]:
             with dg.DagsterInstance.from_config(str(home)) as instance:
                 yield instance
         return
-    storage = {"module": "incsync.orchestration.dagster_compat", "class": "BatchingSqliteEventLogStorage",
+    storage = {"module": "incsync.operations.dagster_compat", "class": "BatchingSqliteEventLogStorage",
                "config": {"base_dir": str(home / "runs")}}
     with dg.instance_for_test(temp_dir=str(home), overrides={"event_log_storage": storage}) as instance:
         yield instance
@@ -159,8 +159,8 @@ def test_a_reports_batches_reach_postgres_in_parallel_and_the_last_holds_the_hig
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import threading
 
-    import incsync.orchestration.dagster_compat as compat
-    import incsync.orchestration.dagster_compat.postgres as pg
+    import incsync.operations.dagster_compat as compat
+    import incsync.operations.dagster_compat.postgres as pg
 
     monkeypatch.setenv("DAGSTER_EVENT_BATCH_SIZE", "1000")
     monkeypatch.setattr(compat, "_ROWS_PER_INSERT", 5)

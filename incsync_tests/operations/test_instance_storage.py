@@ -10,9 +10,9 @@ import yaml
 
 from incsync.config.load import load_config
 from incsync.errors import ConfigError
-from incsync.orchestration.concurrency import dagster_yaml
-from incsync.orchestration.dagster_compat import instance_postgres_url
-from incsync.orchestration.instance import postgres_url_problem, storage_problems
+from incsync.operations.concurrency import dagster_yaml
+from incsync.operations.dagster_compat import instance_postgres_url
+from incsync.operations.instance import postgres_url_problem, storage_problems
 from incsync_tests.support.destinations import postgres_database
 from incsync_tests.support.lake import lake_config
 
@@ -90,7 +90,7 @@ def test_dagster_yaml_from_deploy_keeps_postgres_storage_and_refuses_a_bad_url(t
 
 
 def test_the_cli_refuses_an_instance_with_a_bad_url_before_any_run(tmp_path: Path, monkeypatch) -> None:
-    from incsync.orchestration.instance import dagster_instance
+    from incsync.operations.instance import dagster_instance
 
     home = tmp_path / "home"
     home.mkdir()
@@ -104,18 +104,21 @@ def test_a_sqlite_instance_has_no_postgres_url(dagster_instance) -> None:
     assert instance_postgres_url(dagster_instance) is None
 
 
-def test_an_instance_written_before_the_packages_is_moved_to_the_event_logs_new_module(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+# Where the event log's class lived: before incsync had packages, and in ``orchestration`` before the
+# operations on runs had a package of their own.
+@pytest.mark.parametrize("old_module", ["incsync.dagster_compat", "incsync.orchestration.dagster_compat"])
+def test_an_instance_written_before_a_move_is_moved_to_the_event_logs_new_module(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, old_module: str
 ) -> None:
-    from incsync.orchestration.instance import dagster_instance
+    from incsync.operations.instance import dagster_instance
 
     home = tmp_path / "home"
     home.mkdir()
     monkeypatch.setenv("DAGSTER_HOME", str(home))
-    old = ("telemetry:\n  enabled: false\nevent_log_storage:\n  module: incsync.dagster_compat\n"
+    old = (f"telemetry:\n  enabled: false\nevent_log_storage:\n  module: {old_module}\n"
            f"  class: BatchingSqliteEventLogStorage\n  config:\n    base_dir: {home}\n")
     (home / "dagster.yaml").write_text(old)
     with dagster_instance(tmp_path / "incsync.yaml") as instance:
-        assert type(instance.event_log_storage).__module__ == "incsync.orchestration.dagster_compat"
+        assert type(instance.event_log_storage).__module__ == "incsync.operations.dagster_compat"
     assert (home / "dagster.yaml").read_text() == old.replace(
-        "module: incsync.dagster_compat", "module: incsync.orchestration.dagster_compat")
+        f"module: {old_module}\n", "module: incsync.operations.dagster_compat\n")

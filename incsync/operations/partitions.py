@@ -1,4 +1,6 @@
-"""A model's window × recipient partitions as Dagster sees them, built on the grid of ``core.windows``."""
+"""How Dagster addresses a model's transfers: the model's asset key and its window × recipient partitions,
+built on the grid of ``core.windows``. The definitions build the asset on them; launches and statuses
+name and read runs by them."""
 
 from __future__ import annotations
 
@@ -15,6 +17,10 @@ WINDOW_DIM = "window"
 RECIPIENT_DIM = "recipient"
 
 recipients_partitions = dg.DynamicPartitionsDefinition(name=RECIPIENTS_PARTITIONS)
+
+
+def model_asset_key(model: ModelConfig) -> dg.AssetKey:
+    return dg.AssetKey([model.source, model.model_name])
 
 
 def window_partitions(model: ModelConfig) -> dg.TimeWindowPartitionsDefinition:

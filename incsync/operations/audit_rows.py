@@ -1,6 +1,6 @@
 """The rows of the transfer log (``audit:``): one per (run, model, recipient) transfer, the freshness of each
 (model, recipient), and which recipient is on which destination. Built from ``list_transfers`` (the runs and
-their materializations, read once) and the configuration; written by ``orchestration.audit``."""
+their materializations, read once) and the configuration; written by ``operations.audit``."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from incsync.config.model import IncsyncConfig, ModelConfig
 from incsync.config.products import receives, tier_of
 from incsync.core.bounds import UTC, from_micros, to_micros
 from incsync.core.fingerprint import fingerprint
-from incsync.orchestration.metadata import (
+from incsync.operations.metadata import (
     DELTA_ROWS_TRANSFERRED,
     HIGH_WATERMARK,
     HIGH_WATERMARK_EXACT,
@@ -24,8 +24,8 @@ from incsync.orchestration.metadata import (
     TRANSFER_BATCH,
     TRANSFER_ID,
 )
-from incsync.orchestration.partitions import RECIPIENT_DIM, WINDOW_DIM, model_partitions
-from incsync.orchestration.statuses import Transfer, TransferStatus
+from incsync.operations.partitions import RECIPIENT_DIM, WINDOW_DIM, model_asset_key, model_partitions
+from incsync.operations.statuses import Transfer, TransferStatus
 
 TS = pa.timestamp("us", tz="UTC")
 TRANSFERS_SCHEMA = pa.schema([
@@ -86,7 +86,7 @@ def _per_recipient(transfer: Transfer, models: dict[dg.AssetKey, ModelConfig]) -
 
 def _requested_windows(transfer: Transfer, model: ModelConfig, tags: dict[str, str]) -> list[str]:
     """The windows a run was asked for (a failed recipient committed none), from its partition tags."""
-    from incsync.orchestration.dagster_compat import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG
+    from incsync.operations.dagster_compat import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG
 
     if f"dagster/partition/{WINDOW_DIM}" in tags:
         return [tags[f"dagster/partition/{WINDOW_DIM}"]]
@@ -99,8 +99,7 @@ def _requested_windows(transfer: Transfer, model: ModelConfig, tags: dict[str, s
 
 def transfer_rows(instance: dg.DagsterInstance, config: IncsyncConfig, transfers: Iterable[Transfer]) -> list[dict[str, Any]]:
     """One row per (run, model, recipient) of each finished run, with that recipient's own status and blame."""
-    from incsync.orchestration.assets import model_asset_key
-    from incsync.orchestration.blame import each_recipient_blame
+    from incsync.operations.blame import each_recipient_blame
 
     models = {model_asset_key(m): m for m in config.models}
     by_name = {m.model_name: m for m in config.models}

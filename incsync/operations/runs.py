@@ -12,9 +12,9 @@ import dagster as dg
 from incsync.config.model import IncsyncConfig, ModelConfig, RecipientConfig
 from incsync.config.tags import INCREMENTAL, PROCESS_TAG
 from incsync.core.bounds import UTC
-from incsync.orchestration.assets import model_asset_key
-from incsync.orchestration.launch import RunSpec, register, run_specs
-from incsync.orchestration.liveness import process_tag
+from incsync.operations.launch import RunSpec, register, run_specs
+from incsync.operations.liveness import process_tag
+from incsync.operations.partitions import model_asset_key
 from incsync.transfer.progress import Committed, listening
 
 MANUAL = "manual"

@@ -17,9 +17,9 @@ from dagster._daemon.monitoring.run_monitoring import monitor_starting_run
 from incsync.config.errors import TagError
 from incsync.config.load import load_config
 from incsync.config.tags import parse_tags
-from incsync.orchestration.errors import StatusError
-from incsync.orchestration.partitions import RECIPIENTS_PARTITIONS
-from incsync.orchestration.statuses import TransferStatus, counts_by_model, list_transfers
+from incsync.operations.errors import StatusError
+from incsync.operations.partitions import RECIPIENTS_PARTITIONS
+from incsync.operations.statuses import TransferStatus, counts_by_model, list_transfers
 from incsync_tests.support.lake import lake_config
 
 ASSET = dg.AssetKey(["lake", "orders"])

@@ -12,14 +12,14 @@ import yaml
 from sqlalchemy import event
 from sqlalchemy.engine import Engine
 
-import incsync.orchestration.reporting
-from incsync.orchestration.dagster_compat import (
+import incsync.operations.reporting
+from incsync.operations.dagster_compat import (
     ASSET_PARTITION_RANGE_END_TAG,
     ASSET_PARTITION_RANGE_START_TAG,
     EVENT_BATCH_ENV_VAR,
 )
+from incsync.operations.partitions import RECIPIENTS_PARTITIONS, partition_key
 from incsync.orchestration.definitions import build_definitions
-from incsync.orchestration.partitions import RECIPIENTS_PARTITIONS, partition_key
 from incsync_tests.support.destinations import postgres_database
 from incsync_tests.support.lake import lake_config, order, ts, write_table
 
@@ -65,7 +65,7 @@ def _six_windows_on_postgres(tmp_path: Path, check: Callable[[dg.DagsterInstance
 
 def test_a_runs_materializations_reach_postgres_storage_in_batches(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, spark) -> None:
     monkeypatch.delenv(EVENT_BATCH_ENV_VAR, raising=False)
-    monkeypatch.setattr(incsync.orchestration.reporting, "IN_PROGRESS_AFTER_SECONDS", 3600)  # however loaded the machine: none is slow
+    monkeypatch.setattr(incsync.operations.reporting, "IN_PROGRESS_AFTER_SECONDS", 3600)  # however loaded the machine: none is slow
     got = []
 
     def check(instance: dg.DagsterInstance, _run_id: str) -> None:
@@ -93,7 +93,7 @@ def test_a_runs_materializations_reach_postgres_storage_in_batches(tmp_path: Pat
 def test_planned_windows_reach_postgres_storage_as_one_statement(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, spark) -> None:
     """A slow span's windows are planned together (``dagster_compat.report_planned``): dagster-postgres
     would store each planned event alone, on a new connection (~25 ms apiece)."""
-    monkeypatch.setattr(incsync.orchestration.reporting, "IN_PROGRESS_AFTER_SECONDS", 0)  # every span counts as slow
+    monkeypatch.setattr(incsync.operations.reporting, "IN_PROGRESS_AFTER_SECONDS", 0)  # every span counts as slow
 
     def check(instance: dg.DagsterInstance, run_id: str) -> None:
         planned = instance.get_records_for_run(run_id, of_type=dg.DagsterEventType.ASSET_MATERIALIZATION_PLANNED, limit=100).records

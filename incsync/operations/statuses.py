@@ -25,16 +25,16 @@ from incsync.config.tags import (
 from incsync.core.blame import Blame, Party, parse_party
 from incsync.core.bounds import UTC
 from incsync.destinations.ownership import METADATA_KEY as DESTINATION_OWNER
-from incsync.orchestration.blame import recipient_blame, run_blame
-from incsync.orchestration.dagster_compat import (
+from incsync.operations.blame import recipient_blame, run_blame
+from incsync.operations.dagster_compat import (
     ASSET_PARTITION_RANGE_END_TAG,
     ASSET_PARTITION_RANGE_START_TAG,
     RUN_FAILURE_REASON_TAG,
     WORKER_LOST_REASONS,
 )
-from incsync.orchestration.errors import StatusError
-from incsync.orchestration.metadata import DELTA_ROWS_TRANSFERRED, ROWS_TRANSFERRED
-from incsync.orchestration.partitions import RECIPIENT_DIM, RECIPIENTS_PARTITIONS, model_partitions
+from incsync.operations.errors import StatusError
+from incsync.operations.metadata import DELTA_ROWS_TRANSFERRED, ROWS_TRANSFERRED
+from incsync.operations.partitions import RECIPIENT_DIM, RECIPIENTS_PARTITIONS, model_asset_key, model_partitions
 
 EXPIRES_AFTER = timedelta(hours=6)
 # What the run monitor says when a run's worker died (dagster/_daemon/monitoring/run_monitoring.py).
@@ -83,7 +83,7 @@ class Transfer:
     blame_reason: str | None = None  # its one-line reason, naming the fix
     started_at: datetime | None = None
     finished_at: datetime | None = None  # None while it runs (or never started)
-    # Its materializations (one per committed window partition), for a per-recipient log (orchestration.audit).
+    # Its materializations (one per committed window partition), for a per-recipient log (operations.audit).
     materializations: tuple[dg.AssetMaterialization, ...] = field(default=(), repr=False, compare=False)
 
 
@@ -180,7 +180,7 @@ def _error_line(instance: dg.DagsterInstance, run: dg.DagsterRun) -> str | None:
 
     if ERROR_TAG in run.tags:
         return run.tags[ERROR_TAG]
-    from incsync.orchestration.runs import failure_message  # a run failed outside the IO manager (or before this tag)
+    from incsync.operations.runs import failure_message  # a run failed outside the IO manager (or before this tag)
 
     text = failure_message(instance, run.run_id) or _failure_message(instance, run.run_id)
     return text.strip().splitlines()[0] if text and text.strip() else None
@@ -234,8 +234,6 @@ def list_transfers(
     run_tags = {USER_TAG_PREFIX + k: v for k, v in (validate_tag(k, v) for k, v in (tags or {}).items())}
     if recipient is not None:
         validate_tag("recipient", recipient)
-    from incsync.orchestration.assets import model_asset_key
-
     models = {model_asset_key(m): m for m in config.models}
     registered = list(instance.get_dynamic_partitions(RECIPIENTS_PARTITIONS))
     now = now or datetime.now(UTC)

@@ -1,6 +1,6 @@
 """A run's materializations stored at the cost of a row each: the event Dagster would store, serialized
 from a template, inserted as one batch. Private Dagster API, pinned by
-``incsync_tests/orchestration/test_dagster_compat.py``.
+``incsync_tests/operations/test_dagster_compat.py``.
 
 Dagster's way (``DagsterEvent.asset_materialization``) sends each event through the step's log manager
 and serializes it with ``serdes`` when the storage inserts it, most of the cost in ``serialize_value``

@@ -1,6 +1,6 @@
 """The one home of what incsync needs from Dagster and its storage beyond their public APIs.
 
-Each function names the private behaviour it relies on; ``incsync_tests/orchestration/test_dagster_compat.py`` pins
+Each function names the private behaviour it relies on; ``incsync_tests/operations/test_dagster_compat.py`` pins
 each one, so a Dagster upgrade that changes it fails there, not silently in a transfer.
 """
 
@@ -14,9 +14,9 @@ import dagster as dg
 from dagster._core.events import JobFailureData, RunFailureReason
 from dagster._core.storage import tags as _tags
 
-from incsync.orchestration.dagster_compat.events import MaterializationRows
-from incsync.orchestration.dagster_compat.postgres import is_postgres_event_log, store_planned_on_postgres, store_rows_on_postgres
-from incsync.orchestration.dagster_compat.sqlite import (  # re-exported: the one compat module
+from incsync.operations.dagster_compat.events import MaterializationRows
+from incsync.operations.dagster_compat.postgres import is_postgres_event_log, store_planned_on_postgres, store_rows_on_postgres
+from incsync.operations.dagster_compat.sqlite import (  # re-exported: the one compat module
     EVENT_BATCH_ENV_VAR,
     EVENT_BATCH_SIZE,
     SYNCHRONOUS_MODES,
@@ -47,7 +47,7 @@ __all__ = [
 ]
 
 # The run tags of a run over a partition range: what a backfill with a BackfillPolicy sets, what
-# ``incsync.orchestration.launch`` sets for a run of several partitions and what ``orchestration.statuses`` reads back.
+# ``incsync.operations.launch`` sets for a run of several partitions and what ``operations.statuses`` reads back.
 ASSET_PARTITION_RANGE_START_TAG: str = _tags.ASSET_PARTITION_RANGE_START_TAG
 ASSET_PARTITION_RANGE_END_TAG: str = _tags.ASSET_PARTITION_RANGE_END_TAG
 # A run with this tag set to "true" is one whose asset events its code reports itself: Dagster
@@ -134,7 +134,7 @@ def report_planned(step: Any, asset_key: dg.AssetKey, partition_keys: Sequence[s
     is what Dagster's partition status shows as in progress while the run goes on and as failed once it
     failed (``get_latest_asset_partition_materialization_attempts_without_materializations``).
 
-    A model's run plans only the partitions it is slow on or failed to commit (``orchestration.reporting``):
+    A model's run plans only the partitions it is slow on or failed to commit (``operations.reporting``):
     planning every partition when the run starts would double the stored events of a backfill, where most
     windows are empty and commit at once."""
     from dagster._core.events import AssetMaterializationPlannedData, DagsterEvent, DagsterEventBatchMetadata, generate_event_batch_id
@@ -236,9 +236,9 @@ def write_instance_value(instance: dg.DagsterInstance, key: str, value: str) -> 
 
 
 def __getattr__(name: str) -> Any:
-    # ``module: incsync.orchestration.dagster_compat, class: BatchingSqliteEventLogStorage`` in dagster.yaml
+    # ``module: incsync.operations.dagster_compat, class: BatchingSqliteEventLogStorage`` in dagster.yaml
     if name == "BatchingSqliteEventLogStorage":
-        from incsync.orchestration.dagster_compat.sqlite import _batching_sqlite_event_log_storage
+        from incsync.operations.dagster_compat.sqlite import _batching_sqlite_event_log_storage
 
         cls = _batching_sqlite_event_log_storage()
         globals()[name] = cls

@@ -26,9 +26,8 @@ from incsync.config.tags import (
     transfer_run_tags,
     user_run_tags,
 )
-from incsync.orchestration.assets import model_asset_key
-from incsync.orchestration.dagster_compat import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG
-from incsync.orchestration.partitions import RECIPIENTS_PARTITIONS, partition_key
+from incsync.operations.dagster_compat import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG
+from incsync.operations.partitions import RECIPIENTS_PARTITIONS, model_asset_key, partition_key
 
 
 @dataclass(frozen=True)

@@ -1,24 +1,20 @@
-"""Maintenance of the destinations (docs/design.md#maintenance): the `incsync_maintenance` job, its
-schedule, and the pass `incsync maintain` runs.
+"""Maintenance of the destinations (docs/design.md#maintenance): the pass `incsync maintain` and the
+`incsync_maintenance` job (``orchestration.housekeeping``) run.
 
 Each destination is maintained while this holds every place of its transfer slot (``slots``), so no
 transfer publishes to it meanwhile and none waits on it for longer than one destination's pass.
 """
 
-# No ``from __future__ import annotations``: Dagster reads the op's config class from its annotation.
+from __future__ import annotations
+
 import sys
 from collections.abc import Callable, Iterator
 from typing import Any
-
-import dagster as dg
 
 from incsync.config.model import IncsyncConfig
 from incsync.destinations.maintenance import Maintained
 from incsync.destinations.registry import build_destination
 from incsync.errors import ConfigError
-
-JOB_NAME = "incsync_maintenance"
-SCHEDULE_NAME = "incsync_maintenance_schedule"
 
 
 def maintain_destinations(
@@ -26,7 +22,7 @@ def maintain_destinations(
     model: str | None = None, notify: Callable[[str], None] | None = None,
 ) -> Iterator[Maintained]:
     """Maintain each destination of the file (or only ``destination``) for its models (or only ``model``)."""
-    from incsync.orchestration.slots import destination_slot, holding_all, instance_backend
+    from incsync.operations.slots import destination_slot, holding_all, instance_backend
 
     targets = [d for d in config.destinations if destination in (None, d.name)]
     if destination is not None and not targets:
@@ -52,32 +48,6 @@ def maintain_destinations(
             backend.close()
 
 
-class MaintenanceRun(dg.Config):
-    """What one run of the job maintains (the schedule's runs: everything)."""
-
-    dry_run: bool = False
-    destination: str | None = None
-    model: str | None = None
-
-
-@dg.op(name="maintain_destinations", description="Compaction, vacuum and checkpoints of the destinations.",
-       required_resource_keys={"incsync"})
-def maintain_op(context: dg.OpExecutionContext, config: MaintenanceRun) -> dg.Output[None]:
-    done = []
-    for result in maintain_destinations(context.resources.incsync.config, instance=context.instance,
-                                        dry_run=config.dry_run, destination=config.destination, model=config.model,
-                                        notify=context.log.warning):
-        context.log.info(result.line())
-        done.append(result)
-    return dg.Output(None, metadata=summary(done))
-
-
-@dg.job(name=JOB_NAME, description="Keeps each destination's storage within its live data plus the retention "
-        "(docs/maintenance.md).")
-def maintenance_job() -> None:
-    maintain_op()
-
-
 def summary(done: list[Maintained]) -> dict[str, Any]:
     """Totals of a pass, as the run's metadata and the CLI's last line."""
     worked = [m for m in done if not m.skipped]
@@ -90,8 +60,3 @@ def summary(done: list[Maintained]) -> dict[str, Any]:
         "bytes_stored_after": sum(m.bytes_stored_after for m in worked),
         "bytes_live": sum(m.bytes_live for m in worked),
     }
-
-
-def build_maintenance_schedule(config: IncsyncConfig, *, default_status: dg.DefaultScheduleStatus) -> dg.ScheduleDefinition:
-    return dg.ScheduleDefinition(name=SCHEDULE_NAME, job=maintenance_job, cron_schedule=config.maintenance.frequency,
-                                 default_status=default_status)

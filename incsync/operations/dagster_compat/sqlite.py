@@ -1,6 +1,6 @@
 """Dagster's SQLite event log made fit for thousands of partitions: no fsync per event (on its own
 connections, as the instance's dagster.yaml says), a batch of asset events in two transactions, run
-shards copied from a template. Private Dagster API, pinned by ``incsync_tests/orchestration/test_dagster_compat.py``."""
+shards copied from a template. Private Dagster API, pinned by ``incsync_tests/operations/test_dagster_compat.py``."""
 
 from __future__ import annotations
 
@@ -191,7 +191,7 @@ def _batching_sqlite_event_log_storage() -> type:
             ids.extend(range(last - len(part) + 1, last + 1))
         return ids
 
-    BatchingSqliteEventLogStorage.__module__ = "incsync.orchestration.dagster_compat"  # where dagster.yaml names it
+    BatchingSqliteEventLogStorage.__module__ = "incsync.operations.dagster_compat"  # where dagster.yaml names it
     return BatchingSqliteEventLogStorage
 
 
@@ -205,4 +205,4 @@ def event_log_storage_config(dagster_home: str | os.PathLike[str]) -> dict[str, 
     its history; it is written out because the storage cannot know which instance loads it.
     """
     base_dir = os.path.join(os.path.abspath(dagster_home), "history", "runs", "")
-    return {"module": "incsync.orchestration.dagster_compat", "class": "BatchingSqliteEventLogStorage", "config": {"base_dir": base_dir}}
+    return {"module": "incsync.operations.dagster_compat", "class": "BatchingSqliteEventLogStorage", "config": {"base_dir": base_dir}}

@@ -5,10 +5,11 @@ so a reused pid is not taken for the run) and a heartbeat tag it refreshes while
 the worker tag a run when they launch it; the asset body tags every run, daemon-launched ones included.
 ``reap`` marks a run still in progress ORPHANED when its process is gone (this host) or its heartbeat
 is older than ``STALE_AFTER`` (another host); it runs at every ``incsync transfers`` and
-``incsync transfer``, and every 30 s in the Dagster daemon (the ``incsync_reaper`` sensor). The run
-failure releases the run's concurrency slots (the tag limits count in-progress runs only); a
-destination's own lease never outlives its holder (PostgreSQL's advisory lock is per transaction,
-the other locks are ``flock``s the OS drops), and staging the dead process held is removed.
+``incsync transfer``, and every 30 s in the Dagster daemon (the ``incsync_reaper`` sensor of
+``orchestration.triggers``). The run failure releases the run's concurrency slots (the tag limits count
+in-progress runs only); a destination's own lease never outlives its holder (PostgreSQL's advisory lock
+is per transaction, the other locks are ``flock``s the OS drops), and staging the dead process held is
+removed.
 """
 
 from __future__ import annotations
@@ -25,14 +26,13 @@ from pathlib import Path
 import dagster as dg
 
 from incsync.config.tags import HEARTBEAT_TAG, PROCESS_TAG
-from incsync.orchestration.dagster_compat import report_run_orphaned
+from incsync.operations.dagster_compat import report_run_orphaned
 
 log = logging.getLogger(__name__)
 
 HEARTBEAT_SECONDS = 30
 STALE_AFTER = 100  # seconds without a heartbeat before a run of another host counts as dead
 IN_PROGRESS = [dg.DagsterRunStatus.STARTING, dg.DagsterRunStatus.STARTED, dg.DagsterRunStatus.CANCELING]
-REAPER_SENSOR = "incsync_reaper"
 
 
 def _start_ticks(pid: int) -> str | None:
@@ -125,20 +125,3 @@ def remove_abandoned_staging(root: Path) -> list[Path]:
 
     # <model>-<recipient>-<id> and <model>-fanout-<id>
     return remove_abandoned(root, re.compile(rf".+-{TRANSFER_ID_PATTERN}"))  # type: ignore[return-value]  # a local root gives local paths
-
-
-def build_reaper_sensor(
-    staging_root: str, *, default_status: dg.DefaultSensorStatus = dg.DefaultSensorStatus.RUNNING,
-) -> dg.SensorDefinition:
-    @dg.sensor(
-        name=REAPER_SENSOR,
-        minimum_interval_seconds=30,
-        default_status=default_status,
-        description="Marks transfers whose process died ORPHANED and removes their staging "
-        "(CLI and worker runs have no Dagster run monitoring).",
-    )
-    def reaper(context: dg.SensorEvaluationContext) -> dg.SkipReason:
-        marked = reap(context.instance, staging_root=Path(staging_root))
-        return dg.SkipReason(f"marked {len(marked)} run(s) ORPHANED: {', '.join(marked)}" if marked else "no dead transfer")
-
-    return reaper

@@ -20,10 +20,11 @@ import yaml
 from incsync.config.load import load_config
 from incsync.core.bounds import UTC
 from incsync.destinations.registry import build_destination
-from incsync.orchestration.audit import ASSET_KEY, JOB_NAME, OP_NAME, SCHEDULE_NAME, TABLES, owner, table_model
-from incsync.orchestration.dagster_compat import load_as_code_location
+from incsync.operations.audit import TABLES, owner, table_model
+from incsync.operations.dagster_compat import load_as_code_location
 from incsync.orchestration.definitions import build_definitions
-from incsync_tests.orchestration.test_blame import FILE_IN_THE_WAY, run
+from incsync.orchestration.housekeeping import AUDIT_JOB, AUDIT_KEY, AUDIT_OP, AUDIT_SCHEDULE
+from incsync_tests.operations.test_blame import FILE_IN_THE_WAY, run
 from incsync_tests.support.lake import lake_config, latest_metadata
 
 DB = dg.AssetKey(["db", "orders"])
@@ -35,19 +36,19 @@ RECIPIENTS = [{"id": "acme", "id_in_provider_system": "org_1", "destination": "a
 def test_without_audit_nothing_of_it_exists_and_with_it_an_asset_a_job_and_a_schedule(tmp_path: Path) -> None:
     config = lake_config(tmp_path)
     defs = build_definitions(config)
-    assert ASSET_KEY not in {s.key for s in defs.resolve_all_asset_specs()}
-    assert JOB_NAME not in {j.name for j in defs.resolve_all_job_defs()}
-    assert SCHEDULE_NAME not in {s.name for s in defs.schedules or []}
+    assert AUDIT_KEY not in {s.key for s in defs.resolve_all_asset_specs()}
+    assert AUDIT_JOB not in {j.name for j in defs.resolve_all_job_defs()}
+    assert AUDIT_SCHEDULE not in {s.name for s in defs.schedules or []}
 
     doc = yaml.safe_load(config.read_text())
     doc["destinations"].append({"name": "warehouse", "kind": "delta", "path": "./warehouse"})
     doc["audit"] = {"destination": "warehouse", "frequency": "0 * * * *"}
     config.write_text(yaml.safe_dump(doc))
     defs = build_definitions(config)
-    [spec] = [s for s in defs.resolve_all_asset_specs() if s.key == ASSET_KEY]
+    [spec] = [s for s in defs.resolve_all_asset_specs() if s.key == AUDIT_KEY]
     assert (spec.group_name, list(spec.deps)) == ("incsync_audit", [])
-    [schedule] = [s for s in defs.schedules or [] if s.name == SCHEDULE_NAME]
-    assert (schedule.cron_schedule, schedule.job_name) == ("0 * * * *", JOB_NAME)
+    [schedule] = [s for s in defs.schedules or [] if s.name == AUDIT_SCHEDULE]
+    assert (schedule.cron_schedule, schedule.job_name) == ("0 * * * *", AUDIT_JOB)
     load_as_code_location(defs)  # the asset's op and the job share no name: `dagster dev` loads the location
 
 
@@ -86,8 +87,8 @@ def table(config: Path, name: str) -> list[dict[str, Any]]:
 
 
 def audit(instance: dg.DagsterInstance, config: Path) -> dict[str, Any]:
-    result = build_definitions(config).resolve_job_def(JOB_NAME).execute_in_process(instance=instance)
-    [mat] = result.asset_materializations_for_node(OP_NAME)
+    result = build_definitions(config).resolve_job_def(AUDIT_JOB).execute_in_process(instance=instance)
+    [mat] = result.asset_materializations_for_node(AUDIT_OP)
     return {k: v.value for k, v in mat.metadata.items()}
 
 
@@ -215,7 +216,7 @@ def test_incsync_audit_prints_what_it_appended(spark, tmp_path: Path, dagster_in
     assert row["blame_reason"].startswith("source lake: ")
     assert [(r["recipient"], r["last_success_high_watermark"]) for r in table(config, "recipient_freshness")] == [("acme", None)]
     assert [(r["recipient"], r["kind"]) for r in table(config, "recipient_destinations")] == [("acme", "delta")]
-    [mat] = dagster_instance.fetch_materializations(ASSET_KEY, limit=5).records
+    [mat] = dagster_instance.fetch_materializations(AUDIT_KEY, limit=5).records
     assert mat.asset_materialization.metadata["transfers_rows"].value == 1
     doc["recipients"].append({"id": "globex", "id_in_provider_system": "org_2", "destination": "acme_delta_2"})
     doc["destinations"].append({"name": "acme_delta_2", "kind": "delta", "path": "./out/globex"})
@@ -267,7 +268,7 @@ def test_a_pass_killed_between_its_tables_loses_nothing(spark, tmp_path: Path, d
 
 def test_the_destinations_snapshot_holds_no_secret(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A PostgreSQL destination is its schema and its variable's name; the DSN's password never reaches a row."""
-    from incsync.orchestration.audit_rows import destination_rows
+    from incsync.operations.audit_rows import destination_rows
 
     monkeypatch.setenv("GLOBEX_PG_DSN", "postgresql://incsync:s3cr3t-pw@db.example.com:5432/globex")
     config = lake_config(tmp_path, recipients=[
@@ -287,7 +288,7 @@ def test_the_destinations_snapshot_holds_no_secret(tmp_path: Path, monkeypatch: 
 def test_the_freshness_keeps_each_pairs_newest_success() -> None:
     """A replayed older window (lower HW), a failure and a success of another pair: only the newest success counts."""
     from incsync.core.bounds import to_micros
-    from incsync.orchestration.audit_rows import freshness
+    from incsync.operations.audit_rows import freshness
 
     def row(recipient: str, status: str, hw: datetime | None, finished: datetime) -> dict[str, Any]:
         return {"model": "orders", "recipient": recipient, "status": status, "high_watermark": hw, "finished_at": finished}
