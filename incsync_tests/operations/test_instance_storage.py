@@ -122,3 +122,20 @@ def test_an_instance_written_before_a_move_is_moved_to_the_event_logs_new_module
         assert type(instance.event_log_storage).__module__ == "incsync.operations.dagster_compat"
     assert (home / "dagster.yaml").read_text() == old.replace(
         f"module: {old_module}\n", "module: incsync.operations.dagster_compat\n")
+
+
+def test_a_dagster_yaml_naming_the_event_logs_old_home_still_loads(tmp_path: Path) -> None:
+    """dagster-daemon reads a generated dagster.yaml as it is: one written before the event log moved to
+    ``incsync.operations`` must still open (the CLI rewrites it; the daemon does not)."""
+    import dagster as dg
+    import yaml
+
+    from incsync.operations.dagster_compat import event_log_storage_config
+
+    storage = {**event_log_storage_config(tmp_path), "module": "incsync.orchestration.dagster_compat"}
+    (tmp_path / "dagster.yaml").write_text(yaml.safe_dump({"event_log_storage": storage}))
+    instance = dg.DagsterInstance.from_config(str(tmp_path))
+    try:
+        assert type(instance.event_log_storage).__name__ == "BatchingSqliteEventLogStorage"
+    finally:
+        instance.dispose()
