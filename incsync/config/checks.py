@@ -4,6 +4,7 @@ exist, windows, schedules, column types), one message per problem."""
 from __future__ import annotations
 
 from incsync.config.base import ID_PATTERN, ID_RE, IDENTIFIER_RE, column_name_problem, listed_names, table_name_problem
+from incsync.config.destinations import DESTINATION_MODELS
 from incsync.config.model import IncsyncConfig, ModelConfig
 from incsync.core.cron import is_valid_cron
 from incsync.core.limits import MAX_NAME_LENGTH, MAX_VALUE_LENGTH, tag_length_problem, too_long
@@ -118,19 +119,19 @@ def cross_check_problems(cfg: IncsyncConfig) -> list[str]:
     if not is_valid_cron(cfg.maintenance.frequency):
         problems.append(f'maintenance.frequency: "{cfg.maintenance.frequency}" is not a cron expression (e.g. "0 3 * * *")')
     destination_names = [d.name for d in cfg.destinations]
-    kinds = {d.name: d.kind for d in cfg.destinations}
+    shared = " or ".join(kind for kind, model in DESTINATION_MODELS.items() if model.shares_location)
     users: dict[str, list[str]] = {}
     for r in cfg.recipients:
         users.setdefault(r.destination, {})[r.id] = None  # ordered, and O(1) per recipient at 10,000
     users = {name: list(ids) for name, ids in users.items()}
     for i, d in enumerate(cfg.destinations):
-        # A Delta table root, PostgreSQL schema, DuckDB file, Iceberg namespace or MariaDB database holds one
-        # recipient's copy: tables are keyed on the primary key alone, so a second tenant would merge into
-        # (and full refreshes would wipe) the first.
-        if kinds[d.name] in ("delta", "postgres", "duckdb", "iceberg", "mariadb", "mysql") and len(users.get(d.name, [])) > 1:
+        # Unless its kind shares a location (keys per recipient), a destination holds one recipient's copy:
+        # tables are keyed on the primary key alone, so a second tenant would merge into (and full refreshes
+        # would wipe) the first.
+        if not d.shares_location and len(users.get(d.name, [])) > 1:
             problems.append(
                 f'destinations[{i}]: "{d.name}" is used by recipients {", ".join(users[d.name])}; {"an" if d.kind[0] in "aeiou" else "a"} '
-                f"{d.kind} destination holds one recipient's copy, so give each recipient its own (object_storage may be shared)"
+                f"{d.kind} destination holds one recipient's copy, so give each recipient its own ({shared} may be shared)"
             )
     known_destinations = set(destination_names)
     known = listed_names(destination_names)  # once: each recipient naming a missing one repeats it

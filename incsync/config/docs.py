@@ -13,14 +13,7 @@ from pydantic import BaseModel
 from pydantic_core import PydanticUndefined
 
 from incsync.config.alerts import AlertsConfig
-from incsync.config.destinations import (
-    DeltaDestinationConfig,
-    DuckDBDestinationConfig,
-    IcebergDestinationConfig,
-    MariaDBDestinationConfig,
-    ObjectStorageDestinationConfig,
-    PostgresDestinationConfig,
-)
+from incsync.config.destinations import DESTINATION_MODELS
 from incsync.config.jobs import AuditConfig
 from incsync.config.model import IncsyncConfig, MaintenanceConfig, ModelConfig, RecipientConfig, RecipientsFromConfig
 from incsync.config.products import ProductConfig, TierConfig
@@ -32,8 +25,7 @@ SECTIONS: list[tuple[str, str, list[type[BaseModel]]]] = [
     ("The file", "Top-level keys of `incsync.yaml` (or the file `$INCSYNC_CONFIG` names).", [IncsyncConfig]),
     ("sources", "One entry per place data is read from; `vendor` chooses the kind.", [LakeSourceConfig, JdbcSourceConfig]),
     ("destinations", "One entry per place a recipient's copy is written to; `kind` chooses the kind.",
-     [DeltaDestinationConfig, PostgresDestinationConfig, ObjectStorageDestinationConfig, DuckDBDestinationConfig,
-      IcebergDestinationConfig, MariaDBDestinationConfig]),
+     list(dict.fromkeys(DESTINATION_MODELS.values()))),
     ("models", "One entry per shared table.", [ModelConfig]),
     ("recipients", "One entry per customer.", [RecipientConfig]),
     ("products", "Named sets of models; a recipient with `products` receives only their models.", [ProductConfig]),
@@ -139,7 +131,7 @@ def render() -> str:
     lines = [
         "# incsync configuration reference",
         "",
-        "<!-- Generated from incsync/config/model.py, config_sources.py and config_destinations.py by "
+        "<!-- Generated from incsync/config/model.py, sources.py and destinations/ (a module per kind) by "
         "scripts/gen_config_docs.py: edit the field descriptions there. -->",
         "",
         "Secrets are never written in the file: it names the environment variables that hold them "

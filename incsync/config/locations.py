@@ -1,9 +1,9 @@
 """Where a destination physically writes, so `validate` compares destinations by location, not by name.
 
 Local paths are made absolute and resolved (``..``, symlinks, trailing slashes, ``file://``); storage URLs
-are normalised (scheme aliases, bucket case, key prefix); PostgreSQL destinations are (server, port,
-database, schema) from the DSN in their environment variable (a DSN in the vault: its entry and schema); DuckDB
-destinations are (file, schema); MariaDB destinations are (server, port, database). Secrets never enter a location.
+are normalised (scheme aliases, bucket case, key prefix). A kind that writes elsewhere than a folder says
+where in its model's ``location`` (``config/destinations/``): a database server's kinds by server, port and
+database, never by a secret. Secrets never enter a location.
 """
 
 from __future__ import annotations
@@ -20,7 +20,6 @@ from incsync.storage.names import local_path
 if TYPE_CHECKING:
     from incsync.config.destinations import DestinationConfig
     from incsync.config.model import IncsyncConfig
-    from incsync.config.secrets import SecretRef
 
 _SCHEME_ALIASES = {"s3a": "s3", "s3n": "s3", "abfs": "abfss", "wasb": "wasbs", "gcs": "gs"}
 LOOPBACK = {"", "localhost", "127.0.0.1", "::1", "[::1]"}
@@ -30,7 +29,7 @@ LOOPBACK = {"", "localhost", "127.0.0.1", "::1", "[::1]"}
 class Location:
     """A destination's root as a comparable key, and how to show it (never with a secret)."""
 
-    kind: str  # "path" (a local folder or a storage URL: roots may nest), "postgres", "duckdb", "iceberg" or "mariadb"
+    kind: str  # "path" (a local folder or a storage URL: roots may nest), or a kind of its own (its model's `location`)
     key: str
     shown: str
     note: str | None = None  # why the comparison was partial (e.g. the DSN's variable is unset)
@@ -64,41 +63,6 @@ def storage_url(url: str) -> str:
     scheme = _SCHEME_ALIASES.get(scheme, scheme)
     prefix = "/" + posixpath.normpath(unquote(parts.path).lstrip("/")) if parts.path.strip("/") else ""
     return f"{scheme}://{parts.netloc.lower()}{prefix.rstrip('/')}"
-
-
-def postgres_location(dsn: SecretRef, schema: str) -> Location:
-    """(server, port, database, schema) from the DSN in a variable; a DSN in the vault is compared by its entry's
-    name and the schema: it is opened only where a connection is made."""
-    if dsn.store == "vault":
-        return Location(
-            "postgres", f"vault:{dsn.name}/{schema}", f"vault entry {dsn.name} schema {schema}",
-            note="destinations whose DSN is in the vault were compared by entry name and schema only",
-        )
-    return _env_postgres_location(dsn.name, schema)
-
-
-def _env_postgres_location(dsn_env: str, schema: str) -> Location:
-    dsn = os.environ.get(dsn_env)
-    if dsn is None:
-        return Location(
-            "postgres", f"env:{dsn_env}/{schema}", f"${dsn_env} schema {schema}",
-            note=f"${dsn_env} is not set, so its destinations were compared by variable name and schema only",
-        )
-    from psycopg.conninfo import conninfo_to_dict
-
-    try:
-        info = conninfo_to_dict(dsn)
-    except Exception:  # noqa: BLE001 - its message may quote the DSN: never show it
-        return Location(
-            "postgres", f"env:{dsn_env}/{schema}", f"${dsn_env} schema {schema}",
-            note=f"${dsn_env} is not a PostgreSQL connection string, so it was compared by variable name and schema only",
-        )
-    host = str(info.get("host") or info.get("hostaddr") or os.environ.get("PGHOST", "")).lower()
-    host = "localhost" if host in LOOPBACK or host.startswith("/") else host  # a socket folder is this machine
-    port = str(info.get("port") or os.environ.get("PGPORT") or "5432")
-    user = info.get("user") or os.environ.get("PGUSER") or ""
-    database = str(info.get("dbname") or os.environ.get("PGDATABASE") or user)
-    return Location("postgres", f"{host}:{port}/{database}/{schema}", f"postgresql://{host}:{port}/{database} schema {schema}")
 
 
 def location(destination: DestinationConfig, base: Path, *, _folders: dict[str, str] | None = None) -> Location:

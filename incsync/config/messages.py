@@ -6,11 +6,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from incsync.config.destinations import (
-    DeltaDestinationConfig,
-    ObjectStorageDestinationConfig,
-    PostgresDestinationConfig,
-)
+from incsync.config.destinations import DESTINATION_MODELS
 from incsync.config.model import IncsyncConfig, ModelConfig, RecipientConfig, RecipientsFromConfig
 from incsync.config.products import ProductConfig, TierConfig
 from incsync.config.sources import JdbcSourceConfig, LakeSourceConfig
@@ -38,7 +34,7 @@ def format_loc(loc: tuple[Any, ...]) -> str:
 
 _KINDS = {
     "vendor": ["lake", "postgres", "mysql", "mariadb"],
-    "kind": ["delta", "postgres", "object_storage", "duckdb", "iceberg", "mariadb", "mysql"],
+    "kind": list(DESTINATION_MODELS),
 }
 # Source vendors people ask for that incsync does not read, and why.
 _UNSUPPORTED = {"athena": "incsync has no Amazon Athena reader"}
@@ -49,7 +45,9 @@ def _fields_at(loc: tuple[Any, ...]) -> list[str]:
     section = next((p for p in loc if isinstance(p, str)), None)
     kinds = {
         "sources": [LakeSourceConfig, JdbcSourceConfig],
-        "destinations": [DeltaDestinationConfig, PostgresDestinationConfig, ObjectStorageDestinationConfig],
+        # the entry's own kind when pydantic names it (its union branch), else every kind's
+        "destinations": [DESTINATION_MODELS[p] for p in loc if p in DESTINATION_MODELS][:1]
+        or list(dict.fromkeys(DESTINATION_MODELS.values())),
         "models": [ModelConfig], "recipients": [RecipientConfig], "recipients_from": [RecipientsFromConfig],
         "products": [ProductConfig], "tiers": [TierConfig],
     }.get(section or "", [])
