@@ -8,11 +8,10 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from incsync.cli.parsing import Commands
+from incsync.cli.parsing import Commands, LazyChoices
 from incsync.errors import InputError
 
 SOURCES = ("lake", "postgres", "mysql", "mariadb")
-DESTINATIONS = ("delta", "postgres", "object_storage", "duckdb", "iceberg", "mariadb")
 
 _SOURCE = {
     "lake": """\
@@ -44,49 +43,6 @@ _SOURCE = {
 """,
 }
 
-_DESTINATION = {
-    "delta": """\
-  - name: acme_delta
-    kind: delta
-    path: ./out/acme          # one Delta table per model: ./out/acme/orders (created by the first transfer)
-""",
-    "postgres": """\
-  - name: acme_pg
-    kind: postgres
-    dsn_env: ACME_DSN         # the variable holding postgresql://user@host:5432/db: export it
-    schema: acme              # created when missing; one schema per recipient
-""",
-    "object_storage": """\
-  - name: files
-    kind: object_storage
-    path: ./out/files         # Parquet files + manifests; recipients may share it (one folder each)
-""",
-    "duckdb": """\
-  - name: acme_duckdb
-    kind: duckdb
-    path: ./out/acme.duckdb   # a DuckDB file (created when missing): one table per model; one recipient's copy
-""",
-    "iceberg": """\
-  - name: acme_iceberg
-    kind: iceberg
-    path: ./out/acme_iceberg  # the warehouse: data + metadata files, and the SQLite catalog ./out/acme_iceberg/catalog.db
-    namespace: acme           # the catalog namespace: table acme.orders; one recipient's copy
-    # catalog_uri_env: ACME_CATALOG  # a PostgreSQL catalog instead: the variable holding postgresql://...
-""",
-    "mariadb": """\
-  - name: acme_mariadb
-    kind: mariadb             # MariaDB or MySQL (kind: mysql is the same)
-    host: 127.0.0.1
-    port: 3306
-    user: incsync_writer      # needs CREATE, ALTER, SELECT, INSERT, UPDATE, DELETE, CREATE TEMPORARY TABLES there
-    password_env: ACME_MARIADB_PASSWORD  # the variable holding the password: export it (omit for none)
-    database: acme            # created when missing: one table per model; one recipient's copy
-""",
-}
-
-_DESTINATION_NAME = {"delta": "acme_delta", "postgres": "acme_pg", "object_storage": "files", "duckdb": "acme_duckdb",
-                     "iceberg": "acme_iceberg", "mariadb": "acme_mariadb"}
-
 TEMPLATE = """\
 # incsync configuration: {source} -> {destination}. Written by `incsync init`; check it with
 # `incsync validate -c {file}` (add --connect to reach the source), then `incsync transfer orders --dry-run`.
@@ -114,16 +70,27 @@ recipients:
 """
 
 
+def _starters() -> dict[str, tuple[str, str]]:
+    """Each destination kind (its own name, not an alias) -> (the starter's destination name, its block), from
+    the kinds' models: imported here, not with the module, so the CLI's thin client loads no pydantic."""
+    from incsync.config.destinations import DESTINATION_MODELS, model_kinds
+
+    return {kind: (model.starter_name(), model.starter) for kind, model in DESTINATION_MODELS.items()
+            if model_kinds(model)[0] == kind}
+
+
 def starter_config(source: str, destination: str, *, file: str = "incsync.yaml", start: int = 1704067200) -> str:
     if source not in SOURCES:
         raise InputError(f'--source {source}: unknown; use one of {", ".join(SOURCES)}')
-    if destination not in DESTINATIONS:
-        raise InputError(f'--destination {destination}: unknown; use one of {", ".join(DESTINATIONS)}')
+    starters = _starters()
+    if destination not in starters:
+        raise InputError(f'--destination {destination}: unknown; use one of {", ".join(starters)}')
+    destination_name, destination_block = starters[destination]
     return TEMPLATE.format(
         source=source, destination=destination, file=file, source_block=_SOURCE[source].rstrip("\n"),
-        destination_block=_DESTINATION[destination].rstrip("\n"), source_name="lake" if source == "lake" else "app_db",
+        destination_block=destination_block.rstrip("\n"), source_name="lake" if source == "lake" else "app_db",
         table="orders" if source in ("lake", "mysql", "mariadb") else "public.orders", start=start,
-        destination_name=_DESTINATION_NAME[destination],
+        destination_name=destination_name,
     )
 
 
@@ -139,7 +106,8 @@ def cmd_init(args: argparse.Namespace) -> int:
 def add_parser(sub: Commands) -> None:
     p = sub.add_parser("init", help="write a commented starter configuration")
     p.add_argument("--source", default="postgres", choices=SOURCES, help="the source's vendor (default postgres)")
-    p.add_argument("--destination", default="delta", choices=DESTINATIONS, help="the destination's kind (default delta)")
+    p.add_argument("--destination", default="delta", choices=LazyChoices(_starters), metavar="KIND",
+                   help="the destination's kind: %(choices)s (default %(default)s)")
     p.add_argument("-o", "--output", default="incsync.yaml", help="file to write (default incsync.yaml)")
     p.add_argument("--force", action="store_true", help="overwrite an existing file")
     p.set_defaults(func=cmd_init)

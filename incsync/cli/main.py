@@ -12,8 +12,16 @@ from pathlib import Path
 # Standard library, incsync.errors, incsync.paths and the command modules (which import the same) only at
 # import time: `incsync transfer --worker` stays a thin client.
 from incsync.cli.errors import UsageError
-from incsync.cli.operations import cmd_audit, cmd_dagster_yaml, cmd_demo, cmd_janitor, cmd_maintain, cmd_spark_server
-from incsync.cli.parsing import Parser
+from incsync.cli.operations import (
+    cmd_audit,
+    cmd_dagster_yaml,
+    cmd_demo,
+    cmd_janitor,
+    cmd_maintain,
+    cmd_spark_server,
+    demo_acme_kinds,
+)
+from incsync.cli.parsing import LazyChoices, Parser
 from incsync.cli.transfer import cmd_transfer, cmd_transfers, run_transfer
 from incsync.cli.validate import cmd_validate
 from incsync.core.blame import PARTIES
@@ -139,8 +147,8 @@ def build_parser() -> Parser:
     p = sub.add_parser("demo", help="build a sample source and transfer it to a few recipients")
     p.add_argument("--workdir", default="demo")
     p.add_argument("--rows", type=int, default=120_000)
-    p.add_argument("--acme-destination", choices=["delta", "duckdb", "iceberg"], default="delta",
-                   help="the kind of acme's destination (globex: PostgreSQL, initech: object storage)")
+    p.add_argument("--acme-destination", choices=LazyChoices(demo_acme_kinds), metavar="KIND", default="delta",
+                   help="the kind of acme's destination: %(choices)s (globex: PostgreSQL, initech: object storage)")
     p.add_argument("--mariadb", action="store_true",
                    help="also transfer to a fourth recipient's MariaDB database on 127.0.0.1:3306 (as root)")
     p.set_defaults(func=cmd_demo)

@@ -55,6 +55,13 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return run_demo(Path(args.workdir), rows=args.rows, acme=args.acme_destination, mariadb=args.mariadb)
 
 
+def demo_acme_kinds() -> list[str]:
+    """The kinds `incsync demo --acme-destination` offers: the demo's own, read when the option is used."""
+    from incsync.cli.demo import ACME_DESTINATIONS
+
+    return list(ACME_DESTINATIONS)
+
+
 def cmd_spark_server(args: argparse.Namespace) -> int:
     import signal
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import difflib
 import re
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from incsync.cli.errors import UsageError
@@ -47,3 +48,17 @@ class Commands:
         parser: argparse.ArgumentParser = self._subparsers.add_parser(name, **kwargs)
         self._known[name] = parser
         return parser
+
+
+class LazyChoices:
+    """An argument's ``choices`` read from ``load`` only when argparse checks a value or shows the help, so
+    building the parser imports nothing heavy. Pass a ``metavar`` too: argparse lists choices without one."""
+
+    def __init__(self, load: Callable[[], Iterable[str]]) -> None:
+        self._load = load
+
+    def __contains__(self, value: object) -> bool:
+        return value in list(self._load())
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(list(self._load()))
