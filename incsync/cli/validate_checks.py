@@ -16,6 +16,7 @@ import os
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from incsync.config.destinations import DESTINATION_MODELS
 from incsync.config.model import IncsyncConfig, ModelConfig, RecipientConfig
 from incsync.config.products import subscribers
 from incsync.config.sources import JdbcSourceConfig, LakeSourceConfig
@@ -57,16 +58,17 @@ def _named_columns(model: ModelConfig) -> list[tuple[str, str]]:
 def ignored_cluster_by(config: IncsyncConfig) -> list[str]:
     """A model's ``cluster_by`` orders and prunes Delta files only: say which recipients' copies ignore it."""
     warnings = []
-    kinds = {d.name: d.kind for d in config.destinations}
+    clustering = " and ".join(kind for kind, cls in DESTINATION_MODELS.items() if cls.clusters_files)
+    destinations = {d.name: d for d in config.destinations}
     for i, model in enumerate(config.models):
         if not model.cluster_by:
             continue
-        others = sorted({(r.id, kinds[r.destination]) for r in subscribers(config, model.model_name)
-                         if kinds.get(r.destination, "delta") != "delta"})
+        others = sorted({(r.id, destinations[r.destination].kind) for r in subscribers(config, model.model_name)
+                         if r.destination in destinations and not destinations[r.destination].clusters_files})
         if others:
             names = ", ".join(f"{rid} ({kind})" for rid, kind in others[:5])
             names += f" and {len(others) - 5} more" if len(others) > 5 else ""
-            warnings.append(f"models[{i}].cluster_by: only Delta destinations cluster files; it is ignored for {names}")
+            warnings.append(f"models[{i}].cluster_by: only {clustering} destinations cluster files; it is ignored for {names}")
     return warnings
 
 

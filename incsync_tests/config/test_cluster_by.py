@@ -37,5 +37,5 @@ def test_validate_says_which_recipients_ignore_cluster_by(tmp_path: Path, capsys
     assert run_command(["validate", "-c", str(file)]) == 0
     line = next(x for x in capsys.readouterr().err.splitlines() if "cluster_by" in x)
     cluster_line = file.read_text().splitlines().index("  cluster_by:") + 1
-    assert line == (f"warning: {file}:{cluster_line}: models[0].cluster_by: only Delta destinations cluster files — it is "
+    assert line == (f"warning: {file}:{cluster_line}: models[0].cluster_by: only delta destinations cluster files — it is "
                     "ignored for globex (postgres), initech (object_storage)")
