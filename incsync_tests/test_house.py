@@ -232,9 +232,10 @@ def test_no_helper_imports_a_conftest() -> None:
 
 
 # One destination contract: every kind's special cases live in its own folder, so outside
-# ``destinations/`` (and the kinds' config models) no code names a kind, tests a kind's class or reaches
-# into a destination's private members.
-DESTINATION_HOME = ("destinations/", "config/destinations.py")
+# ``destinations/`` (the registry among them) and the kinds' config models no code names a kind, tests a
+# kind's class or reaches into a destination's private members. Adding a kind touches those homes alone
+# (docs/architecture.md#add-a-destination-kind).
+DESTINATION_HOME = ("destinations/", "config/destinations/")
 
 
 def _destination_kinds() -> set[str]:
@@ -303,6 +304,54 @@ def test_no_destination_kind_switch_outside_the_destinations() -> None:
         for line in destination_switches(path.read_text(), kinds=kinds, classes=classes)
     ]
     assert found == []
+
+
+# Where a kind's name is written as a literal outside the homes, adding a kind means editing that place too.
+# Some kind names also name other things, and there a literal is no kind: the source vendors
+# (``config/sources.py``) and Delta, the table format sharing serves. The demo writes a sample file, which
+# names its kinds as a user's file does.
+OTHER_MEANINGS = {"delta"}
+KINDS_AS_DATA = ("cli/demo.py",)
+
+
+def _kinds_named_nowhere_else() -> set[str]:
+    import typing
+
+    from incsync.config.destinations import DESTINATION_MODELS
+    from incsync.config.sources import JdbcSourceConfig, LakeSourceConfig
+
+    vendors = {v for cls in (JdbcSourceConfig, LakeSourceConfig) for v in typing.get_args(cls.model_fields["vendor"].annotation)}
+    return set(DESTINATION_MODELS) - vendors - OTHER_MEANINGS
+
+
+def kind_literals(source: str, kinds: set[str]) -> list[str]:
+    """Each string literal of ``source`` that is exactly a kind's name, as ``line: name``."""
+    found = [node for node in ast.walk(ast.parse(source))
+             if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in kinds]
+    return [f"{node.lineno}: {node.value}" for node in sorted(found, key=lambda n: (n.lineno, n.col_offset))]
+
+
+def test_the_kind_literal_finder_finds_a_kind_and_nothing_else() -> None:
+    source = 'KINDS = ("duckdb", "iceberg")\nif vendor == "postgres": pass\nshown = "a duckdb file"\nx = "object_storage"\n'
+    assert kind_literals(source, _kinds_named_nowhere_else()) == ["1: duckdb", "1: iceberg", "4: object_storage"]
+
+
+def test_no_module_outside_the_destinations_names_a_kind() -> None:
+    kinds = _kinds_named_nowhere_else()
+    assert kinds >= {"object_storage", "duckdb", "iceberg"}
+    found = [
+        f"{path.relative_to(PACKAGE)}:{line}"
+        for path in sorted(PACKAGE.rglob("*.py"))
+        if not str(path.relative_to(PACKAGE)).startswith((*DESTINATION_HOME, *KINDS_AS_DATA))
+        for line in kind_literals(path.read_text(), kinds)
+    ]
+    assert found == []
+
+
+def test_the_registry_and_the_config_models_name_the_same_kinds() -> None:
+    from incsync.config.destinations import DESTINATION_MODELS
+
+    assert sorted(_destination_kinds()) == sorted(DESTINATION_MODELS)
 
 
 # The design lives in the repository (docs/design.md): code and docs cite its sections by anchor, and code
