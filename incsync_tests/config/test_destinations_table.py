@@ -9,6 +9,7 @@ from pathlib import Path
 
 import yaml
 
+from incsync.config.destinations import DESTINATION_MODELS
 from incsync.config.load import load_config
 from incsync.config.rows import refused_lines
 from incsync_tests.support.jdbc import PgDatabase, pg_database
@@ -89,8 +90,7 @@ def test_a_bad_destination_row_disables_only_the_recipients_that_name_it(tmp_pat
         f'{label("a_typo")}.schema: required field is missing; add it (docs/config.md lists every field)',
         f'{label("a_typo")}.schem: unknown field; did you mean "schema"?',
         f"{label('a_typo')}: so recipient(s) r_a are disabled until it is fixed",
-        f'{label("b_oracle")}: kind "oracle" is unknown; use one of delta, postgres, object_storage, duckdb, '
-        "iceberg, mariadb, mysql",
+        f'{label("b_oracle")}: kind "oracle" is unknown; use one of {", ".join(DESTINATION_MODELS)}',
         f"{label('b_oracle')}: so recipient(s) r_b are disabled until it is fixed",
         f"{label('c_secret')}.secret: a delta destination takes no secret; leave it NULL",
         f"{label('c_secret')}: so recipient(s) r_c are disabled until it is fixed",

@@ -10,6 +10,7 @@ import pytest
 
 from incsync.config.tags import FULL_REFRESH_TAG, MODE_TAG
 from incsync.orchestration.definitions import build_definitions
+from incsync_tests.destinations.conformance.kinds import BY_NAME
 from incsync_tests.support.destinations import MATRIX_KINDS, Target, destination_env, destination_spec
 from incsync_tests.support.lake import ORDERS_SCHEMA, lake_config, latest_metadata, materialize_partition, order, ts, write_table
 
@@ -154,7 +155,7 @@ def test_full_refresh_and_model_change(kind: str, tmp_path: Path, dagster_instan
     meta = latest_metadata(dagster_instance)
     assert meta["transfer_type"] == "FULL_REFRESH"
     assert meta["full_refresh_reason"].startswith("model_changed (")
-    if kind in ("postgres", "duckdb", "iceberg", "mariadb"):  # the table keeps its identity and the column (a recipient's view may use it), emptied
+    if BY_NAME[kind].refresh_keeps_table:  # its identity and the column (a recipient's view may use it), emptied
         assert target.raw_rows() == [{**r, "amount": None} for r in _org1(current)]
         assert _pg_oid(target) == oid
     else:

@@ -12,8 +12,9 @@ import pyarrow as pa
 import pytest
 
 from incsync.errors import SchemaError
+from incsync_tests.destinations.conformance.kinds import BY_NAME, named
 from incsync_tests.support.arrow_transfer import run
-from incsync_tests.support.destinations import MATRIX_KINDS, Target, destination_env, destination_spec, mariadb_database
+from incsync_tests.support.destinations import MATRIX_KINDS, Target, destination_env, destination_spec
 from incsync_tests.support.lake import lake_config, ts, write_table
 from incsync_tests.support.schema_change import BASE, BIG
 from incsync_tests.support.schema_change import row as _row
@@ -49,8 +50,6 @@ def _type(target: Target, column: str) -> str:
 
 
 def _wide(kind: str) -> str:
-    from incsync_tests.destinations.conformance.kinds import BY_NAME
-
     return BY_NAME[kind].wide_int_type
 
 
@@ -101,10 +100,7 @@ def test_a_change_that_is_no_widening_is_one_clear_error_then_a_full_refresh(kin
     write_table(tmp_path / "src", "orders", [_row(1, 1, code=10), _row(2, 2, code=20)], schema=changed)
     with pytest.raises(SchemaError) as caught:
         run(config, "2024-01-01", scheduled=True)
-    old, where = {"postgres": ("text", "acme.orders"), "delta": ("string", str(tmp_path / "out" / "acme" / "orders")),
-                  "object_storage": ("string", f"{tmp_path / 'out' / 'acme'} (its earlier manifests)"),
-                  "duckdb": ("string", "main.orders"), "iceberg": ("string", "incsync.orders"),
-                  "mariadb": ("string", f"{mariadb_database() if kind == 'mariadb' else ''}.orders")}[kind]
+    old, where = BY_NAME[kind].text_type, named(BY_NAME[kind].table_where, kind, tmp_path / "out" / "acme")
     assert str(caught.value) == (
         f"model orders, recipient acme: the source changed a column's type in a way {where} cannot hold in place "
         f"(column code is {old} in {where} but bigint in the source); nothing was published. Fix: reload the "
@@ -143,7 +139,7 @@ def test_validate_connect_drift_line_for_each_destination(kind: str, tmp_path: P
     assert target.destination.drift(model=target.model, recipient=target.recipient, staged=staged) is None
     run(config, "2024-01-01", scheduled=False)
     diff = target.destination.drift(model=target.model, recipient=target.recipient, staged=staged)
-    old, note = ("text", "text") if kind == "postgres" else ("string", "string")
+    old = note = BY_NAME[kind].text_type
     assert describe(diff, model=target.model, recipient=target.recipient) == (
         f"models.orders (recipient acme): source schema drift: added note {note}; changed code {old}→bigint; the next "
         "transfer fails until a full refresh (incsync transfer orders --recipient acme --full-refresh)"
@@ -171,7 +167,7 @@ def test_a_widening_killed_before_its_commit_changes_nothing(kind: str, tmp_path
     assert proc.returncode == -signal.SIGKILL, proc.stderr
     assert (target.state(), _rows(target)) == before[:2]
     # MariaDB commits DDL by itself: the column was widened before the transaction (docs/schema-changes.md).
-    assert _type(target, "qty") == (_wide(kind) if kind == "mariadb" else before[2])
+    assert _type(target, "qty") == (_wide(kind) if BY_NAME[kind].ddl_commits_itself else before[2])
     run(config, "2024-01-01", scheduled=True)
     assert [(r["id"], r["qty"]) for r in _rows(target)] == [(1, 7), (2, BIG)]
     assert _type(target, "qty") == _wide(kind)

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from incsync.destinations.registry import destination_class
-from incsync_tests.support.destinations import PG_DSN_ENV, Target
+from incsync_tests.support.destinations import PG_DSN_ENV, Target, mariadb_database
 
 Rows = list[dict[str, Any]]
 
@@ -33,6 +33,13 @@ class Kind:
     wide_int_type: str = "int64"  # the stored type of an integer column widened to 64 bits
     owner_where: str = ""  # how an ownership refusal names the copy ({shared}: the shared folder's path)
     exact_types: dict[str, str] = field(default_factory=dict)  # column of the round trip -> why its form differs
+    # How a schema error names recipient acme's table ({folder}: its ./out/acme; {database}: the kind's own)
+    table_where: str = ""
+    # A full refresh that drops a column empties the table and keeps it (its identity, the column emptied),
+    # so a recipient's view or grants on it survive; False: the table is written anew without the column.
+    refresh_keeps_table: bool = True
+    # DDL commits by itself (MariaDB): a widening is in place before the transfer's own transaction begins.
+    ddl_commits_itself: bool = False
 
     @property
     def upserts(self) -> str | None:
@@ -46,19 +53,31 @@ class Kind:
 
 
 KINDS_TABLE: tuple[Kind, ...] = (
-    Kind("delta", owner_where="Delta table {shared}/orders (destination dest)"),
-    Kind("postgres", text_type="text", wide_int_type="bigint", owner_where="PostgreSQL table acme.orders (destination dest)"),
+    Kind("delta", owner_where="Delta table {shared}/orders (destination dest)", table_where="{folder}/orders",
+         refresh_keeps_table=False),
+    Kind("postgres", text_type="text", wide_int_type="bigint", owner_where="PostgreSQL table acme.orders (destination dest)",
+         table_where="acme.orders"),
     Kind(
         "object_storage",
         crash_points=(("after_staging", False), ("mid_publish", False), ("after_manifest", True), ("after_publish", True)),
         owner_where="object-storage prefix {shared}/orders/recipient=acme (destination dest)",
+        table_where="{folder} (its earlier manifests)", refresh_keeps_table=False,
     ),
-    Kind("duckdb", owner_where="DuckDB table main.orders of {shared}.duckdb (destination dest)"),
-    Kind("iceberg", wide_int_type="int64", owner_where="Iceberg table incsync.orders (destination dest)"),
-    Kind("mariadb", owner_where="MariaDB table {database}.orders (destination dest)"),
+    Kind("duckdb", owner_where="DuckDB table main.orders of {shared}.duckdb (destination dest)", table_where="main.orders"),
+    Kind("iceberg", wide_int_type="int64", owner_where="Iceberg table incsync.orders (destination dest)",
+         table_where="incsync.orders"),
+    Kind("mariadb", owner_where="MariaDB table {database}.orders (destination dest)", table_where="{database}.orders",
+         ddl_commits_itself=True),
 )
 KINDS = tuple(k.name for k in KINDS_TABLE)
 BY_NAME = {k.name: k for k in KINDS_TABLE}
+
+
+def named(template: str, kind: str, folder: Path) -> str:
+    """``template`` (an ``owner_where`` or ``table_where``) for the copy in ``folder``: ``{shared}`` and
+    ``{folder}`` its path, ``{database}`` the database ``destination_spec`` gives it where the kind has one."""
+    database = mariadb_database(f"./out/{folder.name}") if kind == "mariadb" else ""
+    return template.format(shared=folder, folder=folder, database=database)
 
 
 def kinds_with(capability: str) -> list[str]:

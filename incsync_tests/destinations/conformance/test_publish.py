@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 
 from incsync.errors import OwnershipError
-from incsync_tests.destinations.conformance.kinds import BY_NAME, KINDS, KINDS_TABLE, create_view, kinds_with, view_rows
+from incsync_tests.destinations.conformance.kinds import BY_NAME, KINDS, KINDS_TABLE, create_view, kinds_with, named, view_rows
 from incsync_tests.support.arrow_transfer import run
-from incsync_tests.support.destinations import Target, destination_env, destination_spec, mariadb_database
+from incsync_tests.support.destinations import Target, destination_env, destination_spec
 from incsync_tests.support.lake import lake_config, order, ts, write_table
 
 LOOKBACK = 60
@@ -162,8 +162,7 @@ def test_a_second_recipient_on_the_same_copy_is_refused(kind: str, tmp_path: Pat
         assert outcome.destination_metadata["destination_owner"] == "acme"
         with pytest.raises(OwnershipError) as info:
             run(configs[1], "2024-01-01", scheduled=False, recipient_id=intruder)
-        where = BY_NAME[kind].owner_where.format(shared=tmp_path.resolve() / "out" / "shared",
-                                                 database=mariadb_database("./out/shared") if kind == "mariadb" else "")
+        where = named(BY_NAME[kind].owner_where, kind, tmp_path.resolve() / "out" / "shared")
         assert str(info.value) == (
             f"model orders: {where} belongs to recipient acme (tenant org_1); refusing to publish "
             f"recipient {intruder} (tenant org_2) there, nothing was written. Give recipient {intruder} a destination of "
