@@ -129,6 +129,14 @@ def test_every_problem_is_reported_at_once_with_file_and_path() -> None:
     )
 
 
+def test_a_mistyped_destination_field_is_matched_against_its_own_kind() -> None:
+    doc = _base()
+    doc["destinations"][0] = {"name": "acme_delta", "kind": "duckdb", "path": "./out/acme.duckdb", "lock_timeout_second": 5}
+    assert _problems(doc) == ['destinations[0].lock_timeout_second: unknown field; did you mean "lock_timeout_seconds"?']
+    doc["destinations"][0] = {"name": "acme_delta", "kind": "delta", "path": "./out/acme", "schem": "x"}
+    assert _problems(doc) == ['destinations[0].schem: unknown field; remove it, or see docs/config.md for the fields']
+
+
 def test_references_are_checked() -> None:
     doc = _base()
     doc["models"][0]["source"] = "crm"
