@@ -32,6 +32,7 @@ from incsync.sharing.tokens import Minted, TokenStore
 log = logging.getLogger(__name__)
 
 DEFAULT_STORE = ".incsync-sharing.sqlite"
+ICEBERG_PROFILE_KEY = "icebergCatalog"  # the profile's entry with the Iceberg REST catalog's settings
 MIN_KEY = 32
 
 
