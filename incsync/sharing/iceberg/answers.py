@@ -58,18 +58,19 @@ class IcebergService:
             raise unauthenticated() from None
 
     def share(self, caller: Caller, prefix: str | None) -> RecipientShare:
+        """The caller's catalog (empty when none of its tables is an Iceberg table); ``prefix``: its name, or a 404."""
         share = self.service.catalogs().share_of(caller.recipient, ICEBERG)
-        if share is None or (prefix is not None and share.name.casefold() != prefix.casefold()):
+        share = share or RecipientShare(name=caller.recipient, recipient=caller.recipient, tables=())
+        if prefix is not None and share.name.casefold() != prefix.casefold():
             raise no_such_namespace()
         return share
 
     def config(self, caller: Caller, params: dict[str, str]) -> dict[str, Any]:
-        share = self.service.catalogs().share_of(caller.recipient, ICEBERG)
+        share = self.share(caller, None)
         warehouse = params.get("warehouse")
-        if warehouse and (share is None or warehouse.casefold() != share.name.casefold()):
+        if warehouse and warehouse.casefold() != share.name.casefold():
             raise RestError(403, "ForbiddenException", "The warehouse does not exist or is not shared with you.")
-        overrides = {"prefix": share.name if share is not None else caller.recipient, **SERVER_PLANNING}
-        return {"defaults": {}, "overrides": overrides, "endpoints": ENDPOINTS}
+        return {"defaults": {}, "overrides": {"prefix": share.name, **SERVER_PLANNING}, "endpoints": ENDPOINTS}
 
     def list_namespaces(self, caller: Caller, params: dict[str, str], *, prefix: str) -> dict[str, Any]:
         share = self.share(caller, prefix)
