@@ -3,6 +3,7 @@
 A URL names one file of one shared table for one recipient, the token that asked for it, and an expiry, under
 an HMAC-SHA256 of all of it. The file endpoint serves it only while the signature holds, the expiry is ahead,
 the token is still live and the table is still in the recipient's share; anything else is one bare 403.
+The same signer, under keys derived per purpose, signs the Iceberg catalog's storage credentials.
 """
 
 from __future__ import annotations

@@ -10,18 +10,22 @@ import http.client
 import json
 import logging
 import time
+from pathlib import Path
 
 import pytest
 import requests
+import yaml
 from botocore.auth import S3SigV4Auth
 from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials
 from pyiceberg.exceptions import UnauthorizedError
 
 from incsync.sharing.iceberg import sigv4
+from incsync.sharing.iceberg.api import RestError
 from incsync.sharing.iceberg.credentials import TableGrant
 from incsync.sharing.iceberg.routes import WRITES
 from incsync.sharing.protocol import Caller
+from incsync.sharing.server import build_service, iceberg_service
 from incsync_tests.sharing.conftest import HOUR, IcebergWorld
 
 UNAUTHENTICATED = {"error": {"message": "The bearer token is missing, wrong, expired or revoked.",
@@ -187,6 +191,27 @@ def test_credentials_stop_reading_when_their_token_is_revoked(iceberg_world: Ice
     assert _signed(iceberg_world, key, theirs)[0] == 200
     iceberg_world.store.revoke("stark", token_id=rotated.record.id)
     assert _signed(iceberg_world, key, theirs) == (403, ACCESS_DENIED)
+
+
+def test_a_table_stamped_for_another_recipient_is_not_served(iceberg_world: IcebergWorld, tmp_path: Path,
+                                                             caplog: pytest.LogCaptureFixture) -> None:
+    """The configuration points stark at wayne's warehouse: the owner stamp keeps wayne's rows from stark."""
+    doc = yaml.safe_load(iceberg_world.config.read_text())
+    doc["recipients"] = [r for r in doc["recipients"] if r["id"] != "wayne"]
+    doc["destinations"] = [d | {"path": str(iceberg_world.root / d["path"])} for d in doc["destinations"]
+                           if d["name"] != "wayne_iceberg"]
+    doc["destinations"][0]["path"] = str(iceberg_world.root / "out/wayne")
+    doc["sources"][0]["path"] = str(iceberg_world.root / "src")
+    moved = tmp_path / "incsync.yaml"
+    moved.write_text(yaml.safe_dump(doc))
+    iceberg = iceberg_service(build_service(moved))
+    caller = Caller(recipient="stark", token_id="tok_test")
+    assert iceberg.list_tables(caller, {}, prefix="stark", namespace="sales") == {
+        "identifiers": [{"namespace": ["sales"], "name": "orders"}], "next-page-token": None}
+    with caplog.at_level(logging.WARNING), pytest.raises(RestError) as refused:
+        iceberg.load_table(caller, {}, prefix="stark", namespace="sales", table="orders")
+    assert refused.value.body() == NO_SUCH_TABLE
+    assert "the Iceberg table is stamped for wayne, not recipient stark; refused" in caplog.text
 
 
 def test_no_token_or_credential_reaches_the_log(iceberg_world: IcebergWorld, caplog: pytest.LogCaptureFixture) -> None:
