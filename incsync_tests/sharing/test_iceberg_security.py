@@ -143,6 +143,14 @@ def test_every_write_route_is_refused(iceberg_world: IcebergWorld, path: str, me
     assert after["metadata"]["current-snapshot-id"] == before["metadata"]["current-snapshot-id"]
 
 
+def test_a_method_no_route_takes_is_405_in_the_error_model(iceberg_world: IcebergWorld) -> None:
+    for method, path in (("PUT", "/v1/stark/namespaces"), ("PATCH", "/v1/stark/namespaces/sales/tables/orders"),
+                         ("DELETE", "/v1/config")):
+        answer = iceberg_world.request(method, path, iceberg_world.token("stark"))
+        assert (answer.status_code, answer.json()) == (405, {"error": {
+            "message": "Method not allowed.", "type": "MethodNotAllowedException", "code": 405}}), path
+
+
 def test_data_files_need_the_tables_own_live_unexpired_credentials(iceberg_world: IcebergWorld) -> None:
     key = _data_key(iceberg_world, "stark")
     mine = _credentials(iceberg_world, "stark")
