@@ -1,5 +1,6 @@
-"""`incsync serve` and `incsync share create|rotate|revoke|list`: the Delta Sharing server and the recipients'
-tokens as a provider manages them (docs/sharing.md). A token is shown once, in the profile file it is minted into."""
+"""`incsync serve` and `incsync share create|rotate|revoke|list`: the sharing server (Delta Sharing and the Iceberg
+REST catalog) and the recipients' tokens as a provider manages them (docs/sharing.md). A token is shown once, in
+the profile file it is minted into; for a recipient with Iceberg tables the file also holds its catalog's settings."""
 
 from __future__ import annotations
 
@@ -27,9 +28,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return 0
 
 
-def _shareable(file: Path, recipient_id: str):  # noqa: ANN202 - (IncsyncConfig, TokenStore)
+def _shareable(file: Path, recipient_id: str):  # noqa: ANN202 - (IncsyncConfig, TokenStore, its Iceberg warehouse or None)
     from incsync.config.load import load_config
-    from incsync.sharing.catalog import Catalog
+    from incsync.sharing.catalog import ICEBERG, Catalog
     from incsync.sharing.errors import SharingError
     from incsync.sharing.server import token_store
 
@@ -40,16 +41,21 @@ def _shareable(file: Path, recipient_id: str):  # noqa: ANN202 - (IncsyncConfig,
         raise ConfigError(str(file), [exc.args[0]]) from None
     if not recipient.enabled:
         raise SharingError(f"recipient {recipient_id} is disabled (enabled: false); enable it before sharing with it")
-    if Catalog(config).share_of(recipient_id) is None:
+    catalog = Catalog(config)
+    if catalog.share_of(recipient_id, None) is None:
         raise SharingError(f"recipient {recipient_id}: its destination {recipient.destination} keeps none of its models "
-                           "as a Delta table in a local folder, which is what the sharing server serves (docs/sharing.md)")
-    return config, token_store(file, config.sharing)
+                           "as a Delta or Iceberg table in a local folder, which is what the sharing server serves "
+                           "(docs/sharing.md)")
+    iceberg = catalog.share_of(recipient_id, ICEBERG)
+    return config, token_store(file, config.sharing), iceberg.name if iceberg is not None else None
 
 
-def _write(args: argparse.Namespace, config, minted) -> str:  # noqa: ANN001 - IncsyncConfig, Minted
-    from incsync.sharing.server import profile, write_profile
+def _write(args: argparse.Namespace, config, minted, warehouse: str | None) -> str:  # noqa: ANN001 - IncsyncConfig, Minted
+    from incsync.sharing.server import ICEBERG_PROFILE_KEY, iceberg_settings, profile, write_profile
 
     contents = profile(config.sharing, minted)
+    if warehouse is not None:
+        contents[ICEBERG_PROFILE_KEY] = iceberg_settings(config.sharing, minted, warehouse)
     if args.output == "-":
         print(json.dumps(contents, indent=2))
         return "standard output"
@@ -58,23 +64,33 @@ def _write(args: argparse.Namespace, config, minted) -> str:  # noqa: ANN001 - I
     return str(path)
 
 
+def _iceberg_line(config, warehouse: str | None) -> str:  # noqa: ANN001 - IncsyncConfig
+    from incsync.sharing.server import ICEBERG_PROFILE_KEY, iceberg_uri
+
+    if warehouse is None:
+        return ""
+    return (f"\n  Iceberg REST catalog: uri {iceberg_uri(config.sharing)}, warehouse {warehouse}, token: the profile's "
+            f"(its \"{ICEBERG_PROFILE_KEY}\" entry holds all three)")
+
+
 def cmd_share_create(args: argparse.Namespace) -> int:
-    config, store = _shareable(config_path(args.config), args.recipient)
+    config, store, warehouse = _shareable(config_path(args.config), args.recipient)
     minted = store.create(args.recipient, lifetime_seconds=config.sharing.token_lifetime_days * SECONDS_PER_DAY)
-    where = _write(args, config, minted)
+    where = _write(args, config, minted, warehouse)
     print(f"recipient {args.recipient}: token {minted.record.id} expires {_when(minted.record.expires_at)}; its profile "
-          f"is in {where} (it holds the token: hand it over as a secret)", file=sys.stderr if args.output == "-" else sys.stdout)
+          f"is in {where} (it holds the token: hand it over as a secret){_iceberg_line(config, warehouse)}",
+          file=sys.stderr if args.output == "-" else sys.stdout)
     return 0
 
 
 def cmd_share_rotate(args: argparse.Namespace) -> int:
-    config, store = _shareable(config_path(args.config), args.recipient)
+    config, store, warehouse = _shareable(config_path(args.config), args.recipient)
     minted, old = store.rotate(args.recipient, lifetime_seconds=config.sharing.token_lifetime_days * SECONDS_PER_DAY,
                                overlap_seconds=args.overlap_hours * 3600)
-    where = _write(args, config, minted)
+    where = _write(args, config, minted, warehouse)
     out = sys.stderr if args.output == "-" else sys.stdout
     print(f"recipient {args.recipient}: new token {minted.record.id} expires {_when(minted.record.expires_at)}; its "
-          f"profile is in {where}", file=out)
+          f"profile is in {where}{_iceberg_line(config, warehouse)}", file=out)
     for record in old:
         print(f"  old token {record.id} stays valid until {_when(record.expires_at)}", file=out)
     return 0
@@ -115,11 +131,12 @@ def cmd_share_list(args: argparse.Namespace) -> int:
 
 
 def add_parsers(sub: Commands) -> None:
-    p = sub.add_parser("serve", help="serve each recipient's copy over Delta Sharing (docs/sharing.md)")
+    p = sub.add_parser("serve", help="serve each recipient's copy over Delta Sharing and an Iceberg REST catalog "
+                                     "(docs/sharing.md)")
     p.add_argument("-c", "--config")
     p.set_defaults(func=cmd_serve)
 
-    share = sub.add_parser("share", help="mint, rotate, revoke and list recipients' Delta Sharing tokens")
+    share = sub.add_parser("share", help="mint, rotate, revoke and list recipients' sharing tokens (Delta Sharing, Iceberg REST)")
     actions = share.add_subparsers(dest="action", required=True, metavar="ACTION")
     for name, func, text in (("create", cmd_share_create, "mint a recipient's first token into a profile file"),
                              ("rotate", cmd_share_rotate, "mint a new token; the old one keeps working for --overlap-hours")):

@@ -210,7 +210,7 @@ class IncsyncConfig(StrictModel):
     )
     sharing: SharingConfig = Field(
         default_factory=SharingConfig, description="How `incsync serve` serves each recipient's copy over Delta "
-        "Sharing, and the names its share gives the models (docs/sharing.md).",
+        "Sharing and an Iceberg REST catalog, and the names its share gives the models (docs/sharing.md).",
     )
 
     # The table rows left out (``incsync.config.rows``): set by the loader, never by the file.

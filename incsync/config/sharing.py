@@ -1,5 +1,5 @@
-"""The `sharing:` section: how `incsync serve` serves each recipient's copy over Delta Sharing (docs/sharing.md),
-and the names a recipient's share gives its models."""
+"""The `sharing:` section: how `incsync serve` serves each recipient's copy over Delta Sharing and an Iceberg REST
+catalog (docs/sharing.md), and the names a recipient's share gives its models."""
 
 from __future__ import annotations
 
@@ -36,8 +36,9 @@ class SharedName(StrictModel):
 
 
 class SharingConfig(StrictModel):
-    """`incsync serve`: one HTTP server answering the Delta Sharing protocol for every recipient whose copies are
-    tables the provider hosts; each recipient reads only its own share, with its own token."""
+    """`incsync serve`: one HTTP server answering the Delta Sharing protocol and a read-only Iceberg REST catalog for
+    every recipient whose copies are tables the provider hosts; each recipient reads only its own share, with its
+    own token."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
@@ -48,7 +49,7 @@ class SharingConfig(StrictModel):
     public_url: str | None = Field(
         default=None, pattern=r"^https?://[^\s?#]+$",
         description="The server's URL as recipients reach it (behind a TLS proxy: its `https://` URL). Profiles name "
-        "`<public_url>/delta-sharing` and file URLs start with it. Unset: `http://<listen>`.",
+        "`<public_url>/delta-sharing` and `<public_url>/iceberg`, and file URLs start with it. Unset: `http://<listen>`.",
     )
     token_lifetime_days: float = Field(
         default=365, gt=0, le=3650,
@@ -56,8 +57,9 @@ class SharingConfig(StrictModel):
     )
     url_lifetime_seconds: int = Field(
         default=900, ge=10, le=86_400,
-        description="How long a file URL in a query's answer stays valid. Keep it below the destinations' vacuum "
-        "retention, so a reader never finds a file removed under it.",
+        description="How long a file URL in a query's answer, and the storage credentials the Iceberg catalog vends with "
+        "a table, stay valid. Keep it below the destinations' vacuum retention, so a reader never finds a file removed "
+        "under it.",
     )
     token_store: str | None = Field(
         default=None,
@@ -66,8 +68,9 @@ class SharingConfig(StrictModel):
     )
     signing_key_env: str | None = Field(
         default=None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$",
-        description="Name of an environment variable holding the key that signs file URLs (at least 32 characters), "
-        "for servers that share no token store. Unset: a random key kept in the token store.",
+        description="Name of an environment variable holding the key that signs file URLs and Iceberg storage "
+        "credentials (at least 32 characters), for servers that share no token store. Unset: a random key kept in "
+        "the token store.",
     )
     schema_name: str = Field(
         default="default", alias="schema",

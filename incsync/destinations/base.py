@@ -76,7 +76,8 @@ class Location:
 
     shown: str  # for people: a path, a relation, a file and schema (never a secret)
     path: str | None = None  # the copy's folder or table root when its files are a reader's way in; None: a database
-    # The open table format of the copy at ``path`` ("delta"), which a sharing server can serve; None: no such table.
+    # The open table format of the copy at ``path`` ("delta", "iceberg"), which a sharing server can serve; None:
+    # no such table.
     table_format: str | None = None
 
 
@@ -136,6 +137,11 @@ class Destination(ABC):
     @abstractmethod
     def location(self, *, model: ModelConfig, recipient: RecipientConfig) -> Location:
         """Where a reader finds the recipient's copy of the model."""
+
+    def metadata_location(self, *, model: ModelConfig, recipient: RecipientConfig) -> str | None:
+        """For a copy whose catalog names its current metadata file (an Iceberg table): that file's location, which
+        moves with every commit; None before the first transfer, and for every other kind (the default)."""
+        return None
 
     @abstractmethod
     def read_rows(self, *, model: ModelConfig, recipient: RecipientConfig) -> pa.Table:

@@ -1,5 +1,6 @@
 """The HTTP face of the sharing server (Starlette): the Delta Sharing routes under ``/delta-sharing``, the signed
-file endpoint, one error shape, and an access log that never prints a token or a signed URL.
+file endpoint, the Iceberg REST catalog's routes under ``/iceberg`` (``iceberg.routes``), each protocol's error
+shape, and an access log that never prints a token or a signed URL.
 
 Every route but the file endpoint needs a live bearer token. Table reads run in Starlette's thread pool: they
 block on delta-rs and SQLite.
@@ -12,18 +13,24 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
+from urllib.parse import urlsplit
 
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import FileResponse, JSONResponse, Response
-from starlette.routing import Route
+from starlette.routing import BaseRoute, Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from incsync.sharing import reads
 from incsync.sharing.catalog import SharedTable
 from incsync.sharing.errors import Unavailable
+from incsync.sharing.iceberg.answers import IcebergService
+from incsync.sharing.iceberg.api import PREFIX as ICEBERG_PREFIX
+from incsync.sharing.iceberg.api import RestError
+from incsync.sharing.iceberg.routes import error as iceberg_error
+from incsync.sharing.iceberg.routes import routes as iceberg_routes
 from incsync.sharing.protocol import (
     CAPABILITIES_HEADER,
     FILE_ID_HASH_HEADER,
@@ -118,14 +125,14 @@ def _table_version(service: SharingService, caller: Caller, table: SharedTable, 
     return reads.table_version(service, caller, table, params)  # the version answers in no format
 
 
-def build_app(service: SharingService) -> Starlette:
+def build_app(service: SharingService, iceberg: IcebergService | None = None) -> Starlette:
     async def files(request: Request) -> Response:
         path = await run_in_threadpool(service.file, request.path_params["signed"])
         if path is None:
             return Response(status_code=403)  # a bare refusal: which check failed is nobody's business
         return FileResponse(path, media_type="application/octet-stream")
 
-    routes = [
+    routes: list[BaseRoute] = [
         Route(PREFIX + "/shares", _endpoint(service, service.list_shares)),
         Route(PREFIX + "/shares/{share}", _endpoint(service, service.get_share)),
         Route(PREFIX + "/shares/{share}/schemas", _endpoint(service, service.list_schemas)),
@@ -138,12 +145,17 @@ def build_app(service: SharingService) -> Starlette:
         Route(TABLE + "/changes", _endpoint(service, reads.changes, table=True)),
         Route(FILES + "{signed}", files, methods=["GET", "HEAD"]),
     ]
+    if iceberg is not None:
+        routes += iceberg_routes(iceberg, public_path=urlsplit(service.public_url).path.rstrip("/"))
     return Starlette(routes=routes, middleware=[Middleware(AccessLog)],
                      exception_handlers={404: _unknown_route, 405: _unknown_route})
 
 
 async def _unknown_route(request: Request, exc: Exception) -> Response:
     status = getattr(exc, "status_code", 404)
+    if request.url.path.startswith(ICEBERG_PREFIX + "/"):
+        return iceberg_error(RestError(status, "NoSuchRouteException" if status == 404 else "MethodNotAllowedException",
+                                       "No such route." if status == 404 else "Method not allowed."))
     return JSONResponse({"errorCode": "RESOURCE_DOES_NOT_EXIST" if status == 404 else "MALFORMED_REQUEST",
                          "message": "No such API." if status == 404 else "Method not allowed."}, status_code=status)
 

@@ -1,8 +1,9 @@
 """Which tables each recipient's share holds: one share per enabled recipient, named after its id, holding the
-models it receives whose copy its destination keeps as a Delta table (``Location.table_format``), under the
-names of the ``sharing:`` section. Found through the destination contract, never a kind's name.
+models it receives whose copy its destination keeps as a Delta or Iceberg table in a local folder
+(``Location.table_format``), under the names of the ``sharing:`` section. Delta Sharing serves its Delta tables,
+the Iceberg REST catalog its Iceberg tables. Found through the destination contract, never a kind's name.
 
-Names compare without case, as the protocol asks. A share is built the first time its recipient asks, so
+Names compare without case, as the protocols ask. A share is built the first time its recipient asks, so
 10,000 recipients cost nothing until they read; a changed configuration file is read again.
 """
 
@@ -25,6 +26,8 @@ from incsync.storage.names import is_url, local_path
 log = logging.getLogger(__name__)
 
 DELTA = "delta"
+ICEBERG = "iceberg"
+FORMATS = (DELTA, ICEBERG)
 
 
 @dataclass(frozen=True)
@@ -36,7 +39,8 @@ class SharedTable:
     name: str
     recipient: str
     model: str
-    root: str  # the Delta table's folder
+    root: str  # the table's folder
+    format: str = DELTA  # its open table format: which protocol serves it
 
     def key(self) -> str:
         return f"{self.share}.{self.schema}.{self.name}"
@@ -62,6 +66,11 @@ class RecipientShare:
     def table(self, schema: str, name: str) -> SharedTable | None:
         return next((t for t in self.in_schema(schema) if t.name.casefold() == name.casefold()), None)
 
+    def of_format(self, fmt: str | None) -> RecipientShare | None:
+        """The share as one protocol serves it: its tables of format ``fmt`` (None: all); None when it holds none."""
+        tables = tuple(t for t in self.tables if fmt is None or t.format == fmt)
+        return RecipientShare(name=self.name, recipient=self.recipient, tables=tables) if tables else None
+
 
 class Catalog:
     """The shares of one configuration."""
@@ -72,20 +81,29 @@ class Catalog:
         self._shares: dict[str, RecipientShare | None] = {}
         self._destinations: dict[str, Destination] = {}
 
-    def share_of(self, recipient_id: str) -> RecipientShare | None:
-        """The share of an enabled recipient that holds at least one table; None for anyone else."""
+    def share_of(self, recipient_id: str, fmt: str | None = DELTA) -> RecipientShare | None:
+        """The share of an enabled recipient holding at least one table of format ``fmt`` (None: of any format), as
+        far as that format goes; None for anyone else."""
         if recipient_id not in self._shares:
             try:
                 recipient = self.config.recipient(recipient_id)
             except KeyError:
                 return None
             self._shares[recipient_id] = self._build(recipient) if recipient.enabled else None
-        return self._shares[recipient_id]
+        share = self._shares[recipient_id]
+        return None if share is None else share.of_format(fmt)
 
-    def share(self, recipient_id: str, name: str) -> RecipientShare | None:
+    def share(self, recipient_id: str, name: str, fmt: str | None = DELTA) -> RecipientShare | None:
         """The share called ``name`` when it is ``recipient_id``'s own; None otherwise, whoever else owns it."""
-        share = self.share_of(recipient_id)
+        share = self.share_of(recipient_id, fmt)
         return share if share is not None and share.name.casefold() == name.casefold() else None
+
+    def metadata_location(self, table: SharedTable) -> str | None:
+        """Where the current metadata file of an Iceberg table of a share is, as its destination's catalog says;
+        None before the table's first transfer."""
+        recipient = self.config.recipient(table.recipient)
+        destination = self._destination(recipient.destination)
+        return destination.metadata_location(model=self.config.model(table.model), recipient=recipient)
 
     def _destination(self, name: str) -> Destination:
         if name not in self._destinations:
@@ -99,15 +117,16 @@ class Catalog:
             if not receives(self.config, recipient, model.model_name, held=self._held):
                 continue
             location = destination.location(model=model, recipient=recipient)
-            if location.table_format != DELTA or location.path is None:
+            if location.table_format not in FORMATS or location.path is None:
                 continue
             if is_url(location.path):
-                log.warning("recipient %s, model %s: its Delta table is on object storage, which the sharing server "
-                            "does not serve yet; it is left out of the share", recipient.id, model.model_name)
+                log.warning("recipient %s, model %s: its %s table is on object storage, which the sharing server "
+                            "does not serve yet; it is left out of the share", recipient.id, model.model_name,
+                            location.table_format.capitalize())
                 continue
             tables.append(SharedTable(share=recipient.id, schema=shared_schema(self.config.sharing, model),
                                       name=shared_table(self.config.sharing, model.model_name), recipient=recipient.id,
-                                      model=model.model_name, root=local_path(location.path)))
+                                      model=model.model_name, root=local_path(location.path), format=location.table_format))
         if not tables:
             return None
         tables.sort(key=lambda t: (t.schema.casefold(), t.name.casefold()))

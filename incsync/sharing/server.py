@@ -20,6 +20,10 @@ from incsync.config.sharing import SharingConfig
 from incsync.sharing.app import build_app
 from incsync.sharing.catalog import LiveCatalog
 from incsync.sharing.errors import SharingError
+from incsync.sharing.iceberg.answers import IcebergService
+from incsync.sharing.iceberg.api import PREFIX as ICEBERG_PREFIX
+from incsync.sharing.iceberg.api import STORAGE
+from incsync.sharing.iceberg.credentials import CredentialVendor
 from incsync.sharing.protocol import PREFIX
 from incsync.sharing.service import SharingService
 from incsync.sharing.signing import UrlSigner
@@ -28,6 +32,7 @@ from incsync.sharing.tokens import Minted, TokenStore
 log = logging.getLogger(__name__)
 
 DEFAULT_STORE = ".incsync-sharing.sqlite"
+ICEBERG_PROFILE_KEY = "icebergCatalog"  # the profile's entry with the Iceberg REST catalog's settings
 MIN_KEY = 32
 
 
@@ -50,6 +55,18 @@ def public_url(sharing: SharingConfig) -> str:
 def endpoint(sharing: SharingConfig) -> str:
     """The Delta Sharing endpoint a profile names."""
     return public_url(sharing) + PREFIX
+
+
+def iceberg_uri(sharing: SharingConfig) -> str:
+    """The Iceberg REST catalog's URI a client is given (its routes start at ``<uri>/v1``)."""
+    return public_url(sharing) + ICEBERG_PREFIX
+
+
+def iceberg_service(service: SharingService) -> IcebergService:
+    """The Iceberg REST catalog over ``service``'s catalog, tokens and signing key."""
+    vendor = CredentialVendor(service.signer, endpoint=service.public_url + STORAGE,
+                              lifetime_seconds=service.url_lifetime_seconds)
+    return IcebergService(service, vendor)
 
 
 def signing_key(sharing: SharingConfig, store: TokenStore) -> bytes:
@@ -78,6 +95,12 @@ def profile(sharing: SharingConfig, minted: Minted) -> dict[str, Any]:
             "expirationTime": expires.strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"}
 
 
+def iceberg_settings(sharing: SharingConfig, minted: Minted, warehouse: str) -> dict[str, str]:
+    """How a client opens the recipient's Iceberg REST catalog: pyiceberg's own property names
+    (``RestCatalog(name, **settings)``), the token among them."""
+    return {"uri": iceberg_uri(sharing), "token": minted.token, "warehouse": warehouse}
+
+
 def write_profile(path: Path, contents: dict[str, Any]) -> None:
     """Write a profile readable by its owner only: it holds a bearer token."""
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -91,7 +114,7 @@ def _uvicorn(service: SharingService, host: str, port: int, *, own_logging: bool
     """``own_logging``: uvicorn configures logging (a process of its own); else the host process's stays as it is."""
     # uvicorn's own access log prints every path, signed file URLs included; the app logs requests itself.
     options: dict[str, Any] = {} if own_logging else {"log_config": None}
-    return uvicorn.Server(uvicorn.Config(build_app(service), host=host, port=port, access_log=False,
+    return uvicorn.Server(uvicorn.Config(build_app(service, iceberg_service(service)), host=host, port=port, access_log=False,
                                          server_header=False, lifespan="off", **options))
 
 
@@ -100,7 +123,8 @@ def serve(config_file: Path, *, announce: Callable[[str], object] = print) -> No
     config = load_config(config_file)
     service = build_service(config_file, config)
     host, port = listen_address(config.sharing)
-    announce(f"incsync serve: Delta Sharing at {endpoint(config.sharing)} (listening on {host}:{port})")
+    announce(f"incsync serve: Delta Sharing at {endpoint(config.sharing)}, Iceberg REST catalog at "
+             f"{iceberg_uri(config.sharing)} (listening on {host}:{port})")
     handler = logging.StreamHandler()
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     sharing_log = logging.getLogger("incsync.sharing")

@@ -104,8 +104,9 @@ class SharingService:
     def check_owner(self, table: SharedTable, owner: str | None) -> None:
         """Refuse a table stamped for another recipient: the configuration moved under a copy (docs/design.md#ownership)."""
         if owner != table.recipient:
-            log.warning("share %s, table %s.%s: the Delta table is stamped for %s, not recipient %s; refused",
-                        table.share, table.schema, table.name, owner or "no recipient", table.recipient)
+            log.warning("share %s, table %s.%s: the %s table is stamped for %s, not recipient %s; refused",
+                        table.share, table.schema, table.name, table.format.capitalize(), owner or "no recipient",
+                        table.recipient)
             raise not_found()
 
 

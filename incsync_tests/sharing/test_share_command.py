@@ -62,8 +62,8 @@ def test_share_commands_mint_rotate_list_and_revoke(world: World, tmp_path: Path
 def test_share_create_refuses_a_recipient_no_share_can_serve(world: World, tmp_path: Path,
                                                              capsys: pytest.CaptureFixture[str]) -> None:
     assert _share(world, "create", "initech", "-o", str(tmp_path / "x.share")) == 1
-    assert ("recipient initech: its destination initech_files keeps none of its models as a Delta table in a local "
-            "folder") in capsys.readouterr().err
+    assert ("recipient initech: its destination initech_files keeps none of its models as a Delta or Iceberg table in a "
+            "local folder") in capsys.readouterr().err
     assert _share(world, "create", "nobody", "-o", str(tmp_path / "x.share")) == 2  # a configuration error
     assert 'unknown recipient "nobody"' in capsys.readouterr().err
     assert not (tmp_path / "x.share").exists()

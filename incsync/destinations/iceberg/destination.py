@@ -244,7 +244,12 @@ class IcebergDestination(Destination):
 
     def location(self, *, model: ModelConfig, recipient: RecipientConfig) -> Location:
         root = self.config.path.rstrip("/")  # pyiceberg's default table location in the warehouse
-        return Location(shown=f"{self.config.path} {self.identifier(model)}", path=f"{root}/{self.config.namespace}/{model.model_name}")
+        return Location(shown=f"{self.config.path} {self.identifier(model)}",
+                        path=f"{root}/{self.config.namespace}/{model.model_name}", table_format="iceberg")
+
+    def metadata_location(self, *, model: ModelConfig, recipient: RecipientConfig) -> str | None:
+        table = self.table(model)
+        return None if table is None else table.metadata_location
 
     def read_rows(self, *, model: ModelConfig, recipient: RecipientConfig) -> pa.Table:
         table = self.table(model)  # the current snapshot as pyiceberg reads it
