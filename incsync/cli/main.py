@@ -12,7 +12,15 @@ from pathlib import Path
 # Standard library, incsync.errors, incsync.paths and the command modules (which import the same) only at
 # import time: `incsync transfer --worker` stays a thin client.
 from incsync.cli.errors import UsageError
-from incsync.cli.operations import cmd_audit, cmd_dagster_yaml, cmd_demo, cmd_janitor, cmd_maintain, cmd_spark_server
+from incsync.cli.operations import (
+    cmd_audit,
+    cmd_dagster_yaml,
+    cmd_demo,
+    cmd_expand_events,
+    cmd_janitor,
+    cmd_maintain,
+    cmd_spark_server,
+)
 from incsync.cli.parsing import Parser
 from incsync.cli.transfer import cmd_transfer, cmd_transfers, run_transfer
 from incsync.cli.validate import cmd_validate
@@ -126,6 +134,10 @@ def build_parser() -> Parser:
     p.add_argument("--base", help="dagster.yaml to start from (default: none)")
     p.add_argument("-o", "--output", help="write here instead of standard output")
     p.set_defaults(func=cmd_dagster_yaml)
+
+    p = sub.add_parser("expand-events", help="rewrite the event log's compact rows as JSON (before leaving incsync's event log)")
+    p.add_argument("-c", "--config")
+    p.set_defaults(func=cmd_expand_events)
 
     p = sub.add_parser("spark-server", help="run a local Spark Connect server that keeps Spark warm across runs")
     p.add_argument("--port", type=int, default=15002)
