@@ -71,6 +71,8 @@ from scale_daemon import (
     write_config,
 )
 
+from incsync.operations.dagster_compat.compact import expand
+
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
 FIRST_SYNCS = ("sensor", "cli")
@@ -393,15 +395,17 @@ def entry_sizes(events: list[str]) -> dict[str, Any]:
     windows with rows and empty windows apart; what is not metadata is the envelope. The framing is what
     the entries spend beside their labels and values (class names, descriptions, keys)."""
     groups: dict[str, dict[str, Any]] = {}
-    for text in events:
+    for stored in events:
+        text = expand(stored)  # compact text (incsync's event logs) as the JSON it stands for
         metadata = _find_metadata(json.loads(text))
         if metadata is None:
             continue
         rows = _value(metadata.get("rows_transferred")).get("value") if "rows_transferred" in metadata else None
         group = groups.setdefault("empty windows" if not rows else "windows with rows",
-                                  {"events": 0, "bytes": 0, "count": 0, "framing": 0, "entries": {}})
+                                  {"events": 0, "bytes": 0, "stored": 0, "count": 0, "framing": 0, "entries": {}})
         group["events"] += 1
         group["bytes"] += len(text)
+        group["stored"] += len(stored)
         group["count"] += len(metadata)
         for label, entry in metadata.items():
             size = len(json.dumps(entry)) + 2
@@ -411,7 +415,8 @@ def entry_sizes(events: list[str]) -> dict[str, Any]:
     for name, group in groups.items():
         n = group["events"]
         entries = {k: round(v / n) for k, v in sorted(group["entries"].items(), key=lambda kv: -kv[1]) if round(v / n)}
-        out[name] = {"sampled_events": n, "avg_event_bytes": round(group["bytes"] / n), "avg_entries": round(group["count"] / n, 1),
+        out[name] = {"sampled_events": n, "avg_event_bytes": round(group["bytes"] / n),
+                     "avg_stored_bytes": round(group["stored"] / n), "avg_entries": round(group["count"] / n, 1),
                      "avg_metadata_bytes": sum(entries.values()),
                      "avg_metadata_framing_bytes": round(group["framing"] / n),
                      "avg_envelope_bytes": round(group["bytes"] / n) - sum(entries.values()), "avg_bytes_by_entry": entries}
@@ -426,7 +431,7 @@ def shared_entries(events: list[str]) -> dict[str, Any]:
     present: dict[str, int] = {}
     windows = 0
     for text in events:
-        metadata = _find_metadata(json.loads(text))
+        metadata = _find_metadata(json.loads(expand(text)))
         if metadata is None:
             continue
         windows += 1
@@ -514,7 +519,8 @@ def sensor_first_sync(env: dict[str, str], harness_env: dict[str, str], work: Pa
         stop_group(daemon)
         log.close()
     out.update(peak_tree_rss_mb=round(rss.peak / 2**20), peak_tree_python_rss_mb=round(rss.peak_python / 2**20),
-               peak_tree_jvm_rss_mb=round(rss.peak_jvm / 2**20), peak_tree_processes=rss.peak_processes)
+               peak_tree_jvm_rss_mb=round(rss.peak_jvm / 2**20), peak_tree_processes=rss.peak_processes,
+               peak_rss_mb_by_role={k: round(v / 2**20) for k, v in sorted(rss.peak_by_role.items())})
     return out
 
 
@@ -536,6 +542,7 @@ def cli_first_sync(env: dict[str, str], work: Path, config: Path, timeout: float
         raise SystemExit(f"incsync transfer exited {code}; see {work / 'transfer.log'}")
     return {"first_sync_seconds": round(seconds, 1), "peak_tree_rss_mb": round(rss.peak / 2**20),
             "peak_tree_python_rss_mb": round(rss.peak_python / 2**20), "peak_tree_jvm_rss_mb": round(rss.peak_jvm / 2**20),
+            "peak_rss_mb_by_role": {k: round(v / 2**20) for k, v in sorted(rss.peak_by_role.items())},
             "peak_tree_processes": rss.peak_processes}
 
 
@@ -667,6 +674,7 @@ FIGURES: list[tuple[str, Any]] = [
     ("entries the same in all of a transfer's windows: bytes in each window",
      lambda r: f"{r['one_recipient_entries']['their_bytes']:,} ({len(r['one_recipient_entries']['same_in_every_window'])} entries)"),
     ("peak RSS of the tree (its JVMs), MB", lambda r: f"{r['peak_tree_rss_mb']:,} ({r['peak_tree_jvm_rss_mb']:,})"),
+    ("each part's own peak RSS, MB", lambda r: ", ".join(f"{k} {v:,}" for k, v in r.get("peak_rss_mb_by_role", {}).items())),
     *[(f"GraphQL {label} ({op}), s: first / median", _answer_times(label)) for label, (op, _) in UI_QUERIES.items()],
     ("UI: materialized / missing / failed of partitions",
      lambda r: f"{r['ui_materialized']:,} / {r['ui_missing']:,} / {r['ui_failed']:,} of {r['ui_partitions']:,}"),

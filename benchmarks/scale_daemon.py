@@ -116,6 +116,7 @@ class TreeRss:
     def __init__(self, pid: int, period: float = 0.5):
         self.pid, self.period, self.peak, self.peak_processes = pid, period, 0, 0
         self.peak_jvm = self.peak_python = 0
+        self.peak_by_role: dict[str, int] = {}  # each role's own peak (summed over its processes)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
@@ -156,10 +157,29 @@ class TreeRss:
             tree = self._tree()
             rss = [(self._rss(p), is_jvm) for p, is_jvm in tree]
             total = sum(r for r, _ in rss)
+            roles: dict[str, int] = {}
+            for (pid, is_jvm), (r, _) in zip(tree, rss, strict=True):
+                role = "jvm" if is_jvm else self._role(pid)
+                roles[role] = roles.get(role, 0) + r
+            for role, r in roles.items():
+                self.peak_by_role[role] = max(self.peak_by_role.get(role, 0), r)
             self.peak_jvm = max(self.peak_jvm, sum(r for r, is_jvm in rss if is_jvm))
             self.peak_python = max(self.peak_python, sum(r for r, is_jvm in rss if not is_jvm))
             if total > self.peak:
                 self.peak, self.peak_processes = total, len(tree)
+
+    @staticmethod
+    def _role(pid: int) -> str:
+        """What a Python process of the tree is, from its command line: the daemon, a code server, a run, other."""
+        try:
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            return "other"
+        for needle, role in (("execute_run", "run"), ("api grpc", "code server"), ("code-server", "code server"),
+                             ("dagster-daemon", "daemon"), ("dagster_daemon", "daemon"), ("incsync", "command")):
+            if needle in cmd:
+                return role
+        return "other"
 
     def stop(self) -> None:
         self._stop.set()
@@ -221,13 +241,22 @@ def cycle_figures(instance, tick_time: datetime, timeout: float) -> dict[str, ob
     else:
         raise SystemExit(f"the cycle's runs did not finish within {timeout:.0f} s")
     materialized, rows, last = 0, 0, tick.timestamp
-    for run in runs:
-        records = instance.get_records_for_run(run.run_id, of_type=dg.DagsterEventType.ASSET_MATERIALIZATION, limit=100_000).records
-        for record in records:
+    # The asset's materializations of the cycle's runs, from the index (incsync's SQLite event log stores a
+    # run's materializations there only, not again in the run's shard).
+    run_ids, cursor = {run.run_id for run in runs}, None
+    since = dg.AssetRecordsFilter(asset_key=dg.AssetKey(["app_db", MODEL]), after_timestamp=tick.timestamp - 1)
+    while True:
+        page = instance.fetch_materializations(since, limit=10_000, cursor=cursor, ascending=True)
+        for record in page.records:
+            if record.event_log_entry.run_id not in run_ids:
+                continue
             materialized += 1
             last = max(last, record.event_log_entry.timestamp)
             value = record.event_log_entry.asset_materialization.metadata.get("rows_transferred")
             rows += int(value.value) if value is not None else 0
+        if not page.has_more:
+            break
+        cursor = page.cursor
     sensor = instigator_state(instance, RECIPIENT_SENSOR)
     sensor_ticks = [] if sensor is None else instance.get_ticks(sensor.instigator_origin_id, sensor.selector_id, limit=50)
     sensor_secs = [(t.end_timestamp or t.timestamp) - t.timestamp for t in sensor_ticks]

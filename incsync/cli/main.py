@@ -16,6 +16,7 @@ from incsync.cli.operations import (
     cmd_audit,
     cmd_dagster_yaml,
     cmd_demo,
+    cmd_expand_events,
     cmd_janitor,
     cmd_maintain,
     cmd_spark_server,
@@ -134,6 +135,10 @@ def build_parser() -> Parser:
     p.add_argument("--base", help="dagster.yaml to start from (default: none)")
     p.add_argument("-o", "--output", help="write here instead of standard output")
     p.set_defaults(func=cmd_dagster_yaml)
+
+    p = sub.add_parser("expand-events", help="rewrite the event log's compact rows as JSON (before leaving incsync's event log)")
+    p.add_argument("-c", "--config")
+    p.set_defaults(func=cmd_expand_events)
 
     p = sub.add_parser("spark-server", help="run a local Spark Connect server that keeps Spark warm across runs")
     p.add_argument("--port", type=int, default=15002)

@@ -49,6 +49,18 @@ def cmd_dagster_yaml(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_expand_events(args: argparse.Namespace) -> int:
+    """Rewrite the instance's compact materialization rows as JSON (docs/operations.md)."""
+    from incsync.operations.dagster_compat.compact import expand_stored_events
+    from incsync.operations.instance import dagster_instance
+    from incsync.paths import config_path
+
+    instance = dagster_instance(config_path(args.config))
+    done = expand_stored_events(instance.event_log_storage, progress=lambda n: print(f"  {n} rows rewritten", flush=True))
+    print(f"{done} compact event rows rewritten as JSON: the instance's dagster.yaml may now name Dagster's own event log")
+    return 0
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from incsync.cli.demo import run_demo
 

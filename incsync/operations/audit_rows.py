@@ -80,7 +80,10 @@ def _per_recipient(transfer: Transfer, models: dict[dg.AssetKey, ModelConfig]) -
         acc["hw"], acc["rounded"] = _later(acc["hw"], exact), _later(acc["rounded"], rounded)
         commit = (md[TRANSFER_ID].value if TRANSFER_ID in md else mat.partition,
                   md[TRANSFER_BATCH].value if TRANSFER_BATCH in md else None)
-        acc["commits"][commit] = int(md[STAGED_BYTES].value) if STAGED_BYTES in md else 0  # each window repeats its commit's
+        if STAGED_BYTES in md:  # on the commit's record, its last window (docs/design.md#metadata)
+            acc["commits"][commit] = int(md[STAGED_BYTES].value)
+        else:
+            acc["commits"].setdefault(commit, 0)
     return out
 
 

@@ -13,6 +13,7 @@ from incsync.config.model import IncsyncConfig
 from incsync.config.tags import DESTINATION_SLOTS_TAG, MODEL_DESTINATION_TAG, SHARD_TAG, SOURCE_SLOTS_TAG
 from incsync.errors import ConfigError
 from incsync.operations.dagster_compat import event_log_storage_config
+from incsync.operations.dagster_compat.postgres import postgres_storage_sections
 from incsync.operations.instance import storage_problems, with_working_scheme
 
 
@@ -75,4 +76,8 @@ def dagster_yaml(config: IncsyncConfig, base: Path | None = None, dagster_home: 
         doc.setdefault(daemon, {"use_threads": True, "num_workers": SUBMIT_WORKERS, "num_submit_workers": SUBMIT_WORKERS})
     if dagster_home is not None and not {"storage", "event_log_storage"} & doc.keys():
         doc["event_log_storage"] = event_log_storage_config(dagster_home)
+    postgres = (doc.get("storage") or {}).get("postgres") if isinstance(doc.get("storage"), dict) else None
+    if postgres is not None and len(doc["storage"]) == 1:  # the same database, incsync's compact event log
+        del doc["storage"]
+        doc.update(postgres_storage_sections(postgres))
     return yaml.safe_dump(doc, sort_keys=False)

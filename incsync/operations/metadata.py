@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 from datetime import datetime
+from urllib.parse import quote
 
 import dagster as dg
 
@@ -31,6 +32,7 @@ TRANSFER_WINDOWS = "transfer_windows"  # windows the transfer (one read) covered
 TRANSFER_BATCH = "transfer_batch"  # "k/n": the commit holding this window, when the transfer was split
 HIGH_WATERMARK_EXACT = "high_watermark_exact"  # ISO 8601 with microseconds: the UI shows timestamps to the second
 DESTINATION_PATH = "destination_path"
+TRANSFER_RECORD = "transfer_record"  # on a window that is not its commit's last: the UI's page of the commit's record
 ROW_COUNT = "dagster/row_count"
 HORIZON_HELD_BACK_SECONDS = HELD_BACK_SECONDS  # the horizon's keys are defined once, in incsync.core.horizon
 
@@ -44,62 +46,73 @@ def _ts(iso: str) -> dg.MetadataValue:
 
 _int = functools.lru_cache(maxsize=4096)(dg.MetadataValue.int)
 _text = functools.lru_cache(maxsize=4096)(dg.MetadataValue.text)
+_url = functools.lru_cache(maxsize=4096)(dg.MetadataValue.url)
 
 
-def transfer_metadata(outcome: TransferOutcome, *, destination: str, path: str | None = None) -> dict[str, dg.MetadataValue]:
-    """The materialization's metadata; ``path``: where the recipient's copy is (Delta table, storage prefix).
+def transfer_metadata(outcome: TransferOutcome, *, destination: str, path: str | None = None,
+                      record_url: str | None = None) -> dict[str, dg.MetadataValue]:
+    """The materialization's metadata; ``path``: where the recipient's copy is (Delta table, storage prefix);
+    ``record_url``: the UI's page of the commit's record (its last window's partition).
 
-    Every window carries the keys of docs/design.md#metadata. The transfer's own facts (the schema, the
-    horizon, the destination's version and path, the exact HW text, Dagster's row count) go with the
-    windows that hold rows and with each commit's last window (``TransferOutcome.detailed``), not with
-    every empty window: they are about half of an event's entries, and of the cost of serializing and
-    storing it, in a backfill of many windows (docs/design.md#bookkeeping)."""
-    record, detailed = outcome.record, outcome.detailed
-    hw = record.high_watermark
-    hw_epoch = high_watermark_epoch(record)
+    Every window carries its own counts and its ``transfer_id``. What the windows of one commit share
+    (bounds, HW, type, destination, sizes, the schema, the horizon, the destination's version and path)
+    is recorded once, on the commit's last window (``TransferOutcome.detailed``); every other window links
+    to it (docs/design.md#bookkeeping). A backfill of many recipients stores one event per window, most of
+    them empty: repeating the shared facts on each made its events several times larger."""
+    record = outcome.record
     metadata: dict[str, dg.MetadataValue] = {
         ROWS_TRANSFERRED: _int(record.rows_transferred),
         DELTA_ROWS_TRANSFERRED: _int(record.delta_rows_transferred),
+    }
+    if record.rows_transferred:
+        metadata[ROW_COUNT] = _int(record.rows_transferred)
+    metadata[TRANSFER_ID] = _text(record.transfer_id)
+    if outcome.batch:
+        metadata[TRANSFER_BATCH] = _text(outcome.batch)
+    if not outcome.detailed:
+        if record_url:
+            metadata[TRANSFER_RECORD] = _url(record_url)
+        if HORIZON_WARNING in record.extra:  # a warning goes with every window it concerns
+            metadata[HORIZON_WARNING] = _text(record.extra[HORIZON_WARNING])
+        return metadata
+    hw = record.high_watermark
+    hw_epoch = high_watermark_epoch(record)
+    metadata.update({
         HIGH_WATERMARK: dg.MetadataValue.timestamp(hw) if hw is not None else dg.MetadataValue.null(),
         HIGH_WATERMARK_EPOCH: _int(hw_epoch) if hw_epoch is not None else dg.MetadataValue.null(),
-    }
-    if detailed:
-        metadata[HIGH_WATERMARK_EXACT] = dg.MetadataValue.text(hw.isoformat()) if hw is not None else dg.MetadataValue.null()
-        metadata[ROW_COUNT] = _int(record.rows_transferred)
-    metadata.update({
+        HIGH_WATERMARK_EXACT: dg.MetadataValue.text(hw.isoformat()) if hw is not None else dg.MetadataValue.null(),
         WINDOW_START: _ts(record.window_start),
         WINDOW_END: _ts(record.window_end),
         LOWER_BOUND: _ts(record.lower_bound),
         UPPER_BOUND: _ts(record.upper_bound),
         LOOKBACK_SECONDS: _int(record.lookback_seconds),
-        TRANSFER_ID: _text(record.transfer_id),
         TRANSFER_TYPE: _text(record.transfer_type),
         DESTINATION: _text(destination),
+        RECIPIENT: dg.MetadataValue.text(record.recipient_id),
+        STAGED_BYTES: _int(outcome.staged_bytes),
+        DURATION_SECONDS: dg.MetadataValue.float(round(outcome.duration_seconds, 3)),
     })
-    if detailed:
-        metadata[RECIPIENT] = dg.MetadataValue.text(record.recipient_id)
-    metadata[STAGED_BYTES] = _int(outcome.staged_bytes)
-    metadata[DURATION_SECONDS] = dg.MetadataValue.float(round(outcome.duration_seconds, 3))
-    if path and detailed:
+    if path:
         metadata[DESTINATION_PATH] = dg.MetadataValue.path(path)
-    if outcome.columns and detailed:
+    if outcome.columns:
         metadata[COLUMN_SCHEMA] = dg.MetadataValue.table_schema(
             dg.TableSchema(columns=[dg.TableColumn(name=name, type=kind) for name, kind in outcome.columns])
         )
     if outcome.windows_in_transfer > 1:
         metadata[TRANSFER_WINDOWS] = _int(outcome.windows_in_transfer)
-    if outcome.batch:
-        metadata[TRANSFER_BATCH] = dg.MetadataValue.text(outcome.batch)
     if outcome.full_refresh_reason:
         metadata[FULL_REFRESH_REASON] = dg.MetadataValue.text(outcome.full_refresh_reason)
-    if not detailed:
-        if HORIZON_WARNING in record.extra:  # a warning goes with every window it concerns
-            metadata[HORIZON_WARNING] = dg.MetadataValue.text(record.extra[HORIZON_WARNING])
-        return metadata
     metadata.update(horizon_metadata(record.extra))
     for key, value in outcome.destination_metadata.items():
         metadata[key] = dg.MetadataValue.int(value) if isinstance(value, int) else dg.MetadataValue.text(str(value))
     return metadata
+
+
+def partition_page(asset_key: dg.AssetKey, partition: str) -> str:
+    """The Dagster UI's page of one partition of an asset, relative to the UI's root (what ``transfer_record``
+    links to: one click from any window of a commit to the commit's record)."""
+    path = "/".join(quote(part, safe="") for part in asset_key.path)
+    return f"/assets/{path}?view=partitions&partition={quote(partition, safe='')}"
 
 
 def horizon_metadata(extra: dict[str, str]) -> dict[str, dg.MetadataValue]:

@@ -16,8 +16,13 @@ from incsync.core.blame import Blame, blame
 from incsync.destinations.readers import PublishedCopies
 from incsync.errors import IncsyncError
 from incsync.operations.blame import failure_metadata, recipient_blames, run_level, tag_blame
-from incsync.operations.dagster_compat import add_partition_metadata, defers_asset_events, store_events_in_batches
-from incsync.operations.metadata import transfer_metadata
+from incsync.operations.dagster_compat import (
+    add_partition_metadata,
+    defers_asset_events,
+    materialization_reporter,
+    store_events_in_batches,
+)
+from incsync.operations.metadata import partition_page, transfer_metadata
 from incsync.operations.partitions import dagster_key, split_key
 from incsync.operations.reporting import RunReporter
 from incsync.operations.slots import run_holding
@@ -80,6 +85,10 @@ class TransferIOManager(dg.IOManager):
         # Dagster planned every partition when it created the run and materializes them when the step ends.
         deferred = defers_asset_events(instance.get_run_by_id(context.run_id))
         committed: list[tuple[TransferRequest, dict[str, dg.MetadataValue]]] = []
+        # A full refresh also delivers windows its run was not given (docs/design.md#the-partition-view): a run
+        # Dagster planned cannot record those at the step's end, so they are stored as events of their own.
+        given = {r.partition.key for r in obj.requests}
+        beyond: list[dg.AssetMaterialization] = []
         reporter = RunReporter.for_output(context) if deferred else None
         started: set[object] = set()
 
@@ -89,7 +98,11 @@ class TransferIOManager(dg.IOManager):
                 reporter.started(requests)
 
         def on_commit(request: TransferRequest, outcome: TransferOutcome) -> None:
-            metadata = transfer_metadata(outcome, destination=request.destination.name, path=destination_path(request))
+            record_url = None
+            if not outcome.detailed and outcome.record_window is not None:
+                record_url = partition_page(context.asset_key, str(dagster_key(outcome.record_window)))
+            metadata = transfer_metadata(outcome, destination=request.destination.name, record_url=record_url,
+                                         path=destination_path(request) if outcome.detailed else None)
             line = None
             if outcome.first_of_commit:  # one line per commit: every event costs a write to the event log
                 line = (f"transfer {outcome.record.transfer_id} committed {outcome.commit_rows} rows of recipient "
@@ -102,12 +115,14 @@ class TransferIOManager(dg.IOManager):
                 context.run_id, request.model.model_name, request.recipient.id, request.partition.window_key,
                 record.rows_transferred, record.delta_rows_transferred, record.high_watermark, record.transfer_type,
             ))
+            materialization = dg.AssetMaterialization(asset_key=context.asset_key, partition=str(dagster_key(request.partition)),
+                                                      metadata=metadata)
             if reporter is not None:  # a model's job: reported as its commit lands
-                reporter.committed(
-                    request, (request.recipient.id, outcome.record.transfer_id, outcome.batch),
-                    dg.AssetMaterialization(asset_key=context.asset_key, partition=str(dagster_key(request.partition)), metadata=metadata),
-                    last_of_commit=outcome.last_of_commit, line=line,
-                )
+                reporter.committed(request, (request.recipient.id, outcome.record.transfer_id, outcome.batch),
+                                   materialization, last_of_commit=outcome.last_of_commit, line=line)
+                return
+            if request.partition.key not in given:
+                beyond.append(materialization)
                 return
             committed.append((request, metadata))  # Dagster records these partitions at the step's end
             if single:
@@ -125,6 +140,9 @@ class TransferIOManager(dg.IOManager):
                 if reporter is not None:
                     reporter.failed(r for r in obj.requests if r.partition.key not in started)
                 raise
+            finally:
+                if beyond:  # whatever committed is recorded, however the run ends
+                    materialization_reporter(context)(beyond)
             if failures and reporter is not None:
                 reporter.failed(r for f in failures for r in f.requests)
         if not failures:

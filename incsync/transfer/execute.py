@@ -14,6 +14,7 @@ import logging
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from pathlib import Path
 from typing import TypeVar
 
@@ -102,10 +103,15 @@ def run_span(transfer: Transfer, *, staging_root: Path, on_commit: OnCommit, rea
 
 
 def run_transfer(request: TransferRequest, *, staging_root: Path) -> TransferOutcome:
-    """One window alone (tests and tools): the transfer of a single partition."""
+    """One window alone (tests and tools): the transfer of a single partition. A full refresh commits every
+    window of the recipient's span (docs/design.md#the-partition-view): its outcome is then the commit's, with the
+    record the destination stores."""
     outcomes: list[TransferOutcome] = []
     run_span(Transfer.alone(request), staging_root=staging_root, on_commit=lambda _r, o: outcomes.append(o))
-    return outcomes[0]
+    if len(outcomes) == 1:
+        return outcomes[0]
+    last = outcomes[-1]
+    return replace(last, record=last.commit or last.record)
 
 
 def _assign_staging(span: PreparedSpan, staging_root: Path) -> None:

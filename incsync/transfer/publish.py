@@ -32,7 +32,9 @@ def publish_span(span: PreparedSpan, batch: StagedBatch, *, on_commit: OnCommit)
     transfer = span.transfer
     run, model, recipient, destination = transfer.run, transfer.model, transfer.recipient, transfer.destination
     threshold = delta_threshold(span.previous_hw)
-    windows = transfer.windows
+    # A full refresh delivers the recipient's whole span: each of its windows is recorded, not only the run's.
+    requests = transfer.whole(span.bounds.upper) if span.reason else transfer.requests
+    windows = tuple(r.partition for r in requests)
     # One pass over the last-modified column (NULLs refused first); then the other checks of the whole span.
     counts = count_windows(batch, windows, model=model, recipient_id=recipient.id,
                            delta_after_micros=None if threshold is None else to_micros(threshold))
@@ -119,18 +121,18 @@ def publish_span(span: PreparedSpan, batch: StagedBatch, *, on_commit: OnCommit)
                 delta_rows_transferred=counts.delta_rows[i],
                 transfer_id=span.transfer_id,
             )
-            on_commit(transfer.requests[i], TransferOutcome(
+            on_commit(requests[i], TransferOutcome(
                 record=window_record,
                 bounds=batch_bounds,
                 staged_bytes=part.bytes,
                 duration_seconds=time.monotonic() - span.started,
                 full_refresh_reason=span.reason,
                 destination_metadata=destination_metadata,
-                # The schema and the transfer's other facts go with windows that hold rows and with the
-                # commit's last window, not with every empty window: at ~400 windows a recipient they
-                # doubled the cost of storing the events.
-                columns=columns if counts.rows[i] or i == indexes[-1] else (),
-                detailed=bool(counts.rows[i]) or i == indexes[-1],
+                # What the commit's windows share goes once, with its last window (docs/design.md#bookkeeping).
+                columns=columns if i == indexes[-1] else (),
+                detailed=i == indexes[-1],
+                record_window=windows[indexes[-1]],
+                commit=record,
                 windows_in_transfer=len(windows),
                 batch=None if len(splits) == 1 else f"{k + 1}/{len(splits)}",
                 commit_rows=record.rows_transferred,

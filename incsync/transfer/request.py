@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -21,7 +21,7 @@ from incsync.config.model import IncsyncConfig, ModelConfig, RecipientConfig, Re
 from incsync.core.bounds import Bounds, epoch_seconds_floor
 from incsync.core.fingerprint import model_fingerprint
 from incsync.core.horizon import HorizonCap, SourceHorizon, horizon_cap
-from incsync.core.windows import WindowPartition, grid_start, window_of
+from incsync.core.windows import WindowPartition, grid_start, recipient_windows, window_of
 from incsync.destinations.base import Destination, DestinationState, TransferRecord
 from incsync.sources.base import Source
 from incsync.transfer.plan import coalesce
@@ -133,6 +133,19 @@ class Transfer:
         """The transfer as retries and errors name it."""
         return f"model {self.model.model_name}, recipient {self.recipient.id}"
 
+    def whole(self, upper: datetime) -> tuple[TransferRequest, ...]:
+        """Every window of the recipient's span up to ``upper`` (exclusive), the given requests among them:
+        the windows a full refresh delivers and marks materialized, not only those its run was given
+        (docs/design.md#the-partition-view)."""
+        given = {r.partition.window_key: r for r in self.requests}
+        cells = [WindowPartition(w, self.recipient.id)
+                 for w in recipient_windows(self.model, self.recipient, until=upper - timedelta(microseconds=1))
+                 if w.key not in given]
+        if not cells:
+            return self.requests
+        made = [TransferRequest(self.run, self.recipient, self.destination, cell) for cell in cells]
+        return tuple(sorted([*self.requests, *made], key=lambda r: r.partition.start))
+
     def without(self, committed: set[object]) -> Transfer:
         """The same transfer over the windows not in ``committed`` (partition keys): what is left to do."""
         return replace(self, requests=tuple(r for r in self.requests if r.partition.key not in committed))
@@ -171,7 +184,9 @@ class TransferOutcome:
     commit_rows: int = 0  # rows of the commit holding the window (all its windows)
     first_of_commit: bool = True  # the first window of its commit (one log line per commit, not per window)
     last_of_commit: bool = True  # the last window of its commit (its windows are reported together)
-    detailed: bool = True  # holds rows or ends its commit: its materialization carries the transfer's own facts too
+    detailed: bool = True  # ends its commit: its materialization is the commit's record (docs/design.md#bookkeeping)
+    record_window: WindowPartition | None = None  # the window whose materialization is the commit's record
+    commit: TransferRecord | None = None  # the commit's record, as the destination stores it
 
 
 OnCommit = Callable[[TransferRequest, TransferOutcome], None]

@@ -73,8 +73,14 @@ def test_dagster_yaml_from_deploy_keeps_postgres_storage_and_refuses_a_bad_url(t
     config = load_config(lake_config(tmp_path))
     monkeypatch.setenv("INCSYNC_DAGSTER_PG_URL", "postgresql+psycopg2://u@h/d")
     doc = yaml.safe_load(dagster_yaml(config, REPO / "deploy" / "dagster.yaml", dagster_home=tmp_path))
-    assert doc["storage"] == {"postgres": {"postgres_url": {"env": "INCSYNC_DAGSTER_PG_URL"}}}
-    assert "event_log_storage" not in doc  # the SQLite batching event log is for SQLite instances only
+    # The same database for runs, events and schedules; the event log incsync's compact one (docs/deploy.md).
+    url = {"postgres_url": {"env": "INCSYNC_DAGSTER_PG_URL"}}
+    assert "storage" not in doc
+    assert {k: (doc[k]["module"], doc[k]["class"], doc[k]["config"]) for k in ("run_storage", "event_log_storage", "schedule_storage")} == {
+        "run_storage": ("dagster_postgres.run_storage", "PostgresRunStorage", url),
+        "event_log_storage": ("incsync.operations.dagster_compat", "CompactPostgresEventLogStorage", url),
+        "schedule_storage": ("dagster_postgres.schedule_storage", "PostgresScheduleStorage", url),
+    }
     assert doc["run_coordinator"]["class"] == "QueuedRunCoordinator" and doc["run_monitoring"]["enabled"] is True
     assert doc["concurrency"]["runs"]["tag_concurrency_limits"][0] == {
         "key": "incsync/model_destination", "value": {"applyLimitPerUniqueValue": True}, "limit": 1}
@@ -86,7 +92,7 @@ def test_dagster_yaml_from_deploy_keeps_postgres_storage_and_refuses_a_bad_url(t
 
     base = tmp_path / "db.yaml"
     base.write_text(yaml.safe_dump({"storage": {"postgres": {"postgres_db": {"username": "u", "hostname": "h", "db_name": "d"}}}}))
-    assert yaml.safe_load(dagster_yaml(config, base))["storage"]["postgres"]["postgres_db"]["scheme"] == "postgresql+psycopg2"
+    assert yaml.safe_load(dagster_yaml(config, base))["event_log_storage"]["config"]["postgres_db"]["scheme"] == "postgresql+psycopg2"
 
 
 def test_the_cli_refuses_an_instance_with_a_bad_url_before_any_run(tmp_path: Path, monkeypatch) -> None:

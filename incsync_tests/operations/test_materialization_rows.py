@@ -187,3 +187,89 @@ def test_a_reports_batches_reach_postgres_in_parallel_and_the_last_holds_the_hig
     assert sorted((first, last) for _, first, last in inserts) == [(MANY[i], MANY[i + 4]) for i in range(0, 40, 5)]
     assert inserts[-1][1:] == (MANY[35], MANY[39]) and not inserts[-1][0].startswith("incsync-event-insert")
     assert {thread for thread, _, _ in inserts[:-1]} <= {f"incsync-event-insert_{i}" for i in range(pg.PARALLEL_INSERTS)}
+
+
+@contextlib.contextmanager
+def _compact_instance(kind: str, tmp_path: Path) -> Iterator[tuple[dg.DagsterInstance, Path, dict[str, str]]]:
+    """An instance on incsync's compact event log as its dagster.yaml names it (what `incsync dagster-yaml`
+    writes): its folder and the environment another process needs to open it."""
+    from incsync.operations.dagster_compat import event_log_storage_config
+    from incsync.operations.dagster_compat.postgres import postgres_storage_sections
+
+    home = tmp_path / kind
+    home.mkdir()
+    with contextlib.ExitStack() as stack:
+        if kind == "postgres":
+            dsn = stack.enter_context(postgres_database())
+            doc = postgres_storage_sections({"postgres_url": "postgresql+psycopg2://" + dsn.split("://", 1)[1]})
+        else:
+            doc = {"event_log_storage": event_log_storage_config(home)}
+        (home / "dagster.yaml").write_text(yaml.safe_dump(doc))
+        with dg.DagsterInstance.from_config(str(home)) as instance:
+            yield instance, home, {"DAGSTER_HOME": str(home)}
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "postgres"])
+def test_materializations_are_stored_once_as_compact_text_and_every_reader_gets_the_events(
+    kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from incsync.operations.dagster_compat.compact import MARK, expand
+
+    monkeypatch.setenv("DAGSTER_EVENT_BATCH_SIZE", "1000")
+    with _compact_instance(kind, tmp_path) as (instance, home, env):
+        dagster_run, _, dagster_entries = _stored(instance, fast=False)
+        run_id, texts, entries = _stored(instance, fast=True)
+        # Read back as the JSON serdes writes, the same events as Dagster's own path (but for run, time, process).
+        assert texts == [serialize_value(e) for e in entries]
+        assert [_comparable(run_id, e) for e in entries] == [_comparable(dagster_run, e) for e in dagster_entries]
+        # Stored as compact text, a fraction of the JSON; Dagster's own events stay JSON.
+        storage = instance.event_log_storage
+        raw = "SELECT event, dagster_event_type FROM event_logs WHERE run_id = :run ORDER BY id"
+        with (storage.index_connection() if kind == "sqlite" else storage._connect()) as conn:  # noqa: SLF001
+            rows = conn.execute(sa.text(raw), {"run": run_id}).fetchall()
+            dagster_rows = conn.execute(sa.text(raw), {"run": dagster_run}).fetchall()
+        stored = [event for event, kind_ in rows if kind_ == "ASSET_MATERIALIZATION"]
+        assert len(stored) == len(KEYS) and all(s.startswith(MARK) for s in stored)
+        assert [expand(s) for s in stored] == texts
+        assert sum(map(len, stored)) * 3 < sum(map(len, texts))
+        assert all(event.startswith("{") for event, _ in dagster_rows)
+        if kind == "sqlite":  # once: in the index shard, not again in the run's shard
+            assert instance.get_records_for_run(run_id, of_type=dg.DagsterEventType.ASSET_MATERIALIZATION).records == []
+            assert len(instance.get_records_for_run(dagster_run, of_type=dg.DagsterEventType.ASSET_MATERIALIZATION).records) == 6
+        # Another process (the webserver's, the daemon's) opens the instance from its dagster.yaml and reads them.
+        script = (
+            "import json, dagster as dg\n"
+            "with dg.DagsterInstance.get() as instance:\n"
+            "    records = instance.fetch_materializations(dg.AssetKey('shipped'), limit=100).records\n"
+            "    print(json.dumps([[r.run_id, r.asset_materialization.partition,"
+            " r.asset_materialization.metadata['transfer_id'].value] for r in records]))\n"
+        )
+        out = subprocess.run([sys.executable, "-c", script], env={**os.environ, **env}, capture_output=True, text=True,
+                             check=True, timeout=120).stdout
+        got = [tuple(r) for r in json.loads(out) if r[0] == run_id]
+        expected_ids = ["", 'quote " and \\ backslash', "ü ✓ 😀", "\n\t\x00", '"@@incsync-slot-3@@"', None]
+        assert got == list(reversed([(run_id, k, t) for k, t in zip(KEYS, expected_ids, strict=True)]))
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "postgres"])
+def test_expand_events_rewrites_compact_rows_as_json_for_dagster_own_event_log(
+    kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from incsync.operations.dagster_compat.compact import expand_stored_events
+
+    monkeypatch.setenv("DAGSTER_EVENT_BATCH_SIZE", "1000")
+    with _compact_instance(kind, tmp_path) as (instance, _home, _env):
+        run_id, texts, _ = _stored(instance, fast=True)
+        seen: list[int] = []
+        assert expand_stored_events(instance.event_log_storage, batch=4, progress=seen.append) == len(KEYS)
+        assert seen == [4, 6]
+        storage = instance.event_log_storage
+        raw = "SELECT event FROM event_logs WHERE run_id = :run AND dagster_event_type = 'ASSET_MATERIALIZATION' ORDER BY id"
+        with storage.index_transaction() as conn:
+            assert [e for (e,) in conn.execute(sa.text(raw), {"run": run_id})] == texts
+        assert expand_stored_events(instance.event_log_storage) == 0  # nothing left: run again, it does nothing

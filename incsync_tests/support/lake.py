@@ -113,9 +113,21 @@ def materialize_partition(
 
 
 def latest_metadata(instance: dg.DagsterInstance, model_key: Sequence[str] = ("lake", "orders")) -> dict[str, Any]:
-    event = instance.get_latest_materialization_event(dg.AssetKey(list(model_key)))
+    """The latest materialization's metadata, with its commit's record where the window links to it
+    (``transfer_record``, docs/design.md#metadata: what one click in the UI shows); the window's own
+    counts and id win."""
+    key = dg.AssetKey(list(model_key))
+    event = instance.get_latest_materialization_event(key)
     assert event is not None and event.asset_materialization is not None
-    return {k: v.value for k, v in event.asset_materialization.metadata.items()}
+    own = {k: v.value for k, v in event.asset_materialization.metadata.items()}
+    if "transfer_record" not in own:
+        return own
+    from urllib.parse import parse_qs, urlsplit
+
+    partition = parse_qs(urlsplit(own["transfer_record"]).query)["partition"][0]
+    [record] = instance.fetch_materializations(dg.AssetRecordsFilter(asset_key=key, asset_partitions=[partition]), limit=1).records
+    assert record.event_log_entry.run_id == event.run_id, "a window's record is stored by the same run"
+    return {**{k: v.value for k, v in record.asset_materialization.metadata.items()}, **own}
 
 
 def delta_rows(path: Path, sort: str = "id") -> list[dict[str, Any]]:

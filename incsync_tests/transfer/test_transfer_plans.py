@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 
 import dagster as dg
@@ -38,7 +39,7 @@ def run_range(config: Path, instance: dg.DagsterInstance, first: tuple[str, str]
 
 def metadata_by_partition(instance: dg.DagsterInstance) -> dict[str, dict[str, object]]:
     out: dict[str, dict[str, object]] = {}
-    for record in reversed(instance.fetch_materializations(MODEL, limit=1000).records):
+    for record in reversed(instance.fetch_materializations(MODEL, limit=10_000).records):
         mat = record.asset_materialization
         out[mat.partition] = {k: v.value for k, v in mat.metadata.items()}
     return out
@@ -92,23 +93,23 @@ def test_a_backfill_over_many_windows_is_one_read_and_one_commit_with_exact_wind
     windows = ["2024-01-02", "2024-01-03", "2024-01-04", "2024-01-05"]
     got = {w: md[f"acme|{w}"] for w in windows}
     assert [(m["rows_transferred"], m["delta_rows_transferred"]) for m in got.values()] == [(3, 2), (0, 0), (1, 1), (1, 1)]
-    assert [m["window_start"] for m in got.values()] == [ts(d).timestamp() for d in (2, 3, 4, 5)]
-    assert {m["lower_bound"] for m in got.values()} == {ts(1, 23, 55).timestamp()}
-    assert {m["upper_bound"] for m in got.values()} == {ts(6).timestamp()}
-    assert {m["high_watermark"] for m in got.values()} == {ts(5, 23, 59, 59, 999_999).timestamp()}
     assert len({m["transfer_id"] for m in got.values()}) == 1
-    assert {m["transfer_windows"] for m in got.values()} == {4}
-    assert all("transfer_batch" not in m for m in got.values())
-    # The column schema goes with the windows that hold rows and the commit's last window, not Jan 3.
-    assert ["dagster/column_schema" in m for m in got.values()] == [True, False, True, True]
-    assert [c.name for c in got["2024-01-05"]["dagster/column_schema"].columns][:2] == ["id", "organization_id"]
-    # So does the transfer's other detail: an empty window inside a commit carries docs/design.md#metadata's keys.
-    assert sorted(got["2024-01-03"]) == sorted([
-        "rows_transferred", "delta_rows_transferred", "high_watermark", "high_watermark_epoch_seconds",
-        "window_start", "window_end", "lower_bound", "upper_bound", "lookback_seconds", "transfer_id",
-        "transfer_type", "destination", "staged_bytes", "duration_seconds", "transfer_windows",
-    ])
-    assert {"recipient", "dagster/row_count", "delta_table_version", "destination_owner"} <= set(got["2024-01-04"])
+    # What the commit's windows share is its last window's alone (docs/design.md#bookkeeping) ...
+    record = got["2024-01-05"]
+    assert record["window_start"] == ts(5).timestamp() and record["window_end"] == ts(6).timestamp()
+    assert record["lower_bound"] == ts(1, 23, 55).timestamp() and record["upper_bound"] == ts(6).timestamp()
+    assert record["high_watermark"] == ts(5, 23, 59, 59, 999_999).timestamp()
+    assert record["transfer_windows"] == 4
+    assert [c.name for c in record["dagster/column_schema"].columns][:2] == ["id", "organization_id"]
+    assert {"recipient", "dagster/row_count", "delta_table_version", "destination_owner", "transfer_type",
+            "destination", "staged_bytes", "duration_seconds", "lookback_seconds"} <= set(record)
+    assert "transfer_batch" not in record and "transfer_record" not in record
+    # ... the others carry their own counts, the transfer's id and a link to the record's partition page.
+    page = "/assets/lake/orders?view=partitions&partition=acme%7C2024-01-05"
+    assert got["2024-01-03"] == {"rows_transferred": 0, "delta_rows_transferred": 0,
+                                 "transfer_id": record["transfer_id"], "transfer_record": page}
+    assert got["2024-01-02"] == {"rows_transferred": 3, "delta_rows_transferred": 2, "dagster/row_count": 3,
+                                 "transfer_id": record["transfer_id"], "transfer_record": page}
 
 
 def test_commits_hold_at_most_250000_rows_by_default(tmp_path: Path) -> None:
@@ -132,14 +133,16 @@ def test_a_transfer_larger_than_max_rows_per_batch_commits_whole_windows_in_orde
     table = DeltaTable(str(tmp_path / "out" / "acme" / "orders"))
     assert table.version() == 3  # the owner stamp (version 0), then three commits: Jan 1 | Jan 2-4 | Jan 5
     md = metadata_by_partition(dagster_instance)
+    # Each commit's record is its last window: an earlier window of the commit links to it.
     got = [(md[f"acme|2024-01-0{d}"]["transfer_batch"], md[f"acme|2024-01-0{d}"]["rows_transferred"],
-            md[f"acme|2024-01-0{d}"]["high_watermark"]) for d in range(1, 6)]
+            md[f"acme|2024-01-0{d}"].get("high_watermark"), md[f"acme|2024-01-0{d}"].get("transfer_record")) for d in range(1, 6)]
+    page = "/assets/lake/orders?view=partitions&partition=acme%7C2024-01-0{}".format
     assert got == [
-        ("1/3", 2, ts(1, 2).timestamp()),
-        ("2/3", 1, ts(3, 4).timestamp()),
-        ("2/3", 1, ts(3, 4).timestamp()),
-        ("2/3", 0, ts(3, 4).timestamp()),
-        ("3/3", 2, ts(5, 6).timestamp()),
+        ("1/3", 2, ts(1, 2).timestamp(), None),
+        ("2/3", 1, None, page(4)),
+        ("2/3", 1, None, page(4)),
+        ("2/3", 0, ts(3, 4).timestamp(), None),
+        ("3/3", 2, ts(5, 6).timestamp(), None),
     ]
     records = [c.get("incsync.transfer") for c in table.history() if c.get("incsync.transfer")]
     assert len(records) == 3
@@ -287,7 +290,7 @@ def test_a_run_with_no_changed_rows_rewrites_no_delta_file(spark, tmp_path: Path
 
 
 def test_a_full_refresh_over_many_windows_is_one_transfer_published_once(spark, tmp_path: Path, dagster_instance) -> None:
-    """Faults issue, item 2: each window used to publish its own full refresh, leaving only the last one."""
+    """Each window used to publish its own full refresh, leaving only the last one."""
     write_table(tmp_path / "src", "orders", [order(1, "org_1", ts(1, 1)), order(2, "org_1", ts(2, 1)), order(3, "org_1", ts(3, 1))])
     config = lake_config(tmp_path)
     assert run_range(config, dagster_instance, ("2024-01-01", "acme"), ("2024-01-03", "acme")).success
@@ -304,11 +307,19 @@ def test_a_full_refresh_over_many_windows_is_one_transfer_published_once(spark, 
     assert dt.version() == version + 1 and dt.history(1)[0]["operation"] == "WRITE"  # one overwrite commit
     # Everything from the recipient's start to now (row 2 was deleted at the source; row 4 lies after the run's windows).
     assert [(r["id"], r["status"]) for r in delta_rows(table)] == [(1, "fixed"), (3, "new"), (4, "new")]
+    # Every window of the recipient's span is marked delivered, not only the run's two
+    # (docs/design.md#the-partition-view): from the model's start to the window open now, each with its rows.
+    today = datetime.now(UTC).date()
+    days = [(date(2024, 1, 1) + timedelta(days=d)).isoformat() for d in range((today - date(2024, 1, 1)).days + 1)]
+    assert dagster_instance.get_materialized_partitions(MODEL) == {f"acme|{d}" for d in days}
     md = metadata_by_partition(dagster_instance)
-    got = [(md[f"acme|2024-01-0{d}"]["transfer_type"], md[f"acme|2024-01-0{d}"]["rows_transferred"]) for d in (2, 3)]
-    assert got == [("FULL_REFRESH", 1), ("FULL_REFRESH", 2)]  # the first window holds what lies below it too
-    assert md["acme|2024-01-02"]["lower_bound"] == ts(1).timestamp()
-    assert md["acme|2024-01-02"]["full_refresh_reason"] == "requested"
+    assert [md[f"acme|{d}"]["rows_transferred"] for d in days] == [1, 0, 1, 1] + [0] * (len(days) - 4)
+    assert len({md[f"acme|{d}"]["transfer_id"] for d in days}) == 1
+    record = md[f"acme|{days[-1]}"]  # the one commit's record: its last window
+    assert (record["transfer_type"], record["full_refresh_reason"], record["transfer_windows"]) == (
+        "FULL_REFRESH", "requested", len(days))
+    assert (record["lower_bound"], record["rows_transferred"]) == (ts(1).timestamp(), 0)
+    assert md["acme|2024-01-02"]["transfer_record"] == f"/assets/lake/orders?view=partitions&partition=acme%7C{days[-1]}"
 
 
 def test_a_fan_out_staged_by_spark_splits_by_tenant_even_with_path_characters_in_its_values(

@@ -170,7 +170,7 @@ def materialization_reporter(context: dg.OutputContext) -> Callable[[Sequence[dg
             store_rows_on_postgres(storage, batches)
     else:
         return lambda materializations: report_materialized(context, materializations)
-    rows = MaterializationRows(step, context.asset_key)
+    rows = MaterializationRows(step, context.asset_key, compact_text=bool(getattr(storage, "compact_events", False)))
 
     def report(materializations: Sequence[dg.AssetMaterialization]) -> None:
         if any(m.tags for m in materializations):  # tags are indexed in their own table: Dagster's path
@@ -241,6 +241,11 @@ def __getattr__(name: str) -> Any:
         from incsync.operations.dagster_compat.sqlite import _batching_sqlite_event_log_storage
 
         cls = _batching_sqlite_event_log_storage()
-        globals()[name] = cls
-        return cls
-    raise AttributeError(name)
+    elif name == "CompactPostgresEventLogStorage":
+        from incsync.operations.dagster_compat.postgres import _compact_postgres_event_log_storage
+
+        cls = _compact_postgres_event_log_storage()
+    else:
+        raise AttributeError(name)
+    globals()[name] = cls
+    return cls

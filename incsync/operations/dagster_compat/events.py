@@ -27,6 +27,8 @@ from typing import Any
 
 import dagster as dg
 
+from incsync.operations.dagster_compat.compact import compact
+
 _LOG = logging.getLogger(__name__)
 _encode_string = json.encoder.encode_basestring_ascii  # what json.dumps uses with its default ensure_ascii
 
@@ -51,8 +53,10 @@ def _placeholder(kind: type, slot: int) -> Any:
 class MaterializationRows:
     """The ``event_logs`` rows of one step's materializations of one asset (``dagster_compat.report_materialized``)."""
 
-    def __init__(self, step: Any, asset_key: dg.AssetKey, *, clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, step: Any, asset_key: dg.AssetKey, *, clock: Callable[[], float] = time.time,
+                 compact_text: bool = False) -> None:
         self._step, self._asset_key, self._clock = step, asset_key, clock
+        self._compact = compact_text  # the storage stores compact text (``compact``)
         self._asset_key_text = asset_key.to_string()
         self._templates: dict[tuple[tuple[str, type], ...], tuple[list[str], list[int]] | None] = {}
         self._warned = False
@@ -80,8 +84,9 @@ class MaterializationRows:
         rows, timestamp = [], self._clock()
         inserted_at = datetime.fromtimestamp(timestamp, UTC).replace(tzinfo=None)
         for m in materializations:
+            text = self._serialized(m, timestamp)
             rows.append({
-                "run_id": self._step.run_id, "event": self._serialized(m, timestamp),
+                "run_id": self._step.run_id, "event": compact(text) if self._compact else text,
                 "dagster_event_type": "ASSET_MATERIALIZATION", "timestamp": inserted_at,
                 "step_key": self._step.step.key, "asset_key": self._asset_key_text, "partition": m.partition,
             })

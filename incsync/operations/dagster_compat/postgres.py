@@ -116,3 +116,45 @@ def _insert(storage: Any, rows: list[dict[str, Any]]) -> list[int]:
             # setting would only choose how later large values on it are compressed
             conn.exec_driver_sql("SET default_toast_compression = lz4")
         return [int(row_id) for (row_id,) in conn.execute(table.insert().returning(table.c.id, sort_by_parameter_order=True), rows)]
+
+
+def _compact_postgres_event_log_storage() -> type:
+    """Build the class lazily: dagster-postgres is an optional dependency."""
+    from dagster_postgres.event_log.event_log import PostgresEventLogStorage
+    from dagster_postgres.utils import get_token_provider_from_config, pg_url_from_config
+
+    from incsync.operations.dagster_compat.compact import install_reader
+
+    class CompactPostgresEventLogStorage(PostgresEventLogStorage):
+        """dagster-postgres' event log whose materialization rows written by incsync are compact text
+        (``compact``): what ``incsync dagster-yaml`` names for a PostgreSQL-backed instance. An event of
+        ~1.5 KB is below the size where PostgreSQL compresses a value, so each would be stored whole."""
+
+        compact_events = True
+
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            install_reader()  # before any query: this instance's rows may hold compact text
+            super().__init__(*args, **kwargs)
+
+        @classmethod
+        def from_config_value(cls, inst_data: Any, config_value: Any) -> Any:
+            return cls(inst_data=inst_data, postgres_url=pg_url_from_config(config_value),
+                       should_autocreate_tables=config_value.get("should_autocreate_tables", True),
+                       token_provider=get_token_provider_from_config(config_value))
+
+    CompactPostgresEventLogStorage.__module__ = "incsync.operations.dagster_compat"  # where dagster.yaml names it
+    return CompactPostgresEventLogStorage
+
+
+def postgres_storage_sections(postgres: Any) -> dict[str, Any]:
+    """The ``run_storage``, ``event_log_storage`` and ``schedule_storage`` entries of a dagster.yaml for what a
+    ``storage: postgres:`` block configures (``postgres``, the block's settings), with incsync's compact event
+    log (``CompactPostgresEventLogStorage``) instead of dagster-postgres' own."""
+    return {
+        "run_storage": {"module": "dagster_postgres.run_storage", "class": "PostgresRunStorage", "config": postgres},
+        "event_log_storage": {"module": "incsync.operations.dagster_compat", "class": "CompactPostgresEventLogStorage",
+                              "config": postgres},
+        "schedule_storage": {"module": "dagster_postgres.schedule_storage", "class": "PostgresScheduleStorage",
+                             "config": postgres},
+    }
+

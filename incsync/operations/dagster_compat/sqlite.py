@@ -13,6 +13,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from incsync.errors import ConfigError
+from incsync.operations.dagster_compat.compact import install_reader
 
 EVENT_BATCH_ENV_VAR = "DAGSTER_EVENT_BATCH_SIZE"
 EVENT_BATCH_SIZE = 10_000
@@ -67,6 +68,7 @@ def _batching_sqlite_event_log_storage() -> type:
                     f"{_OLD_SYNC_ENV_VAR}: the event log's fsync mode is the instance's setting now; unset it and write "
                     f"`synchronous: {os.environ[_OLD_SYNC_ENV_VAR]}` under event_log_storage.config in dagster.yaml"])
             self._synchronous = synchronous_mode(synchronous)
+            install_reader()  # before any query: this instance's rows may hold compact text
             # The instance stores a batch of asset events at once only while this is set (Dagster reads it
             # from the environment): the instance that names this storage asks for batches.
             os.environ.setdefault(EVENT_BATCH_ENV_VAR, str(EVENT_BATCH_SIZE))
@@ -146,14 +148,22 @@ def _batching_sqlite_event_log_storage() -> type:
                 last[(event.dagster_event.asset_key.to_string(), event.dagster_event_type)] = i
             self._store_rows([self._event_to_row(event) for event in events], events, sorted(last.values()))
 
-        def store_materialization_rows(self, rows: list[dict[str, Any]], last: Any) -> None:
-            """Rows of one asset's materializations without tags (``dagster_compat.events``): stored
-            as ``store_event_batch`` stores their events; ``last`` is the last row's event."""
-            self._store_rows(rows, [], [], last=last)
+        # Materialization rows are stored as compact text (``compact``) and in the index shard only.
+        compact_events = True
 
-        def _store_rows(self, rows: list[dict[str, Any]], events: list[Any], updates: list[int], last: Any = None) -> None:
+        def store_materialization_rows(self, rows: list[dict[str, Any]], last: Any) -> None:
+            """Rows of one asset's materializations without tags (``dagster_compat.events``), ``last`` the
+            last row's event: stored in the index shard, where the asset's pages, partition status,
+            sensors and backfills read them, not again in the run's shard. The run's page lists each commit
+            (one log line) instead of each window; the windows are on the asset's page
+            (docs/design.md#bookkeeping). Storing every event twice, as Dagster does, doubled the
+            instance's size for a backfill of many recipients."""
+            self._store_rows(rows, [], [], last=last, run_shards=False)
+
+        def _store_rows(self, rows: list[dict[str, Any]], events: list[Any], updates: list[int], last: Any = None,
+                        run_shards: bool = True) -> None:
             by_run: dict[str, list[dict[str, Any]]] = {}
-            for row in rows:
+            for row in rows if run_shards else ():
                 by_run.setdefault(row["run_id"], []).append(row)
             for run_id, run_rows in by_run.items():
                 with self.run_connection(run_id) as conn:
