@@ -76,9 +76,13 @@ class Location:
 
     shown: str  # for people: a path, a relation, a file and schema (never a secret)
     path: str | None = None  # the copy's folder or table root when its files are a reader's way in; None: a database
-    # The open table format of the copy at ``path`` ("delta", "iceberg"), which a sharing server can serve; None:
-    # no such table.
+    # The open table format of the copy at ``path`` (``DELTA_FORMAT``, ``ICEBERG_FORMAT``), which a sharing server
+    # can serve; None: no such table.
     table_format: str | None = None
+
+
+DELTA_FORMAT = "delta"  # Location.table_format of a Delta table
+ICEBERG_FORMAT = "iceberg"  # Location.table_format of an Iceberg table
 
 
 class RowHashes(Protocol):

@@ -19,14 +19,14 @@ from pathlib import Path
 from incsync.config.model import IncsyncConfig, RecipientConfig
 from incsync.config.products import product_models, receives
 from incsync.config.sharing import shared_schema, shared_table
-from incsync.destinations.base import Destination
+from incsync.destinations.base import DELTA_FORMAT, ICEBERG_FORMAT, Destination
 from incsync.destinations.registry import build_destination
 from incsync.storage.names import is_url, local_path
 
 log = logging.getLogger(__name__)
 
-DELTA = "delta"
-ICEBERG = "iceberg"
+DELTA = DELTA_FORMAT
+ICEBERG = ICEBERG_FORMAT
 FORMATS = (DELTA, ICEBERG)
 
 

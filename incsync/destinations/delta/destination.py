@@ -21,6 +21,7 @@ from incsync.config.model import ModelConfig, RecipientConfig
 from incsync.core.lease import check_lease
 from incsync.core.schema_change import SchemaDiff, arrow_diff, change_metadata, incompatible_error
 from incsync.destinations.base import (
+    DELTA_FORMAT,
     FULL_REFRESH,
     INCREMENTAL,
     REPAIR,
@@ -85,7 +86,7 @@ class DeltaDestination(Destination):
 
     def location(self, *, model: ModelConfig, recipient: RecipientConfig) -> Location:
         path = self.table_path(model)
-        return Location(shown=path, path=path, table_format="delta")
+        return Location(shown=path, path=path, table_format=DELTA_FORMAT)
 
     def read_rows(self, *, model: ModelConfig, recipient: RecipientConfig) -> pa.Table:
         dt = self._table(model)  # the recipient owns the whole table

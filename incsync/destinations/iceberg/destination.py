@@ -25,6 +25,7 @@ from incsync.core.schema_change import SchemaDiff, arrow_diff, change_metadata, 
 from incsync.destinations.base import (
     DELETED_AT,
     FULL_REFRESH,
+    ICEBERG_FORMAT,
     INCREMENTAL,
     REPAIR,
     Capabilities,
@@ -245,7 +246,7 @@ class IcebergDestination(Destination):
     def location(self, *, model: ModelConfig, recipient: RecipientConfig) -> Location:
         root = self.config.path.rstrip("/")  # pyiceberg's default table location in the warehouse
         return Location(shown=f"{self.config.path} {self.identifier(model)}",
-                        path=f"{root}/{self.config.namespace}/{model.model_name}", table_format="iceberg")
+                        path=f"{root}/{self.config.namespace}/{model.model_name}", table_format=ICEBERG_FORMAT)
 
     def metadata_location(self, *, model: ModelConfig, recipient: RecipientConfig) -> str | None:
         table = self.table(model)
