@@ -70,11 +70,12 @@ def _run(defs: dg.Definitions, instance: dg.DagsterInstance, first: str, last: s
 
 
 def _horizons(result: dg.ExecuteInProcessResult) -> dict[str, str]:
-    """Recipient -> the ``horizon`` its transfer recorded."""
+    """Recipient -> the ``horizon`` its transfer recorded (on each commit's record: its last window)."""
     out = {}
     for event in result.get_asset_materialization_events():
         recipient = event.partition.split("|")[0]  # type: ignore[union-attr]
-        out[recipient] = event.materialization.metadata["horizon"].value
+        if "horizon" in event.materialization.metadata:
+            out[recipient] = event.materialization.metadata["horizon"].value
     return out
 
 
