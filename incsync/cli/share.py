@@ -22,9 +22,10 @@ def _when(epoch: float | None) -> str:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
+    from incsync.onboarding.web import server_routes
     from incsync.sharing.server import serve
 
-    serve(config_path(args.config))
+    serve(config_path(args.config), extra=server_routes)
     return 0
 
 

@@ -11,3 +11,7 @@ class OnboardingError(IncsyncError):
 
 class NotConfigured(OnboardingError):
     """The file lacks what onboarding writes to: the recipients table, the destinations table or the vault."""
+
+
+class UnknownRecipient(OnboardingError):
+    """The recipient is not in the recipients table."""

@@ -14,7 +14,7 @@ from incsync.config.base import ID_RE
 from incsync.config.model import IncsyncConfig
 from incsync.config.products import TIER_TAG
 from incsync.onboarding import links
-from incsync.onboarding.errors import OnboardingError
+from incsync.onboarding.errors import OnboardingError, UnknownRecipient
 from incsync.onboarding.links import Issued, Link, now_utc
 from incsync.onboarding.place import Place
 from incsync.onboarding.store import Store, audit, column_value, ident
@@ -73,7 +73,7 @@ class Onboarding:
                               [recipient])
         row = cursor.fetchone()
         if row is None:
-            raise OnboardingError(f"recipient {recipient} is not in {self.place.recipients_table}; "
+            raise UnknownRecipient(f"recipient {recipient} is not in {self.place.recipients_table}; "
                                   f"`incsync onboard create {recipient} ...` creates it")
         return dict(zip([c.name for c in cursor.description or []], row, strict=True))
 
@@ -184,7 +184,7 @@ class Onboarding:
     def status(self, recipient: str) -> RecipientState:
         found = self.states(recipient)
         if not found:
-            raise OnboardingError(f"recipient {recipient} is not in {self.place.recipients_table}; "
+            raise UnknownRecipient(f"recipient {recipient} is not in {self.place.recipients_table}; "
                                   f"`incsync onboard create {recipient} ...` creates it")
         return found[0]
 

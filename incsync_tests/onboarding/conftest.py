@@ -55,3 +55,45 @@ def setup(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Setup]:
         db.execute(RECIPIENTS)
         db.execute(DESTINATIONS)
         yield Setup(write_setup(tmp_path, db), db)
+
+
+@dataclass
+class Served:
+    setup: Setup
+    url: str
+
+
+def request(url: str, *, method: str = "GET", body: bytes | None = None, headers: dict[str, str] | None = None,
+            ) -> tuple[int, dict[str, str], bytes]:
+    """(status, headers, body) of one HTTP request; redirects are not followed."""
+    import urllib.error
+    import urllib.request
+
+    class NoRedirect(urllib.request.HTTPRedirectHandler):
+        def redirect_request(self, *args: object, **kwargs: object) -> None:
+            return None
+
+    opener = urllib.request.build_opener(NoRedirect)
+    req = urllib.request.Request(url, data=body, method=method, headers=headers or {})
+    try:
+        with opener.open(req, timeout=60) as answer:
+            return answer.status, dict(answer.headers), answer.read()
+    except urllib.error.HTTPError as exc:
+        return exc.code, dict(exc.headers), exc.read()
+
+
+@pytest.fixture
+def served(setup: Setup) -> Iterator[Served]:
+    from incsync.config.load import load_config
+    from incsync.onboarding.web import server_routes
+    from incsync.sharing.server import ServerThread, build_service
+    from incsync_tests.support.host import free_port
+
+    port = free_port()
+    doc = yaml.safe_load(setup.file.read_text())
+    doc["sharing"] = {"listen": f"127.0.0.1:{port}"}
+    setup.file.write_text(yaml.safe_dump(doc, sort_keys=False))
+    config = load_config(setup.file)
+    routes, hidden = server_routes(setup.file, config)
+    with ServerThread(build_service(setup.file, config), port=port, extra=routes, hidden=hidden):
+        yield Served(setup, f"http://127.0.0.1:{port}")
