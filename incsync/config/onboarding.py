@@ -9,7 +9,7 @@ from __future__ import annotations
 from pydantic import Field, field_validator
 
 from incsync.config.base import StrictModel
-from incsync.config.destinations import DESTINATION_MODELS, secret_fields
+from incsync.config.destinations import DESTINATION_MODELS, model_kinds, secret_fields
 from incsync.config.secrets import REF_HELP, VARIABLE_RE, SecretField
 
 DEFAULT_ADMIN_TOKEN_ENV = "INCSYNC_ADMIN_TOKEN"
@@ -18,7 +18,7 @@ DEFAULT_ADMIN_TOKEN_ENV = "INCSYNC_ADMIN_TOKEN"
 def default_kinds() -> list[str]:
     """The kinds a recipient may choose unless the file says: every kind whose secret the vault keeps (a database
     of the recipient's own), never a folder on the provider's machine."""
-    return sorted(secret_fields())
+    return sorted({model_kinds(DESTINATION_MODELS[kind])[0] for kind in secret_fields()})
 
 
 class OnboardingConfig(StrictModel):

@@ -9,7 +9,7 @@ from pathlib import Path
 from starlette.routing import BaseRoute
 
 from incsync.config.model import IncsyncConfig
-from incsync.onboarding import api
+from incsync.onboarding import api, page
 from incsync.onboarding.place import onboarding_place
 from incsync.onboarding.service import Onboarding
 
@@ -21,10 +21,13 @@ def public_url(config: IncsyncConfig) -> str:
     return (sharing.public_url or f"http://{sharing.listen}").rstrip("/")
 
 
-def server_routes(config_file: Path, config: IncsyncConfig) -> tuple[Sequence[BaseRoute], tuple[str, ...]]:
-    """Onboarding's routes and the path prefixes the access log hides (none without ``onboarding:``)."""
+def server_routes(config_file: Path, config: IncsyncConfig, *,
+                  failures: page.Failures | None = None) -> tuple[Sequence[BaseRoute], tuple[str, ...]]:
+    """Onboarding's routes and the path prefixes the access log hides (none without ``onboarding:``);
+    ``failures(recipient)``: the failures blamed on it, with their fix, for its status."""
     if config.onboarding is None:
         return (), ()
-    onboarding = Onboarding(onboarding_place(config, config_file), config)
+    place = onboarding_place(config, config_file)
     base = public_url(config)
-    return [*api.routes(onboarding, lambda token: f"{base}{PAGE}{token}")], (PAGE,)
+    recipient_page = page.RecipientPage(place, public_url=base, failures=failures)
+    return [*api.routes(Onboarding(place, config), lambda token: f"{base}{PAGE}{token}"), *page.routes(recipient_page)], (PAGE,)

@@ -42,7 +42,7 @@ def write_setup(tmp_path: Path, db: PgDatabase, *, onboarding: dict[str, object]
     doc["products"] = [{"name": "core", "models": models[:1]}, {"name": "extra", "models": models}]
     doc["tiers"] = [{"name": "gold", "frequency": "*/5 * * * *"}]
     doc["vault"] = {"path": "./vault.sqlite", "key_env": "INCSYNC_TEST_VAULT_KEY"}
-    doc["onboarding"] = onboarding or {"admin_token_env": "INCSYNC_TEST_ADMIN_TOKEN"}
+    doc["onboarding"] = onboarding or {"admin_token_env": "INCSYNC_TEST_ADMIN_TOKEN", "kinds": ["postgres", "mariadb"]}
     file.write_text(yaml.safe_dump(doc, sort_keys=False))
     return file
 
@@ -77,9 +77,9 @@ def request(url: str, *, method: str = "GET", body: bytes | None = None, headers
     req = urllib.request.Request(url, data=body, method=method, headers=headers or {})
     try:
         with opener.open(req, timeout=60) as answer:
-            return answer.status, dict(answer.headers), answer.read()
+            return answer.status, {k.lower(): v for k, v in answer.headers.items()}, answer.read()
     except urllib.error.HTTPError as exc:
-        return exc.code, dict(exc.headers), exc.read()
+        return exc.code, {k.lower(): v for k, v in exc.headers.items()}, exc.read()
 
 
 @pytest.fixture

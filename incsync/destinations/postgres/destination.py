@@ -46,6 +46,7 @@ from incsync.destinations.postgres.pool import connection
 from incsync.destinations.postgres.rows import remove_keys
 from incsync.destinations.postgres.schema import Evolution, table_columns
 from incsync.destinations.postgres.types import pg_type
+from incsync.destinations.postgres.vacancy import vacancy_problem
 from incsync.destinations.postgres.verify import PostgresRowHashes
 from incsync.destinations.postgres.write import read_table, stored_drift, write_statement
 from incsync.errors import ConfigError, LeaseError, OwnershipError, PublishError, SchemaError
@@ -111,6 +112,12 @@ class PostgresDestination(Destination):
         """Connect once (``incsync validate --connect``); raises ConfigError/PublishError naming the setting."""
         with self.connect():
             pass
+
+    def check_vacant(self, *, recipient: str) -> None:
+        with self.connect(autocommit=True) as conn:
+            problem = vacancy_problem(conn, self.schema, recipient)
+        if problem is not None:
+            raise ConfigError(f"destinations[{self.name}]", [problem])
 
     def _ident(self, table: str) -> sql.Composed:
         return sql.Identifier(self.schema, table)
