@@ -175,6 +175,11 @@ class Destination(ABC):
         naming the fix. Nothing to check by default."""
         return None
 
+    def close(self) -> None:
+        """Release what this process holds open for this destination (a connection pool), e.g. after a connection test
+        whose settings are not kept; the next use opens it again. Nothing by default."""
+        return None
+
     def row_hashes(self, *, model: ModelConfig, recipient: RecipientConfig) -> RowHashes | None:
         """The copy's own SQL hashing for verify, or None (the default): verify reads ``current_rows``."""
         return None

@@ -5,6 +5,7 @@ an audit row), and read the recipient's status back from its destination's trans
 from __future__ import annotations
 
 import contextlib
+import re
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
@@ -50,9 +51,25 @@ def _config(place: Place, recipient: str, entered: Entered) -> Any:
     return _DESTINATION.validate_python(mapping)
 
 
+# What a recipient does about a failed test, by what the driver said (the kinds' own checks name their fixes).
+FIXES = (
+    (re.compile(r"password authentication failed|role \S+ does not exist|access denied for user|authentication", re.I),
+     "check the user and password: the user must exist on your server and may log in from incsync's address"),
+    (re.compile(r"database \S+ does not exist|unknown database", re.I), "name a database that exists on your server"),
+    (re.compile(r"connection refused|could not connect|timeout|timed out|name or service not known|"
+                r"could not translate host|no route to host|can't connect", re.I),
+     "check the host and port, and that your server accepts connections from incsync's address (firewall, "
+     "pg_hba.conf or bind-address)"),
+    (re.compile(r"not a PostgreSQL connection string", re.I),
+     "write it as postgresql://user:password@host:5432/database"),
+)
+
+
 def _said(exc: BaseException, secret: str | None) -> str:
     text = "; ".join(exc.problems) if isinstance(exc, ConfigError) else str(exc)
     text = " ".join(text.split())
+    fix = next((fix for pattern, fix in FIXES if pattern.search(text)), None)
+    text = f"{text}. To fix: {fix}." if fix else text
     return text.replace(secret, "***") if secret else text
 
 
@@ -65,8 +82,12 @@ def test(place: Place, recipient: str, entered: Entered) -> str | None:
             else contextlib.nullcontext())
     try:
         with lend:
-            destination.check()
-            destination.check_vacant(recipient=recipient)
+            try:
+                destination.check()
+                destination.check_vacant(recipient=recipient)
+            finally:
+                with contextlib.suppress(Exception):  # a pool opened for settings that may not be kept
+                    destination.close()
     except IncsyncError as exc:
         return _said(exc, entered.secret)
     except Exception as exc:  # noqa: BLE001 - a driver's own error: said (without the secret) for the recipient to fix

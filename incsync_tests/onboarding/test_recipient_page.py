@@ -70,7 +70,7 @@ def test_the_form_is_generated_from_the_kind_model(served: Served, capsys: pytes
     _, headers, _ = request(browser.url)
     cookie = headers["set-cookie"]
     assert "HttpOnly" in cookie and "SameSite=strict" in cookie and "Path=/onboard/" in cookie
-    assert headers["content-security-policy"].startswith("default-src 'none'") and headers["referrer-policy"] == "no-referrer"
+    assert headers["content-security-policy"].startswith("default-src 'none'") and headers["referrer-policy"] == "same-origin"
 
 
 def test_a_wrong_connection_is_named_then_the_fixed_one_is_saved(served: Served, capsys: pytest.CaptureFixture[str],
@@ -81,7 +81,8 @@ def test_a_wrong_connection_is_named_then_the_fixed_one_is_saved(served: Served,
     status, page, _ = browser.post({"schema": "globex", "dsn_secret": _dsn(served, "nobody_x"), "action": "test"})
     assert status == 400
     assert 'Connection failed: destination globex: cannot connect to PostgreSQL with the DSN in vault entry ' \
-           'onboard.globex: ' in page and 'role &quot;nobody_x&quot; does not exist' in page
+           'onboard.globex: ' in page and 'role &quot;nobody_x&quot; does not exist. To fix: check the user and password: ' \
+           "the user must exist on your server and may log in from incsync&#x27;s address." in page
     assert 'value="globex"' in page and PASSWORD not in page  # the schema typed comes back; the secret never
 
     served.setup.db.execute("CREATE SCHEMA taken; CREATE TABLE taken.t (a int)")
