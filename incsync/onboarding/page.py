@@ -67,7 +67,12 @@ class RecipientPage:
         config = load_config(self.place.file)
         recipient = next((r for r in config.recipients if r.id == link.recipient), None)
         kind = config.destination(recipient.destination).kind if recipient is not None else None
-        failures = self.failures(link.recipient) if self.failures is not None else []
+        failures: list[str] = []
+        if self.failures is not None:
+            try:
+                failures = self.failures(link.recipient)
+            except Exception:  # the runs cannot be read: the status shows the copies, and the log says why
+                log.exception("onboarding: the failures of recipient %s cannot be read", link.recipient)
         return html.status(recipient=link.recipient, kind=kind, models=connect.status(config, link.recipient),
                            failures=failures)
 

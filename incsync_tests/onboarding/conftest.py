@@ -94,6 +94,8 @@ def served(setup: Setup) -> Iterator[Served]:
     doc["sharing"] = {"listen": f"127.0.0.1:{port}"}
     setup.file.write_text(yaml.safe_dump(doc, sort_keys=False))
     config = load_config(setup.file)
-    routes, hidden = server_routes(setup.file, config)
+    from incsync.cli.share import recipient_failures
+
+    routes, hidden = server_routes(setup.file, config, failures=recipient_failures(setup.file))
     with ServerThread(build_service(setup.file, config), port=port, extra=routes, hidden=hidden):
         yield Served(setup, f"http://127.0.0.1:{port}")

@@ -166,3 +166,28 @@ def test_link_guessing_is_limited_per_client(limited, served: Served, capsys: py
     assert guesses == [404, 404, 404]
     status, _, body = request(url)  # even the right link, from this client, until a minute has passed
     assert status == 429 and TOO_MANY in body.decode()
+
+
+def test_the_status_names_a_failure_blamed_on_the_recipient_with_its_fix(
+        spark, served: Served, capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from incsync.config.load import load_config
+    from incsync.config.secrets import vault_place
+    from incsync.secrets.stores import VaultStore
+    from incsync_tests.support.lake import order, ts, write_table
+
+    (tmp_path / "home").mkdir()
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "home"))
+    write_table(tmp_path / "src", "orders", [order(1, "org_2", ts(1, 1)), order(2, "org_2", ts(1, 2))])
+    browser = Browser(served, _link(served, capsys))
+    browser.open()
+    assert browser.post({"schema": "globex", "dsn_secret": _dsn(served), "action": "save"})[0] == 303
+    file = served.setup.file
+    VaultStore(vault_place(load_config(file), file.parent)).set(  # type: ignore[arg-type]
+        "onboard.globex", _dsn(served).rsplit("/", 1)[0] + "/gone_database")
+    assert main(["transfer", "orders", "--window", "2024-01-01", "--recipient", "globex", "-c", str(file)]) == 1
+    status, page = browser.open()
+    assert status == 200, page
+    [failure] = re.findall(r'<div class="bad">(.*?)</div>', page)
+    assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\dZ, orders: destination globex: the database in the destination&#x27;s "
+                        r"DSN is gone: the recipient must restore it, or send the DSN of its new database", failure), failure
+    assert PASSWORD not in page
