@@ -37,8 +37,8 @@ class OnboardingConfig(StrictModel):
     )
     tables_prefix: str = Field(
         default="incsync_onboarding", pattern=r"^[a-z_][a-z0-9_]{0,40}$",
-        description="Prefix of onboarding's own tables (`<prefix>_links`, `<prefix>_audit`), created beside the "
-        "`recipients_from` table, in its schema, through its source.",
+        description="Prefix of onboarding's own tables (`<prefix>_links`, `<prefix>_keys`, `<prefix>_audit`), created "
+        "beside the `recipients_from` table, in its schema, through its source.",
     )
     admin_token_env: str = Field(
         default=DEFAULT_ADMIN_TOKEN_ENV,

@@ -7,7 +7,6 @@ A refused request says nothing of the recipient or of which check failed."""
 from __future__ import annotations
 
 import logging
-import secrets
 from collections.abc import Awaitable, Callable
 from typing import Any
 from urllib.parse import parse_qs
@@ -46,7 +45,7 @@ class RecipientPage:
     def __init__(self, place: Place, *, public_url: str, failures: Failures | None = None) -> None:
         self.place = place
         self.store = Store(place)
-        self.key = secrets.token_bytes(32)
+        self.key = b""  # the CSRF key every process on these tables shares, read on the first request
         self.limit = guard.RateLimit(place.settings.attempts_per_minute)
         self.origins = {guard.origin(public_url)}
         self.secure = public_url.startswith("https://")
@@ -86,6 +85,8 @@ class RecipientPage:
         client = request.client.host if request.client else "-"
         if self.limit.blocked(client):
             return None, self._html(html.refused(TOO_MANY), 429)
+        if not self.key:
+            self.key = await run_in_threadpool(self.store.key, "csrf")
         link = await run_in_threadpool(self._link, request.path_params["token"])
         state = link.state(now_utc()) if link is not None else "unknown"
         if link is None or state in ("expired", "revoked"):

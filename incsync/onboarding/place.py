@@ -38,6 +38,10 @@ class Place:
         return self.own_table("links")
 
     @property
+    def keys_table(self) -> str:
+        return self.own_table("keys")
+
+    @property
     def audit_table(self) -> str:
         return self.own_table("audit")
 

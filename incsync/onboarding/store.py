@@ -1,11 +1,12 @@
 """Onboarding's tables in the provider's PostgreSQL, reached through the ``recipients_from`` source: the
 recipients and destinations tables it writes rows into, its links (each stored as its SHA-256 digest, never the
-link's token) and its audit rows (who, what, when; never a secret)."""
+link's token), the key the page's CSRF tokens are made with, and its audit rows (who, what, when; never a secret)."""
 
 from __future__ import annotations
 
 import contextlib
 import json
+import secrets
 from collections.abc import Iterator
 from typing import Any
 
@@ -22,6 +23,7 @@ CREATE TABLE IF NOT EXISTS {links} (
     id text PRIMARY KEY, recipient text NOT NULL, digest text NOT NULL UNIQUE, created_by text NOT NULL,
     created_at timestamptz NOT NULL, expires_at timestamptz NOT NULL, used_at timestamptz, revoked_at timestamptz
 );
+CREATE TABLE IF NOT EXISTS {keys} (name text PRIMARY KEY, value bytea NOT NULL);
 CREATE TABLE IF NOT EXISTS {audit} (
     id bigserial PRIMARY KEY, at timestamptz NOT NULL DEFAULT now(), actor text NOT NULL, action text NOT NULL,
     recipient text, detail jsonb NOT NULL DEFAULT '{{}}'::jsonb
@@ -53,7 +55,7 @@ class Store:
             with psycopg.connect(**target, user=source.user, password=password,  # type: ignore[arg-type]  # host, port, dbname
                                  connect_timeout=10, application_name="incsync-onboarding") as conn:
                 if not self._ready:
-                    conn.execute(sql.SQL(_OWN).format(links=ident(self.place.links_table),
+                    conn.execute(sql.SQL(_OWN).format(links=ident(self.place.links_table), keys=ident(self.place.keys_table),
                                                       audit=ident(self.place.audit_table)))
                     self._ready = True
                 yield conn
@@ -62,6 +64,16 @@ class Store:
             text = text.replace(password, "***") if password else text
             raise OnboardingError(f"onboarding: cannot use {self.place.recipients_table} through source {source.name}: "
                                   f"{text}") from None
+
+    def key(self, name: str) -> bytes:
+        """The random key ``name`` every server process on these tables shares (the page's CSRF key), made once."""
+        with self.connect() as conn:
+            conn.execute(sql.SQL("INSERT INTO {} (name, value) VALUES (%s, %s) ON CONFLICT (name) DO NOTHING").format(
+                ident(self.place.keys_table)), [name, secrets.token_bytes(32)])
+            row = conn.execute(sql.SQL("SELECT value FROM {} WHERE name = %s").format(ident(self.place.keys_table)),
+                               [name]).fetchone()
+        assert row is not None
+        return bytes(row[0])
 
     def columns(self, conn: psycopg.Connection, table: str) -> dict[str, str]:
         """Column -> its type (``udt_name``: text, _text, jsonb, bool...)."""

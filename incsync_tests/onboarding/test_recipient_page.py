@@ -70,6 +70,8 @@ def test_the_form_is_generated_from_the_kind_model(served: Served, capsys: pytes
     _, headers, _ = request(browser.url)
     cookie = headers["set-cookie"]
     assert "HttpOnly" in cookie and "SameSite=strict" in cookie and "Path=/onboard/" in cookie
+    [(key,)] = served.setup.rows("SELECT value FROM incsync_onboarding_keys WHERE name = 'csrf'")
+    assert len(bytes(key)) == 32  # one CSRF key for every server process on these tables
     assert headers["content-security-policy"].startswith("default-src 'none'") and headers["referrer-policy"] == "same-origin"
 
 
