@@ -125,7 +125,7 @@ def test_modules_stay_under_the_length_limit() -> None:
 # Issue 28: packages that read as the flow. Each package may import only those below it in LAYERS
 # (``cli`` and ``worker`` at the top); top-level modules (errors, paths, definitions) sit outside.
 LAYERS = ["core", "storage", "spark", "config", "secrets", "sources", "staging", "destinations", "integrity", "transfer",
-          "sharing", "operations", "orchestration", "worker", "cli"]
+          "sharing", "onboarding", "operations", "orchestration", "worker", "cli"]
 # The packages that import Dagster, the top of LAYERS: ``operations`` on runs and the instance,
 # ``orchestration``'s definitions built on them, and the two that launch runs. The engine below never does.
 DAGSTER = ["operations", "orchestration", "worker", "cli"]

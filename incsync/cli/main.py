@@ -172,6 +172,9 @@ def build_parser() -> Parser:
     from incsync.cli.secrets import add_parsers as add_secrets
 
     add_secrets(sub)
+    from incsync.cli.onboard import add_parsers as add_onboard
+
+    add_onboard(sub)
     add_state(sub)
     add_init(sub)
     return parser

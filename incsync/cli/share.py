@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -21,10 +22,30 @@ def _when(epoch: float | None) -> str:
     return "-" if epoch is None else datetime.fromtimestamp(epoch, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+def recipient_failures(file: Path) -> Callable[[str], list[str]]:
+    """For the recipient's status page: its transfers that failed since its last success and were blamed on it, with
+    their fix, from the Dagster instance's runs (``incsync transfers --blamed recipient``)."""
+    def failures(recipient: str) -> list[str]:
+        from incsync.config.load import load_config
+        from incsync.operations.instance import dagster_instance
+        from incsync.operations.statuses import list_transfers
+
+        config, instance = load_config(file), dagster_instance(file)
+        done = list_transfers(instance, config, recipient=recipient, status="SUCCESS", limit=1)
+        since = done[0].created_at if done else None
+        failed = list_transfers(instance, config, recipient=recipient, blamed="recipient", limit=5)
+        return [f"{t.created_at:%Y-%m-%d %H:%M}Z, {', '.join(t.models)}: {t.blame_reason}" for t in failed
+                if since is None or t.created_at > since]
+
+    return failures
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
+    from incsync.onboarding.web import server_routes
     from incsync.sharing.server import serve
 
-    serve(config_path(args.config))
+    file = config_path(args.config)
+    serve(file, extra=lambda f, c: server_routes(f, c, failures=recipient_failures(f)))
     return 0
 
 

@@ -16,6 +16,7 @@ from incsync.config.alerts import AlertsConfig
 from incsync.config.destinations import DESTINATION_MODELS
 from incsync.config.jobs import AuditConfig
 from incsync.config.model import IncsyncConfig, MaintenanceConfig, ModelConfig, RecipientConfig, RecipientsFromConfig
+from incsync.config.onboarding import OnboardingConfig
 from incsync.config.products import ProductConfig, TierConfig
 from incsync.config.secrets import SecretRef, VaultConfig
 from incsync.config.sharing import SharingConfig
@@ -36,6 +37,8 @@ SECTIONS: list[tuple[str, str, list[type[BaseModel]]]] = [
     ("alerts", "A webhook that hears of every failed transfer and whose it is to fix (docs/operations.md).", [AlertsConfig]),
     ("sharing", "`incsync serve`: each recipient's copy over Delta Sharing, with its own token (docs/sharing.md).",
      [SharingConfig]),
+    ("onboarding", "Recipients connecting their own destinations through a link and a page of `incsync serve` "
+     "(docs/onboarding.md).", [OnboardingConfig]),
     ("vault", "Secrets sealed in a table under a key from one variable or file, named `vault:<entry>` by the "
      "destinations that connect with them (docs/secrets.md).", [VaultConfig]),
 ]

@@ -20,6 +20,7 @@ from incsync.config.alerts import AlertsConfig
 from incsync.config.base import StrictModel, listed_names
 from incsync.config.destinations import DestinationConfig
 from incsync.config.jobs import AuditConfig, MaintenanceConfig
+from incsync.config.onboarding import OnboardingConfig
 from incsync.config.policies import RetryPolicy
 from incsync.config.products import ProductConfig, TierConfig
 from incsync.config.recipients import RecipientConfig, RecipientsFromConfig
@@ -207,6 +208,11 @@ class IncsyncConfig(StrictModel):
     vault: VaultConfig | None = Field(
         default=None, description="Where incsync's vault keeps secrets sealed under its key, for destinations that "
         "name them `vault:<entry>` (`vault: {source: app_db, table: incsync.vault}`; docs/secrets.md).",
+    )
+    onboarding: OnboardingConfig | None = Field(
+        default=None, description="Recipients connecting their own destinations through a link and a page of "
+        "`incsync serve` (`onboarding: {kinds: [postgres]}`; needs `recipients_from` with `destinations_table`, and "
+        "`vault`; docs/onboarding.md).",
     )
     sharing: SharingConfig = Field(
         default_factory=SharingConfig, description="How `incsync serve` serves each recipient's copy over Delta "

@@ -71,7 +71,7 @@ def merge_rows(cfg: IncsyncConfig, rows: TableRows, *, path: str, base: Path) ->
     in ``refused_rows``. Raises ConfigError for the file's own problems."""
     refused: list[RefusedRow] = []
     dest_rows, broken = _destination_rows(cfg, rows, refused)
-    recipient_rows = _recipient_rows(cfg, rows, refused)
+    recipient_rows = _awaiting_destination(_recipient_rows(cfg, rows, refused), cfg.destinations + dest_rows, rows)
     file_recipients = list(cfg.recipients)
 
     def drop_users(names: set[str]) -> None:
@@ -156,6 +156,14 @@ def _recipient_rows(cfg: IncsyncConfig, rows: TableRows, refused: list[RefusedRo
             refused.append(RefusedRow(rows.recipients_table, rid, label,
                                       tuple(_relabel(pydantic_problems(exc, prefix=("recipients", 0)), label)), (rid,)))
     return accepted
+
+
+def _awaiting_destination(recipients: list[RecipientConfig], destinations: list[Any],
+                          rows: TableRows) -> list[RecipientConfig]:
+    """Table rows that are disabled and name a destination no row or entry defines yet are left out, not refused:
+    a recipient being onboarded, whose destination row its page writes (docs/onboarding.md)."""
+    known = {d.name for d in destinations} | {name for name, _ in rows.destinations}
+    return [r for r in recipients if r.enabled or r.destination in known]
 
 
 def _one_copy_per_destination(destinations: list[Any], file_recipients: list[RecipientConfig],

@@ -169,6 +169,17 @@ class Destination(ABC):
         the setting and the fix. A local folder the first transfer creates needs no check."""
         return None
 
+    def check_vacant(self, *, recipient: str) -> None:
+        """Before ``recipient`` connects this destination itself (onboarding's test, after ``check``): the user may
+        create its copies here, and the place is empty or holds only this recipient's copies; raise ConfigError
+        naming the fix. Nothing to check by default."""
+        return None
+
+    def close(self) -> None:
+        """Release what this process holds open for this destination (a connection pool), e.g. after a connection test
+        whose settings are not kept; the next use opens it again. Nothing by default."""
+        return None
+
     def row_hashes(self, *, model: ModelConfig, recipient: RecipientConfig) -> RowHashes | None:
         """The copy's own SQL hashing for verify, or None (the default): verify reads ``current_rows``."""
         return None

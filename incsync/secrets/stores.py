@@ -9,9 +9,11 @@ the table about once, and a changed entry is seen within that time.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 import time
+from collections.abc import Iterator
 from typing import Protocol
 
 from pydantic import SecretStr
@@ -103,8 +105,28 @@ def store_for(ref: SecretRef, *, what: str = "the secret") -> SecretStore:
 
 
 def open_secret(ref: SecretRef, *, used_by: str, what: str = "the secret") -> SecretStr:
-    """The secret ``ref`` names, for the connection about to be made."""
+    """The secret ``ref`` names, for the connection about to be made (a value ``held`` on this thread first)."""
+    lent: SecretStr | None = getattr(_held, "values", {}).get(str(ref))
+    if lent is not None:
+        return lent
     return store_for(ref, what=what).open(ref.name, used_by=used_by)
+
+
+_held = threading.local()
+
+
+@contextlib.contextmanager
+def held(ref: SecretRef, value: SecretStr) -> Iterator[None]:
+    """``ref`` opens as ``value`` on this thread inside the block: a destination entered on the onboarding page is
+    checked with the secret just typed, before anything is stored."""
+    values = getattr(_held, "values", None)
+    if values is None:
+        values = _held.values = {}
+    values[str(ref)] = value
+    try:
+        yield
+    finally:
+        values.pop(str(ref), None)
 
 
 _cache: dict[str, tuple[float, dict[str, str]]] = {}

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -125,7 +125,10 @@ def _table_version(service: SharingService, caller: Caller, table: SharedTable, 
     return reads.table_version(service, caller, table, params)  # the version answers in no format
 
 
-def build_app(service: SharingService, iceberg: IcebergService | None = None) -> Starlette:
+def build_app(service: SharingService, iceberg: IcebergService | None = None, *, extra: Sequence[BaseRoute] = (),
+              hidden: tuple[str, ...] = ()) -> Starlette:
+    """The server's app; ``extra`` routes (onboarding's) come first, and the access log shortens paths starting
+    with a ``hidden`` prefix (a path holding a token) as it does signed file URLs."""
     async def files(request: Request) -> Response:
         path = await run_in_threadpool(service.file, request.path_params["signed"])
         if path is None:
@@ -147,7 +150,7 @@ def build_app(service: SharingService, iceberg: IcebergService | None = None) ->
     ]
     if iceberg is not None:
         routes += iceberg_routes(iceberg, public_path=urlsplit(service.public_url).path.rstrip("/"))
-    return Starlette(routes=routes, middleware=[Middleware(AccessLog)],
+    return Starlette(routes=[*extra, *routes], middleware=[Middleware(AccessLog, hidden=(FILES, *hidden))],
                      exception_handlers={404: _unknown_route, 405: _unknown_route})
 
 
@@ -163,8 +166,9 @@ async def _unknown_route(request: Request, exc: Exception) -> Response:
 class AccessLog:
     """One line per request: method, path (a signed URL shortened to its route), status, recipient, time."""
 
-    def __init__(self, app: ASGIApp) -> None:
+    def __init__(self, app: ASGIApp, hidden: tuple[str, ...] = (FILES,)) -> None:
         self.app = app
+        self.hidden = hidden
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -181,7 +185,7 @@ class AccessLog:
             await self.app(scope, receive, sending)
         finally:
             path = scope["path"]
-            shown = FILES + "..." if path.startswith(FILES) else path
+            shown = next((prefix + "..." for prefix in self.hidden if path.startswith(prefix)), path)
             recipient = scope.get("state", {}).get("recipient", "-")
             access.info("%s %s %s recipient=%s %.1fms", scope["method"], shown, status[0], recipient,
                         (time.perf_counter() - started) * 1000)

@@ -7,12 +7,13 @@ import json
 import logging
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 import uvicorn
+from starlette.routing import BaseRoute
 
 from incsync.config.load import load_config
 from incsync.config.model import IncsyncConfig
@@ -110,17 +111,23 @@ def write_profile(path: Path, contents: dict[str, Any]) -> None:
         out.write("\n")
 
 
-def _uvicorn(service: SharingService, host: str, port: int, *, own_logging: bool) -> uvicorn.Server:
-    """``own_logging``: uvicorn configures logging (a process of its own); else the host process's stays as it is."""
+def _uvicorn(service: SharingService, host: str, port: int, *, own_logging: bool, extra: Sequence[BaseRoute] = (),
+             hidden: tuple[str, ...] = ()) -> uvicorn.Server:
+    """``own_logging``: uvicorn configures logging (a process of its own); else the host process's stays as it is.
+    ``extra`` routes (onboarding's) are served beside the sharing ones; paths under ``hidden`` are logged shortened."""
     # uvicorn's own access log prints every path, signed file URLs included; the app logs requests itself.
     options: dict[str, Any] = {} if own_logging else {"log_config": None}
-    return uvicorn.Server(uvicorn.Config(build_app(service, iceberg_service(service)), host=host, port=port, access_log=False,
+    app = build_app(service, iceberg_service(service), extra=extra, hidden=hidden)
+    return uvicorn.Server(uvicorn.Config(app, host=host, port=port, access_log=False,
                                          server_header=False, lifespan="off", **options))
 
 
-def serve(config_file: Path, *, announce: Callable[[str], object] = print) -> None:
-    """Run the server of ``config_file`` until interrupted."""
+def serve(config_file: Path, *, announce: Callable[[str], object] = print,
+          extra: Callable[[Path, IncsyncConfig], tuple[Sequence[BaseRoute], tuple[str, ...]]] | None = None) -> None:
+    """Run the server of ``config_file`` until interrupted; ``extra(config_file, config)``: more routes and their
+    hidden prefixes (onboarding's)."""
     config = load_config(config_file)
+    routes, hidden = extra(config_file, config) if extra is not None else ((), ())
     service = build_service(config_file, config)
     host, port = listen_address(config.sharing)
     announce(f"incsync serve: Delta Sharing at {endpoint(config.sharing)}, Iceberg REST catalog at "
@@ -130,14 +137,15 @@ def serve(config_file: Path, *, announce: Callable[[str], object] = print) -> No
     sharing_log = logging.getLogger("incsync.sharing")
     sharing_log.addHandler(handler)
     sharing_log.setLevel(logging.INFO)
-    _uvicorn(service, host, port, own_logging=True).run()
+    _uvicorn(service, host, port, own_logging=True, extra=routes, hidden=hidden).run()
 
 
 class ServerThread:
     """The server on a thread of this process, started and stopped around tests or a demo."""
 
-    def __init__(self, service: SharingService, *, host: str = "127.0.0.1", port: int) -> None:
-        self.server = _uvicorn(service, host, port, own_logging=False)
+    def __init__(self, service: SharingService, *, host: str = "127.0.0.1", port: int, extra: Sequence[BaseRoute] = (),
+                 hidden: tuple[str, ...] = ()) -> None:
+        self.server = _uvicorn(service, host, port, own_logging=False, extra=extra, hidden=hidden)
         self.thread = threading.Thread(target=self.server.run, name="incsync-sharing", daemon=True)
 
     def __enter__(self) -> ServerThread:

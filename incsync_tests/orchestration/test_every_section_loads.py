@@ -111,6 +111,9 @@ def every_key(db: PgDatabase) -> dict[str, Any]:
                     "url_lifetime_seconds": 600, "token_store": "./sharing.sqlite", "signing_key_env": "SHARING_KEY",
                     "schema": "shop", "schema_by_source": False, "tables": {"invoices": {"schema": "billing", "table": "invoices"}}},
         "vault": {"source": "app_db", "table": "incsync_vault", "key_env": "INCSYNC_TEST_VAULT_KEY", "key_file": "./vault.key"},
+        "onboarding": {"kinds": ["postgres", "mariadb"], "link_lifetime_hours": 24, "tables_prefix": "onboard",
+                       "admin_token_env": "PROVIDER_TOKEN", "admin_token_secret": "vault:provider_api",
+                       "attempts_per_minute": 10},
     }
 
 

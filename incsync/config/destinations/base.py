@@ -25,6 +25,8 @@ class Placed(StrictModel):
     shares_location: ClassVar[bool] = False
     # The field a destinations table's `secret` column fills (docs/secrets.md); None: the kind takes no secret.
     secret_field: ClassVar[str | None] = None
+    # What the onboarding page says of the secret a recipient types into ``secret_field`` (it is kept in the vault).
+    secret_help: ClassVar[str] = "The secret; kept encrypted in the provider's vault and never shown again."
     # A model's `cluster_by` orders and prunes this kind's files; elsewhere `validate` warns that it is ignored.
     clusters_files: ClassVar[bool] = False
 

@@ -31,6 +31,7 @@ class MariaDBDestinationConfig(Placed):
     database: str = Field(description="The recipient's database (created when missing); one recipient's copy.")
     max_concurrent_transfers: int = Field(default=1, ge=1, description=CONCURRENCY_HELP)
 
+    secret_help: ClassVar[str] = "The password of `user` (empty: none); kept encrypted in the provider's vault and never shown again."
     secret_field: ClassVar[str | None] = "password_secret"
     starter: ClassVar[str] = """\
   - name: acme_mariadb

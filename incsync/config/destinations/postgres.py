@@ -31,6 +31,8 @@ class PostgresDestinationConfig(Placed):
     max_concurrent_transfers: int = Field(default=1, ge=1, description=CONCURRENCY_HELP)
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+    secret_help: ClassVar[str] = ("The connection string, postgresql://user:password@host:5432/database; kept encrypted in "
+                                  "the provider's vault and never shown again.")
     secret_field: ClassVar[str | None] = "dsn_secret"
     starter: ClassVar[str] = """\
   - name: acme_pg

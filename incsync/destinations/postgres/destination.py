@@ -42,10 +42,11 @@ from incsync.destinations.ownership import Owner, owner_of, pg_claim, pg_owner, 
 from incsync.destinations.postgres.facts import publish_careful, publish_seen, read_state_careful, read_state_seen
 from incsync.destinations.postgres.load import STAGE, copy_rows, create_stage
 from incsync.destinations.postgres.log import create_log, insert_record, last_record, logged_recipients
-from incsync.destinations.postgres.pool import connection
+from incsync.destinations.postgres.pool import close_pool, connection
 from incsync.destinations.postgres.rows import remove_keys
 from incsync.destinations.postgres.schema import Evolution, table_columns
 from incsync.destinations.postgres.types import pg_type
+from incsync.destinations.postgres.vacancy import vacancy_problem
 from incsync.destinations.postgres.verify import PostgresRowHashes
 from incsync.destinations.postgres.write import read_table, stored_drift, write_statement
 from incsync.errors import ConfigError, LeaseError, OwnershipError, PublishError, SchemaError
@@ -111,6 +112,15 @@ class PostgresDestination(Destination):
         """Connect once (``incsync validate --connect``); raises ConfigError/PublishError naming the setting."""
         with self.connect():
             pass
+
+    def close(self) -> None:
+        close_pool(open_secret(self.config.dsn_ref, used_by=self.name).get_secret_value())
+
+    def check_vacant(self, *, recipient: str) -> None:
+        with self.connect(autocommit=True) as conn:
+            problem = vacancy_problem(conn, self.schema, recipient)
+        if problem is not None:
+            raise ConfigError(f"destinations[{self.name}]", [problem])
 
     def _ident(self, table: str) -> sql.Composed:
         return sql.Identifier(self.schema, table)
