@@ -27,6 +27,9 @@ class Placed(StrictModel):
     secret_field: ClassVar[str | None] = None
     # A model's `cluster_by` orders and prunes this kind's files; elsewhere `validate` warns that it is ignored.
     clusters_files: ClassVar[bool] = False
+    # Its copies are open tables `incsync serve` hands out file URLs of (docs/sharing.md): its vacuum
+    # (``retention_hours``) must outlast ``sharing.url_lifetime_seconds``, which `validate` checks.
+    served_by_sharing: ClassVar[bool] = False
 
     @classmethod
     def starter_name(cls) -> str:
