@@ -13,6 +13,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import yaml
 
+from incsync.cli.demo_share import SHARING_FILES, SHARING_LISTEN, share_step
 from incsync.core.bounds import UTC
 
 TENANTS = {"org_1": 0.32, "org_2": 0.24, "org_3": 0.18, "org_4": 0.12, "org_5": 0.09, "org_6": 0.05}
@@ -188,6 +189,8 @@ def write_config(workdir: Path, *, start_epoch: int, postgres: bool = True, acme
         ],
         "recipients": recipients,
         "staging_dir": "./staging",
+        # `incsync serve`: each recipient's Delta or Iceberg copy through Delta Sharing and an Iceberg REST catalog
+        "sharing": {"listen": SHARING_LISTEN, "tables": {"orders": {"schema": "sales"}}},
     }
     path = workdir / "incsync.yaml"
     path.write_text(yaml.safe_dump(doc, sort_keys=False))
@@ -231,9 +234,11 @@ def run_demo(workdir: Path, *, rows: int = 120_000, acme: str = "delta", mariadb
 
     began = time.monotonic()
     workdir = workdir.resolve()
-    for part in ("source", "out", "staging", ".dagster", "incsync.yaml"):
+    for part in ("source", "out", "staging", ".dagster", "incsync.yaml", *SHARING_FILES):
         target = workdir / part
         shutil.rmtree(target, ignore_errors=True) if target.is_dir() else target.unlink(missing_ok=True)
+    for old in workdir.glob("*.share"):  # an earlier run's profiles: their tokens died with its token store
+        old.unlink()
     workdir.mkdir(parents=True, exist_ok=True)
 
     now = datetime.now(UTC).replace(microsecond=0)
@@ -285,4 +290,6 @@ def run_demo(workdir: Path, *, rows: int = 120_000, acme: str = "delta", mariadb
     print(f"\n{'verified' if not problems and not failed else 'FAILED'}: every recipient holds exactly its tenant's rows "
           f"({time.monotonic() - began:.1f} s)")
     print(f"\nopen the UI on this instance: make ui    (or: {ui_command(workdir)})")
-    return 1 if problems or failed else 0
+    if problems or failed:
+        return 1
+    return 0 if share_step(workdir, config_file, changed) else 1

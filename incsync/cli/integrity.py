@@ -47,7 +47,7 @@ def _spark(config: IncsyncConfig):  # noqa: ANN202 - a lazy SparkSession factory
 def _staging(config: IncsyncConfig) -> Path:
     from pathlib import Path
 
-    from incsync.orchestration.resources import default_staging_dir
+    from incsync.staging.folders import default_staging_dir
 
     return Path(default_staging_dir(config))
 

@@ -135,7 +135,7 @@ def _launch(command: TransferCommand, resident: Resident | None, file: Path, con
     as_json = command.json
     defs, instance = resident(file) if resident else (build_definitions(file), dagster_instance(file))
     from incsync.operations.liveness import reap
-    from incsync.orchestration.resources import default_staging_dir
+    from incsync.staging.folders import default_staging_dir
 
     reap(instance, staging_root=Path(default_staging_dir(config)))
     specs = run_specs(
@@ -179,7 +179,7 @@ def cmd_transfers(args: argparse.Namespace) -> int:
     from incsync.operations.instance import dagster_instance
     from incsync.operations.liveness import reap
     from incsync.operations.statuses import counts_by_model, list_transfers
-    from incsync.orchestration.resources import default_staging_dir
+    from incsync.staging.folders import default_staging_dir
 
     file = config_path(args.config)
     config = load_config(file)

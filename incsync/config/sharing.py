@@ -8,6 +8,7 @@ from pydantic import ConfigDict, Field
 from incsync.config.base import StrictModel
 
 MAX_NAME = 255
+MIN_URL_LIFETIME = 10
 
 
 def share_name_problem(name: str) -> str | None:
@@ -56,7 +57,7 @@ class SharingConfig(StrictModel):
         description="How long a bearer token minted by `incsync share create|rotate` stays valid.",
     )
     url_lifetime_seconds: int = Field(
-        default=900, ge=10, le=86_400,
+        default=900, ge=MIN_URL_LIFETIME, le=86_400,
         description="How long a file URL in a query's answer, and the storage credentials the Iceberg catalog vends with "
         "a table, stay valid. Keep it below the destinations' vacuum retention, so a reader never finds a file removed "
         "under it.",
@@ -111,6 +112,28 @@ def sharing_problems(cfg: object) -> list[str]:
             problems.append(f"sharing: models {seen[key]} and {model.model_name} would both be shared as "
                             f"{schema}.{table} (names ignore case); name one otherwise under sharing.tables")
         seen.setdefault(key, model.model_name)
+    return problems + retention_problems(cfg)
+
+
+def retention_problems(cfg: object) -> list[str]:
+    """A destination `incsync serve` hands out file URLs of whose vacuum would delete a file before its URL expires:
+    refused when the file has a `sharing:` section (``cfg`` is the whole file's IncsyncConfig)."""
+    if "sharing" not in cfg.model_fields_set:
+        return []
+    lifetime = cfg.sharing.url_lifetime_seconds
+    used = {r.destination for r in cfg.recipients}
+    problems = []
+    for i, dest in enumerate(cfg.destinations):
+        retention = getattr(dest, "retention_hours", None)
+        if not dest.served_by_sharing or dest.name not in used or retention is None or retention * 3600 >= lifetime:
+            continue
+        hours = -(-lifetime // 3600)  # rounded up
+        problems.append(
+            f'destinations[{i}]: "{dest.name}" keeps the files a newer version replaced for retention_hours: {retention} '
+            f"({retention * 3600} s), less than sharing.url_lifetime_seconds: {lifetime}: `incsync maintain` could delete "
+            f"a file while a reader still holds its URL from `incsync serve`; set retention_hours to {hours} or more"
+            + (f", or sharing.url_lifetime_seconds to {retention * 3600} or less" if retention * 3600 >= MIN_URL_LIFETIME else "")
+            + " (docs/sharing.md#vacuum-and-file-urls)")
     return problems
 
 

@@ -63,7 +63,7 @@ def build_integrity_check(model: ModelConfig) -> dg.AssetChecksDefinition:
 
 def _evaluate(context: dg.AssetCheckExecutionContext, model: ModelConfig) -> dg.AssetCheckResult:
     from incsync.integrity.verify import COUNTERS, verify_recipient
-    from incsync.orchestration.resources import default_staging_dir
+    from incsync.staging.folders import default_staging_dir
 
     config = context.resources.incsync.config
     totals = dict.fromkeys(COUNTERS, 0)
@@ -94,7 +94,7 @@ def _evaluate(context: dg.AssetCheckExecutionContext, model: ModelConfig) -> dg.
 
 
 def _repair(context: dg.AssetCheckExecutionContext, config: IncsyncConfig, model: ModelConfig, recipient: RecipientConfig) -> str:
-    from incsync.orchestration.resources import default_staging_dir
+    from incsync.staging.folders import default_staging_dir
     from incsync.transfer.repair import repair_recipient
 
     try:

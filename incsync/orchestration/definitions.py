@@ -16,7 +16,6 @@ from incsync.orchestration.resources import (
     DestinationKindResource,
     IncsyncConfigResource,
     SourceResource,
-    default_staging_dir,
     destination_resource_key,
     source_resource_key,
     spark_resource,
@@ -24,6 +23,7 @@ from incsync.orchestration.resources import (
 from incsync.orchestration.triggers import automation
 from incsync.paths import config_path
 from incsync.sources.jdbc.connect import driver_jars, driver_packages
+from incsync.staging.folders import default_staging_dir
 
 EXAMPLE_CONFIG = Path(__file__).resolve().parents[2] / "examples" / "lake-to-delta" / "incsync.yaml"
 

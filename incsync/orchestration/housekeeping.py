@@ -13,7 +13,7 @@ from incsync.operations.audit import GROUP, run_audit
 from incsync.operations.audit import summary as audit_summary
 from incsync.operations.maintenance import maintain_destinations
 from incsync.operations.maintenance import summary as maintenance_summary
-from incsync.orchestration.resources import default_staging_dir
+from incsync.staging.folders import default_staging_dir
 
 MAINTENANCE_JOB = "incsync_maintenance"
 MAINTENANCE_SCHEDULE = "incsync_maintenance_schedule"

@@ -3,7 +3,6 @@ and the recipient registry. None of them starts a JVM or opens a connection unti
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Sequence
 from functools import lru_cache
@@ -119,6 +118,3 @@ def recipient_destination(resources: Any, recipient: RecipientConfig) -> Destina
     kind = resources.incsync.config.destination(recipient.destination).kind
     return getattr(resources, destination_resource_key(kind)).client(recipient.destination)
 
-
-def default_staging_dir(config: IncsyncConfig) -> str:
-    return config.staging_dir or os.environ.get("INCSYNC_STAGING_DIR") or str(Path(os.environ.get("TMPDIR", "/tmp")) / "incsync-staging")

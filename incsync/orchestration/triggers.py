@@ -14,9 +14,9 @@ from incsync.config.products import model_schedules
 from incsync.errors import ConfigError
 from incsync.operations.liveness import reap
 from incsync.orchestration.assets import model_job
-from incsync.orchestration.resources import default_staging_dir
 from incsync.orchestration.schedules import build_model_schedule
 from incsync.orchestration.sensors import build_recipient_sensor
+from incsync.staging.folders import default_staging_dir
 
 # "running" (default): the sensor and schedules start with the daemon; "stopped": turn them on in the UI.
 AUTOMATION_ENV_VAR = "INCSYNC_AUTOMATION"

@@ -12,7 +12,9 @@ from typing import Any
 
 from incsync.sharing import delta_log
 from incsync.sharing.actions import file_line, metadata_line, protocol_line
+from incsync.sharing.audit import Read
 from incsync.sharing.catalog import SharedTable
+from incsync.sharing.delta_log import DataFile
 from incsync.sharing.protocol import (
     CAPABILITIES_HEADER,
     VERSION_HEADER,
@@ -25,6 +27,14 @@ from incsync.sharing.protocol import (
     timestamp_ms,
 )
 from incsync.sharing.service import SharingService
+
+
+def _audit(service: SharingService, caller: Caller, table: SharedTable, call: str, version: int, files: list[DataFile],
+           ending: int | None = None) -> None:
+    """The read audit's row for an answer listing ``files`` (docs/sharing.md#read-audit)."""
+    service.audit.record(Read(recipient=caller.recipient, token_id=caller.token_id, call=call, share=table.share,
+                              schema=table.schema, table=table.name, model=table.model, version=version,
+                              ending_version=ending, files=len(files), bytes=sum(f.size for f in files)))
 
 
 def table_version(service: SharingService, caller: Caller, table: SharedTable, params: dict[str, str]) -> Answer:
@@ -73,6 +83,7 @@ def query(service: SharingService, caller: Caller, table: SharedTable, body: dic
                                       "timestamp_ms": delta_log.commit_timestamp(table.root, state.version)}
     lines = [protocol_line(state.protocol, fmt), metadata_line(state.metadata, fmt, version=pinned, files=state.files)]
     lines += [file_line(f, url=url(f), expires_ms=expires, fmt=fmt, **when) for f in state.files]
+    _audit(service, caller, table, "query", state.version, state.files)
     return Answer(lines=lines, headers=_headers(state.version, fmt))
 
 
@@ -99,6 +110,7 @@ def _since(service: SharingService, caller: Caller, table: SharedTable, start: i
     fmt = response_format(capabilities, state.protocol)
     url, expires = service.file_urls(caller, table)
     lines = [protocol_line(state.protocol, fmt), metadata_line(state.metadata, fmt, version=start)]
+    listed: list[DataFile] = []
     for version in range(start, end + 1):
         actions = delta_log.version_actions(table.root, version)
         if actions.metadata is not None and version > start:
@@ -106,6 +118,8 @@ def _since(service: SharingService, caller: Caller, table: SharedTable, start: i
         for kind, files in (("add", actions.adds), ("remove", actions.removes)):
             lines += [file_line(f, url=url(f), expires_ms=expires, fmt=fmt, kind=kind, version=version,
                                 timestamp_ms=actions.timestamp_ms) for f in files]
+            listed += files
+    _audit(service, caller, table, "query", start, listed, ending=end)
     return Answer(lines=lines, headers=_headers(start, fmt))
 
 
@@ -132,6 +146,7 @@ def changes(service: SharingService, caller: Caller, table: SharedTable, params:
     fmt = response_format(capabilities, state.protocol)
     url, expires = service.file_urls(caller, table)
     lines = [protocol_line(state.protocol, fmt), metadata_line(state.metadata, fmt, version=state.version)]
+    listed: list[DataFile] = []
     for version in range(start, end + 1):
         actions = delta_log.version_actions(table.root, version)
         if actions.metadata is not None and not delta_log.keeps_changes(actions.metadata):
@@ -147,6 +162,8 @@ def changes(service: SharingService, caller: Caller, table: SharedTable, params:
         for kind, files in picked:
             lines += [file_line(f, url=url(f), expires_ms=expires, fmt=fmt, kind=kind, version=version,
                                 timestamp_ms=actions.timestamp_ms) for f in files]
+            listed += files
+    _audit(service, caller, table, "changes", start, listed, ending=end)
     return Answer(lines=lines, headers=_headers(start, fmt))
 
 

@@ -19,6 +19,7 @@ from incsync.config.load import load_config
 from incsync.config.model import IncsyncConfig
 from incsync.config.sharing import SharingConfig
 from incsync.sharing.app import build_app
+from incsync.sharing.audit import LoggedReads, ReadAudit, WarehouseReads
 from incsync.sharing.catalog import LiveCatalog
 from incsync.sharing.errors import SharingError
 from incsync.sharing.iceberg.answers import IcebergService
@@ -29,6 +30,7 @@ from incsync.sharing.protocol import PREFIX
 from incsync.sharing.service import SharingService
 from incsync.sharing.signing import UrlSigner
 from incsync.sharing.tokens import Minted, TokenStore
+from incsync.staging.folders import default_staging_dir
 
 log = logging.getLogger(__name__)
 
@@ -80,13 +82,22 @@ def signing_key(sharing: SharingConfig, store: TokenStore) -> bytes:
     return value.encode()
 
 
+def read_audit(config: IncsyncConfig, catalogs: LiveCatalog) -> ReadAudit:
+    """Where reads are logged: ``share_reads`` in the transfer log's warehouse with ``audit:``, else the server's log."""
+    if config.audit is None:
+        return LoggedReads()
+    return WarehouseReads(lambda: catalogs.current().config, staging_dir=default_staging_dir)
+
+
 def build_service(config_file: Path, config: IncsyncConfig | None = None) -> SharingService:
-    """The service of ``config_file``; its catalog follows the file as it changes."""
+    """The service of ``config_file``; its catalog follows the file as it changes. ``service.audit.close()`` when
+    done commits the reads still buffered."""
     config = config or load_config(config_file)
     store = token_store(config_file, config.sharing)
-    return SharingService(catalogs=LiveCatalog(config_file, load_config).current, store=store,
+    catalogs = LiveCatalog(config_file, load_config)
+    return SharingService(catalogs=catalogs.current, store=store,
                           signer=UrlSigner(signing_key(config.sharing, store)), public_url=public_url(config.sharing),
-                          url_lifetime_seconds=config.sharing.url_lifetime_seconds)
+                          url_lifetime_seconds=config.sharing.url_lifetime_seconds, audit=read_audit(config, catalogs))
 
 
 def profile(sharing: SharingConfig, minted: Minted) -> dict[str, Any]:
@@ -137,7 +148,10 @@ def serve(config_file: Path, *, announce: Callable[[str], object] = print,
     sharing_log = logging.getLogger("incsync.sharing")
     sharing_log.addHandler(handler)
     sharing_log.setLevel(logging.INFO)
-    _uvicorn(service, host, port, own_logging=True, extra=routes, hidden=hidden).run()
+    try:
+        _uvicorn(service, host, port, own_logging=True, extra=routes, hidden=hidden).run()
+    finally:
+        service.audit.close()
 
 
 class ServerThread:
@@ -145,6 +159,7 @@ class ServerThread:
 
     def __init__(self, service: SharingService, *, host: str = "127.0.0.1", port: int, extra: Sequence[BaseRoute] = (),
                  hidden: tuple[str, ...] = ()) -> None:
+        self.service = service
         self.server = _uvicorn(service, host, port, own_logging=False, extra=extra, hidden=hidden)
         self.thread = threading.Thread(target=self.server.run, name="incsync-sharing", daemon=True)
 
@@ -159,3 +174,4 @@ class ServerThread:
     def __exit__(self, *exc: object) -> None:
         self.server.should_exit = True
         self.thread.join(timeout=10)
+        self.service.audit.close()

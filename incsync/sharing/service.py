@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote
 
+from incsync.sharing.audit import LoggedReads, ReadAudit
 from incsync.sharing.catalog import Catalog, RecipientShare, SharedTable
 from incsync.sharing.delta_log import DataFile
 from incsync.sharing.protocol import PREFIX, Answer, Caller, ProtocolError, not_found, page
@@ -27,16 +28,17 @@ def unauthenticated() -> ProtocolError:
 
 
 class SharingService:
-    """Everything an answer needs: the catalog of the moment, the token store and the URL signer."""
+    """Everything an answer needs: the catalog of the moment, the token store, the URL signer and the read audit."""
 
     def __init__(self, *, catalogs: Callable[[], Catalog], store: TokenStore, signer: UrlSigner, public_url: str,
-                 url_lifetime_seconds: int, clock: Callable[[], float] = time.time) -> None:
+                 url_lifetime_seconds: int, clock: Callable[[], float] = time.time, audit: ReadAudit | None = None) -> None:
         self.catalogs = catalogs
         self.store = store
         self.signer = signer
         self.public_url = public_url.rstrip("/")
         self.url_lifetime_seconds = url_lifetime_seconds
         self.clock = clock
+        self.audit: ReadAudit = audit or LoggedReads()
 
     def caller(self, authorization: str | None) -> Caller:
         scheme, _, token = (authorization or "").partition(" ")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import re
 import shutil
 from collections.abc import Iterator
@@ -15,9 +16,14 @@ from incsync.storage.files import StoragePath, locks_folder
 from incsync.storage.locks import exclusive_lock, lock_if_free
 
 if TYPE_CHECKING:
-    from incsync.config.model import ModelConfig, RecipientConfig
+    from incsync.config.model import IncsyncConfig, ModelConfig, RecipientConfig
 
 log = logging.getLogger(__name__)
+
+
+def default_staging_dir(config: IncsyncConfig) -> str:
+    """Where transfers (and the log's passes) stage: ``staging_dir``, else ``$INCSYNC_STAGING_DIR``, else a temp folder."""
+    return config.staging_dir or os.environ.get("INCSYNC_STAGING_DIR") or str(Path(os.environ.get("TMPDIR", "/tmp")) / "incsync-staging")
 
 
 def remove(path: Path | StoragePath) -> None:

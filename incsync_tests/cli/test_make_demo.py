@@ -7,7 +7,7 @@ import os
 import subprocess
 from pathlib import Path
 
-from incsync.cli.demo import DEMO_PG_DSN_ENV, ui_command, write_ui_env
+from incsync.cli.demo import DEMO_PG_DSN_ENV, share_step, ui_command, write_config, write_ui_env
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -69,3 +69,14 @@ def test_ui_env_holds_a_derived_dsn_and_never_one_you_exported(tmp_path: Path, m
                               f"-o {home}/dagster.yaml && ")
     assert command.endswith(f"DAGSTER_HOME={home} dagster dev -w workspace.yaml")
     assert os.path.basename(command.split(" . ")[1].split(" ")[0]) == "ui.env"
+
+
+def test_without_a_delta_copy_the_demo_says_how_to_see_the_share(tmp_path: Path, capsys) -> None:
+    config = write_config(tmp_path, start_epoch=1_700_000_000, postgres=False, acme="duckdb")
+    assert share_step(tmp_path, config, source=None) is True  # type: ignore[arg-type]  # no copy to compare
+    assert capsys.readouterr().out.splitlines()[1:] == [
+        "4. a recipient reads its copy where it works: Delta Sharing (docs/sharing.md)",
+        "  no recipient's copy here is a Delta table, which Delta Sharing serves: run `incsync demo` with acme's "
+        "default destination to see it (Iceberg copies: `incsync share create` and pyiceberg, docs/sharing.md)",
+    ]
+    assert list(tmp_path.glob("*.share")) == []

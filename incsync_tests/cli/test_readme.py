@@ -69,6 +69,17 @@ def test_the_demo_transfers_and_verifies_every_recipient(tmp_path: Path, monkeyp
     assert "\nverified: every recipient holds exactly its tenant's rows" in out, out[-2000:]
     assert "MISMATCH" not in out and "FAILED" not in out
     assert (tmp_path / "demo" / "ui.env").exists()
+    # it ends with acme's Delta Sharing profile, read back through the server, and how to read it with pandas
+    assert "\n4. a recipient reads its copy where it works: Delta Sharing (docs/sharing.md)\n" in out
+    read = re.search(r"read back through `incsync serve` with delta-sharing: (\d+) rows, exactly acme's (\d+)\n", out)
+    assert read is not None and read.group(1) == read.group(2), out[-2000:]
+    profile_file = tmp_path / "demo" / "acme.share"
+    profile = json.loads(profile_file.read_text())
+    assert profile["endpoint"] == "http://127.0.0.1:8088/delta-sharing"
+    assert profile["bearerToken"].startswith("incsync_st_") and profile["bearerToken"] not in out
+    assert profile_file.stat().st_mode & 0o777 == 0o600
+    assert out.rstrip().splitlines()[-1] == (f"    .venv/bin/python -c \"import delta_sharing; print(delta_sharing.load_as_pandas("
+                                             f"'{profile_file.resolve()}#acme.sales.orders'))\"")
 
 
 def _clean_copy(tmp_path: Path) -> Path:

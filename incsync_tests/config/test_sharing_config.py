@@ -66,3 +66,50 @@ def test_a_bad_setting_is_refused(tmp_path: Path, sharing: dict[str, object]) ->
     with pytest.raises(ConfigError) as failed:
         load_config(_with_sharing(tmp_path, sharing))
     assert any(p.startswith("sharing") for p in failed.value.problems), failed.value.problems
+
+
+def _retention(tmp_path: Path, retention: int, sharing: dict[str, object] | None, *, unused: bool = False) -> Path:
+    file = lake_config(tmp_path)
+    doc = yaml.safe_load(file.read_text())
+    doc["destinations"][0]["retention_hours"] = retention
+    if unused:  # a second destination no recipient uses
+        doc["destinations"].append({"name": "spare", "kind": "delta", "path": "./out/spare", "retention_hours": 0})
+    if sharing is not None:
+        doc["sharing"] = sharing
+    file.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return file
+
+
+@pytest.mark.parametrize("retention, sharing, problem", [
+    (0, {"listen": "127.0.0.1:8088"},
+     'destinations[0]: "acme_delta" keeps the files a newer version replaced for retention_hours: 0 (0 s), less than '
+     "sharing.url_lifetime_seconds: 900: `incsync maintain` could delete a file while a reader still holds its URL from "
+     "`incsync serve`; set retention_hours to 1 or more (docs/sharing.md#vacuum-and-file-urls)"),
+    (1, {"url_lifetime_seconds": 7200},
+     'destinations[0]: "acme_delta" keeps the files a newer version replaced for retention_hours: 1 (3600 s), less than '
+     "sharing.url_lifetime_seconds: 7200: `incsync maintain` could delete a file while a reader still holds its URL "
+     "from `incsync serve`; set retention_hours to 2 or more, or sharing.url_lifetime_seconds to 3600 or less "
+     "(docs/sharing.md#vacuum-and-file-urls)"),
+], ids=["no retention", "retention under the lifetime"])
+def test_a_vacuum_shorter_than_the_file_urls_is_refused_naming_both_settings(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], retention: int, sharing: dict[str, object], problem: str) -> None:
+    from incsync.cli.main import run_command
+
+    file = _retention(tmp_path, retention, sharing)
+    with pytest.raises(ConfigError) as failed:
+        load_config(file)
+    assert [p for p in failed.value.problems if p.startswith("destinations")] == [problem]
+    assert run_command(["validate", "-c", str(file)]) == 2  # a configuration error
+    line = 1 + file.read_text().splitlines().index("- name: acme_delta")
+    # the CLI points at the destination's line and sets the fix apart
+    assert capsys.readouterr().err == f"error: {file}:{line}: {problem.replace('; set', ' — set')}\n"
+
+
+@pytest.mark.parametrize("retention, sharing, unused", [
+    (0, None, False),  # nothing served: the file has no `sharing:` section
+    (1, {"url_lifetime_seconds": 3600}, False),  # exactly the lifetime
+    (168, {"listen": "127.0.0.1:8088"}, True),  # a destination no recipient uses is not served
+], ids=["no sharing section", "retention equal to the lifetime", "an unused destination"])
+def test_a_vacuum_that_outlasts_the_file_urls_passes(tmp_path: Path, retention: int, sharing: dict[str, object] | None,
+                                                     unused: bool) -> None:
+    assert load_config(_retention(tmp_path, retention, sharing, unused=unused)).destinations[0].retention_hours == retention

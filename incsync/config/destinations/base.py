@@ -29,6 +29,9 @@ class Placed(StrictModel):
     secret_help: ClassVar[str] = "The secret; kept encrypted in the provider's vault and never shown again."
     # A model's `cluster_by` orders and prunes this kind's files; elsewhere `validate` warns that it is ignored.
     clusters_files: ClassVar[bool] = False
+    # Its copies are open tables `incsync serve` hands out file URLs of (docs/sharing.md): its vacuum
+    # (``retention_hours``) must outlast ``sharing.url_lifetime_seconds``, which `validate` checks.
+    served_by_sharing: ClassVar[bool] = False
 
     @classmethod
     def starter_name(cls) -> str:

@@ -38,6 +38,7 @@ class DeltaDestinationConfig(Placed):
     )
 
     clusters_files: ClassVar[bool] = True  # destinations/delta/cluster.py
+    served_by_sharing: ClassVar[bool] = True
     starter: ClassVar[str] = """\
   - name: acme_delta
     kind: delta

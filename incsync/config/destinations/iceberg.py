@@ -41,6 +41,7 @@ class IcebergDestinationConfig(Placed):
         description="`incsync maintain` expires snapshots older than this (the current one always stays), so "
         "time travel reaches back this far.",
     )
+    served_by_sharing: ClassVar[bool] = True
 
     starter: ClassVar[str] = """\
   - name: acme_iceberg

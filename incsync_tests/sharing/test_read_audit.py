@@ -1,0 +1,92 @@
+"""The read audit: each read through a share, by the official client, lands in the transfer log's warehouse as a
+``share_reads`` row when ``audit:`` is set, and is a line of the server's log otherwise."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import delta_sharing
+import pyarrow as pa
+import pytest
+import yaml
+from deltalake import DeltaTable
+
+from incsync.config.load import load_config
+from incsync.destinations.ownership import OWNER_PROPERTY, Owner
+from incsync.sharing import delta_log
+from incsync.sharing.server import ServerThread, build_service, profile, token_store, write_profile
+from incsync_tests.sharing.conftest import DAY1, HOUR, World
+from incsync_tests.support import arrow_transfer
+from incsync_tests.support.host import free_port
+from incsync_tests.support.lake import lake_config, order, ts, write_table
+
+
+def _state(root: Path) -> tuple[int, int, int]:
+    state = delta_log.table_state(str(root))
+    return state.version, len(state.files), sum(f.size for f in state.files)
+
+
+def test_without_audit_each_read_is_a_line_of_the_servers_log(world: World, caplog: pytest.LogCaptureFixture) -> None:
+    version, files, size = _state(world.root / "out/globex/orders")
+    with caplog.at_level(logging.INFO, logger="incsync.sharing.reads"):
+        frame = delta_sharing.load_as_pandas(world.url("globex"))
+    assert len(frame) == sum(1 for r in DAY1 if r["organization_id"] == "org_2")
+    lines = [r.getMessage() for r in caplog.records if r.name == "incsync.sharing.reads"]
+    token_id = world.minted["globex"].record.id
+    assert lines == [f"read query recipient=globex token={token_id} table=globex.sales.orders version={version} "
+                     f"files={files} bytes={size}"]
+    assert world.token("globex") not in caplog.text
+
+
+DAY2 = [*DAY1, order(4, "org_1", ts(2, 3)), order(1, "org_1", ts(2, 4), status="paid")]
+
+
+def test_with_audit_each_read_lands_in_share_reads(tmp_path: Path) -> None:
+    write_table(tmp_path / "src", "orders", DAY1)
+    config = lake_config(tmp_path, recipients=[{"id": "acme", "id_in_provider_system": "org_1", "destination": "acme_delta"}],
+                         destinations=[{"name": "acme_delta", "kind": "delta", "path": "./out/acme", "change_data_feed": True},
+                                       {"name": "warehouse", "kind": "delta", "path": "./out/warehouse"}])
+    port = free_port()
+    doc = yaml.safe_load(config.read_text())
+    doc["sharing"] = {"listen": f"127.0.0.1:{port}", "tables": {"orders": {"schema": "sales"}}}
+    doc["audit"] = {"destination": "warehouse"}
+    config.write_text(yaml.safe_dump(doc, sort_keys=False))
+    loaded = load_config(config)
+
+    def transfer(window: str, scheduled: bool) -> None:
+        arrow_transfer.run(config, window, scheduled=scheduled, recipient_id="acme", staging_root=tmp_path / "staging")
+
+    transfer("2024-01-01", False)
+    first = _state(tmp_path / "out/acme/orders")
+    minted = token_store(config, loaded.sharing).create("acme", lifetime_seconds=HOUR)
+    write_profile(tmp_path / "acme.share", profile(loaded.sharing, minted))
+    url = f"{tmp_path / 'acme.share'}#acme.sales.orders"
+    service = build_service(config, loaded)
+    with ServerThread(service, port=port):
+        assert len(delta_sharing.load_as_pandas(url)) == 2
+        write_table(tmp_path / "src", "orders", DAY2)
+        transfer("2024-01-02", True)
+        second = _state(tmp_path / "out/acme/orders")
+        assert len(delta_sharing.load_as_pandas(url)) == 3
+        assert len(delta_sharing.load_as_pandas(url, version=first[0])) == 2
+        changes = delta_sharing.load_table_changes_as_pandas(url, starting_version=second[0], ending_version=second[0])
+        assert len(changes) == 3  # id 1's pre- and post-image, id 4 inserted
+    # leaving the server committed what it still held
+
+    table = DeltaTable(str(tmp_path / "out/warehouse/share_reads"))
+    rows = sorted(pa.table(table.to_pyarrow_table()).to_pylist(), key=lambda r: r["read_at"])
+    changed = delta_log.version_actions(str(tmp_path / "out/acme/orders"), second[0]).cdc
+    assert [(r["recipient"], r["token_id"], r["call"], r["share"], r["schema"], r["table"], r["model"], r["version"],
+             r["ending_version"], r["files"], r["bytes"]) for r in rows] == [
+        ("acme", minted.record.id, "query", "acme", "sales", "orders", "orders", first[0], None, first[1], first[2]),
+        ("acme", minted.record.id, "query", "acme", "sales", "orders", "orders", second[0], None, second[1], second[2]),
+        ("acme", minted.record.id, "query", "acme", "sales", "orders", "orders", first[0], None, first[1], first[2]),
+        ("acme", minted.record.id, "changes", "acme", "sales", "orders", "orders", second[0], second[0], len(changed),
+         sum(f.size for f in changed)),
+    ]
+    assert len({r["id"] for r in rows}) == 4
+    assert all(r["read_at"] is not None for r in rows)
+    # the log's table is the provider's, like the transfer log's others
+    assert Owner.from_json(table.metadata().configuration[OWNER_PROPERTY]).recipient == "incsync_audit"
+    assert minted.token not in str(rows)
