@@ -115,6 +115,16 @@ class _Dialect:
             props["currentSchema"] = self.ident(schema)  # quoted: a mixed-case schema must not fold
         return props
 
+    def rehearsal(self, rows: int) -> str:
+        """A query that reads no table and returns ``rows`` generated rows of the column types transfers
+        read most (bigint, text, numeric, timestamp with time zone, boolean, integer): a warm-up runs Spark's
+        JDBC read and Parquet write over them so the first transfer's rows do not run through a cold JVM."""
+        return (
+            "SELECT g::bigint AS id, 'tenant-' || (g % 7) AS tenant, ((g % 100000) / 100.0)::numeric(12,2) AS amount, "
+            "TIMESTAMPTZ '2025-01-01 00:00:00+00' + g * INTERVAL '1 second' AS updated_at, g % 3 = 0 AS flag, "
+            f"(g % 1000)::int AS n, md5(g::text) AS note FROM generate_series(1, {int(rows)}) AS g"
+        )
+
 
 class _MySqlDialect(_Dialect):
     quote = "`"
@@ -153,6 +163,19 @@ class _MySqlDialect(_Dialect):
             "useLegacyDatetimeCode": "false",
             "connectTimeout": "10000",
         }
+
+    def rehearsal(self, rows: int) -> str:
+        # No generate_series, and MySQL's recursive CTEs stop at 1,000 levels: cross joins of ten digits
+        # (10 ** places rows, places from ``rows``).
+        places = max(1, len(str(max(1, int(rows) - 1))))
+        digits = "(SELECT 0 AS d UNION ALL " + " UNION ALL ".join(f"SELECT {i}" for i in range(1, 10)) + ")"
+        number = " + ".join(f"{10 ** i} * t{i}.d" for i in range(places))
+        joined = " CROSS JOIN ".join(f"{digits} AS t{i}" for i in range(places))
+        return (
+            "SELECT id, CONCAT('tenant-', id % 7) AS tenant, CAST((id % 100000) / 100 AS DECIMAL(12,2)) AS amount, "
+            "TIMESTAMP '2025-01-01 00:00:00' + INTERVAL id SECOND AS updated_at, id % 3 = 0 AS flag, "
+            f"CAST(id % 1000 AS SIGNED) AS n, MD5(id) AS note FROM (SELECT {number} AS id FROM {joined}) AS g"
+        )
 
 
 def dialect_for(vendor: str) -> _Dialect:

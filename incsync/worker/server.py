@@ -101,14 +101,20 @@ class Worker:
         return self._loaded[1], self._instance
 
     def warm_up(self) -> None:
-        """Start (or connect to) Spark now, so the first transfer does not pay for it."""
+        """Start (or connect to) Spark now, and (local Spark) run the staging path once over generated rows
+        (``rehearsal``), so the first transfer pays neither the JVM's start nor its cold first job."""
         from incsync.config.load import load_config
         from incsync.orchestration.resources import spark_resource
         from incsync.sources.jdbc.connect import driver_jars, driver_packages
 
         config = load_config(self.config_file)
         resource = spark_resource(config.spark, extra_jars=driver_jars(config.sources), packages=driver_packages(config.sources))
-        resource.spark_session.sql("SELECT 1").collect()  # the runs' getOrCreate() finds this session
+        spark = resource.spark_session
+        spark.sql("SELECT 1").collect()  # the runs' getOrCreate() finds this session
+        if "spark.remote" not in config.spark:  # a Connect server keeps its own JVM warm across workers
+            from incsync.worker.rehearsal import rehearse
+
+            rehearse(spark, config)
 
     def refusal(self, request: dict[str, Any]) -> str | None:
         if request.get("version") != PROTOCOL_VERSION:

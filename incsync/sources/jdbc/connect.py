@@ -53,13 +53,20 @@ class JdbcConnection:
         return schema
 
     def jdbc_options(self, model: ModelConfig, recipient: RecipientConfig) -> dict[str, str]:
+        return self._options(self.schema_of(model, recipient))
+
+    def rehearsal_read(self, spark: SparkSession, rows: int) -> DataFrame:
+        """``rows`` generated rows read through this source's JDBC driver, no table read (``Dialect.rehearsal``):
+        a resident worker stages them once when it starts, so its first transfer runs through a warm JVM."""
+        return self.load_query(spark, self.dialect.rehearsal(rows), self._options(None), what="the worker's warm-up read")
+
+    def _options(self, schema: str | None) -> dict[str, str]:
         cfg = self.config
         if cfg.driver_jar and not Path(cfg.driver_jar).exists():
             raise SourceError(
                 f"source {cfg.name}: driver_jar {cfg.driver_jar} does not exist; install {self.driver.package} "
                 "or point `driver_jar` at the vendor's JDBC driver jar"
             )
-        schema = self.schema_of(model, recipient)
         options = {
             "url": self.dialect.url(cfg.jdbc_url, schema),
             "driver": self.driver.class_name,

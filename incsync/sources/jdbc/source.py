@@ -19,6 +19,7 @@ from incsync.core.vendor_sql import bounds_predicate, fan_out_predicate, postgre
 from incsync.errors import ConfigError, SchemaError
 from incsync.sources.base import Source, column, envelope, normalize_last_modified, select_columns
 from incsync.sources.jdbc.connect import JdbcConnection
+from incsync.sources.jdbc.shape import kept_schema
 from incsync.sources.jdbc.types import catalog_sql, plan_columns, select_list, with_plan_metadata
 
 if TYPE_CHECKING:
@@ -73,11 +74,17 @@ class JdbcSource(JdbcConnection, Source):
         return [schema, *parts] if schema else parts
 
     def probe_schema(self, spark: SparkSession, model: ModelConfig, recipient: RecipientConfig) -> StructType:
-        """Connect and learn the relation's columns (Spark runs it with ``WHERE 1=0``)."""
+        """Connect and learn the relation's columns (Spark runs it with ``WHERE 1=0``).
+
+        Spark's answer is a function of the result's columns as the database describes them; where psycopg
+        can ask PostgreSQL for that description (``_result_shape``, milliseconds), a process keeps Spark's
+        answer per description and asks Spark again only when it changes (a column added, dropped, retyped
+        or made NOT NULL): a resident worker's every transfer saved a JDBC schema query from the JVM."""
         options = self.jdbc_options(model, recipient)
         sql = self.relation_sql(model, recipient, bounds_where=None)
-        df = self.load_query(spark, sql, options, what=f"model {model.model_name}, recipient {recipient.id}")
-        schema = df.schema
+        what = f"model {model.model_name}, recipient {recipient.id}"
+        schema = kept_schema(self, sql, options, schema=self.schema_of(model, recipient),
+                             ask=lambda: self.load_query(spark, sql, options, what=what).schema)
         fields = {f.name: f.dataType for f in schema.fields}
         for name in [*model.primary_key, model.last_modified_column, *filter(None, [model.organization_column])]:
             if name not in fields:
