@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable, Sequence
 
 import dagster as dg
 
-from incsync.operations.dagster_compat import materialization_reporter, report_planned
+from incsync.operations.dagster_compat import materialization_reporter, refresh_partition_status, report_planned
 from incsync.operations.partitions import dagster_key
 from incsync.transfer.request import TransferRequest
 
@@ -66,8 +66,10 @@ class RunReporter:
         max_waiting: int | None = None,
         clock: Callable[[], float] = time.monotonic,
         log: Callable[[str], None] | None = None,
+        closed: Callable[[], None] | None = None,
     ) -> None:
         self._materialized, self._planned, self._clock = materialized, planned, clock
+        self._closed = closed  # once everything is reported, however the run ends
         self._log = log or (lambda _line: None)
         self._lines: list[str] = []  # the run log's lines about landed commits, written with their windows
         self._interval = REPORT_INTERVAL_SECONDS if interval is None else interval
@@ -86,7 +88,8 @@ class RunReporter:
     @classmethod
     def for_output(cls, context: dg.OutputContext) -> RunReporter:
         step, key = context.step_context, context.asset_key
-        return cls(materialization_reporter(context), lambda keys: report_planned(step, key, keys), log=context.log.info)
+        return cls(materialization_reporter(context), lambda keys: report_planned(step, key, keys), log=context.log.info,
+                   closed=lambda: refresh_partition_status(context))
 
     def __enter__(self) -> RunReporter:
         self._ticker = threading.Thread(target=self._tick_until_stopped, name="incsync-run-reporter", daemon=True)
@@ -100,6 +103,8 @@ class RunReporter:
         # Whatever committed is reported, however the run ends; the spans at work when it broke off
         # show as failed.
         self._report(commits_in_flight=True, due=lambda span: exc_type is not None)
+        if self._closed is not None:
+            self._closed()
 
     def started(self, requests: Sequence[TransferRequest]) -> None:
         """A span's work started (``transfer.execute``'s ``on_start``). When the run holds

@@ -39,6 +39,7 @@ __all__ = [
     "instance_postgres_url",
     "load_as_code_location",
     "materialization_reporter",
+    "refresh_partition_status",
     "report_materialized",
     "report_planned",
     "report_run_orphaned",
@@ -198,6 +199,25 @@ def report_materialized(context: dg.OutputContext, materializations: Sequence[dg
     batch_id, last = generate_event_batch_id(), len(materializations) - 1
     for i, materialization in enumerate(materializations):
         DagsterEvent.asset_materialization(step, materialization, batch_metadata=DagsterEventBatchMetadata(batch_id, i == last))
+
+
+def refresh_partition_status(context: dg.OutputContext) -> None:
+    """Bring the output's asset's partition status up to the events stored so far, when incsync's event log keeps
+    it (``partition_status``): called once a model's run reported its windows, so the asset page reads only the
+    events since the last run ended, not a day one's millions at its first view. A failure is logged: the page
+    computes the same status itself."""
+    from incsync.operations.dagster_compat.grid_subset import is_grid
+    from incsync.operations.dagster_compat.partition_status import partition_status
+
+    instance = context.step_context.instance
+    partitions_def = context.asset_partitions_def if context.has_asset_partitions else None
+    if not getattr(instance.event_log_storage, "compact_events", False) or not is_grid(partitions_def):
+        return
+    try:
+        partition_status(instance, context.asset_key, partitions_def)
+    except Exception as exc:  # noqa: BLE001 - the status is a cache; the run's outcome stands
+        context.log.warning(f"incsync: the partition status of {context.asset_key.to_user_string()} was not refreshed "
+                            f"({type(exc).__name__}: {exc}); the asset page computes it when asked")
 
 
 def store_events_in_batches() -> None:
