@@ -216,3 +216,11 @@ def test_a_mariadb_database_is_tested_for_being_free_and_saved_without_a_passwor
             maria.execute(f"DROP DATABASE IF EXISTS `{fresh}`")
     assert served.setup.rows("SELECT name, kind, fields, secret FROM incsync_destinations") == [
         ("globex", "mariadb", {"host": "127.0.0.1", "port": MARIADB_PORT, "user": "root", "database": fresh}, None)]
+
+
+def test_a_link_runs_a_limited_number_of_tests_a_minute(limited, served: Served,  # noqa: ANN001
+                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    browser = Browser(served, _link(served, capsys))
+    browser.open()
+    fields = {"schema": "globex", "dsn_secret": "postgresql://x@127.0.0.1:1/none", "action": "test"}
+    assert [browser.post(fields)[0] for _ in range(4)] == [400, 400, 400, 429]  # port 1: nothing listens there
