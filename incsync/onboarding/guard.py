@@ -46,7 +46,8 @@ def same_origin(allowed: set[str], headers: dict[str, str]) -> bool:
 
 
 class RateLimit:
-    """At most ``per_minute`` failures per client in any minute; a client over it is refused until it is under."""
+    """At most ``per_minute`` failures per client (or tests per link) in any minute; a client over it is refused
+    until it is under."""
 
     def __init__(self, per_minute: int) -> None:
         self.per_minute = per_minute

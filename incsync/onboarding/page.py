@@ -47,6 +47,8 @@ class RecipientPage:
         self.store = Store(place)
         self.key = b""  # the CSRF key every process on these tables shares, read on the first request
         self.limit = guard.RateLimit(place.settings.attempts_per_minute)
+        # Each test connects from the provider's network to a host the recipient names: a link may not probe it fast.
+        self.tests = guard.RateLimit(place.settings.attempts_per_minute)
         self.origins = {guard.origin(public_url)}
         self.secure = public_url.startswith("https://")
         self.failures = failures
@@ -121,6 +123,9 @@ class RecipientPage:
             return self._html(html.refused(REFUSED), 403)
         assert session is not None
         kind = form["kind"]
+        if self.tests.blocked(link.id):
+            return self._html(html.refused(TOO_MANY), 429)
+        self.tests.failed(link.id)
         entered = forms.entered(kind, form, destination=connect.destination_name(link.recipient),
                                 secret_ref=connect.secret_ref(link.recipient))
         if entered.problems:

@@ -193,3 +193,34 @@ def test_the_status_names_a_failure_blamed_on_the_recipient_with_its_fix(
     assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\dZ, orders: destination globex: the database in the destination&#x27;s "
                         r"DSN is gone: the recipient must restore it, or send the DSN of its new database", failure), failure
     assert PASSWORD not in page
+
+
+def test_a_mariadb_database_is_tested_for_being_free_and_saved_without_a_password(
+        served: Served, capsys: pytest.CaptureFixture[str]) -> None:
+    from incsync_tests.support.jdbc import MARIADB_PORT, maria_database
+
+    browser = Browser(served, _link(served, capsys))
+    browser.open("?kind=mariadb")
+    with maria_database() as maria:
+        maria.execute("CREATE TABLE theirs (a int)")
+        fields = {"host": "127.0.0.1", "port": str(MARIADB_PORT), "user": "root", "password_secret": "", "kind": "mariadb"}
+        status, page, _ = browser.post({**fields, "database": maria.name, "action": "test"})
+        assert re.findall(r'<div class="bad" role="status">(.*?)</div>', page) == [
+            f"Connection failed: database {maria.name} already holds tables incsync did not write (theirs); choose a "
+            "new or empty database (incsync creates it)"]
+        fresh = maria.name + "_globex"
+        try:
+            status, page, _ = browser.post({**fields, "database": fresh, "action": "save"})
+            assert status == 303, page
+        finally:
+            maria.execute(f"DROP DATABASE IF EXISTS `{fresh}`")
+    assert served.setup.rows("SELECT name, kind, fields, secret FROM incsync_destinations") == [
+        ("globex", "mariadb", {"host": "127.0.0.1", "port": MARIADB_PORT, "user": "root", "database": fresh}, None)]
+
+
+def test_a_link_runs_a_limited_number_of_tests_a_minute(limited, served: Served,  # noqa: ANN001
+                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    browser = Browser(served, _link(served, capsys))
+    browser.open()
+    fields = {"schema": "globex", "dsn_secret": "postgresql://x@127.0.0.1:1/none", "action": "test"}
+    assert [browser.post(fields)[0] for _ in range(4)] == [400, 400, 400, 429]  # port 1: nothing listens there

@@ -45,6 +45,7 @@ from incsync.destinations.mariadb.load import load_stage
 from incsync.destinations.mariadb.read import read_table, table_schema
 from incsync.destinations.mariadb.rows import alterations, create_table, delete_missing, remove_keys, upsert
 from incsync.destinations.mariadb.types import json_columns, mariadb_form
+from incsync.destinations.mariadb.vacancy import vacancy_problem
 from incsync.destinations.ownership import METADATA_KEY as OWNER_KEY
 from incsync.destinations.ownership import Owner, check_owner, owner_of, refuse_unstamped
 from incsync.errors import ConfigError, LeaseError, OwnershipError, PublishError, SchemaError
@@ -73,6 +74,12 @@ class MariaDBDestination(Destination):
         """Connect once (``incsync validate --connect``)."""
         with connect(self.config):
             pass
+
+    def check_vacant(self, *, recipient: str) -> None:
+        with connect(self.config) as conn:
+            problem = vacancy_problem(conn, self.database, recipient)
+        if problem is not None:
+            raise ConfigError(f"destinations[{self.name}]", [problem])
 
     def table_name(self, model: ModelConfig) -> str:
         return f"{self.database}.{model.model_name}"
