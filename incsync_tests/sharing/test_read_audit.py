@@ -16,7 +16,7 @@ from incsync.config.load import load_config
 from incsync.destinations.ownership import OWNER_PROPERTY, Owner
 from incsync.sharing import delta_log
 from incsync.sharing.server import ServerThread, build_service, profile, token_store, write_profile
-from incsync_tests.sharing.conftest import DAY1, HOUR, World
+from incsync_tests.sharing.conftest import DAY1, HOUR, IcebergWorld, World
 from incsync_tests.support import arrow_transfer
 from incsync_tests.support.host import free_port
 from incsync_tests.support.lake import lake_config, order, ts, write_table
@@ -37,6 +37,16 @@ def test_without_audit_each_read_is_a_line_of_the_servers_log(world: World, capl
     assert lines == [f"read query recipient=globex token={token_id} table=globex.sales.orders version={version} "
                      f"files={files} bytes={size}"]
     assert world.token("globex") not in caplog.text
+
+
+def test_an_iceberg_scan_plan_is_a_read_too(iceberg_world: IcebergWorld, caplog: pytest.LogCaptureFixture) -> None:
+    table = iceberg_world.catalog("stark").load_table("sales.orders")
+    with caplog.at_level(logging.INFO, logger="incsync.sharing.reads"):
+        assert table.scan().to_arrow().num_rows == 1
+    lines = [r.getMessage() for r in caplog.records if r.name == "incsync.sharing.reads"]
+    planned = [task.file.file_size_in_bytes for task in table.scan().plan_files()]
+    assert lines == [f"read scan recipient=stark token={iceberg_world.minted['stark'].record.id} table=stark.sales.orders "
+                     f"version={table.current_snapshot().snapshot_id} files={len(planned)} bytes={sum(planned)}"]
 
 
 DAY2 = [*DAY1, order(4, "org_1", ts(2, 3)), order(1, "org_1", ts(2, 4), status="paid")]
