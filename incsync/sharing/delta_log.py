@@ -22,7 +22,9 @@ from deltalake import DeltaTable
 from deltalake.exceptions import DeltaError, TableNotFoundError
 
 from incsync.destinations.ownership import OWNER_PROPERTY, Owner
+from incsync.sharing import kept
 from incsync.sharing.errors import Unavailable
+from incsync.sharing.kept import log_name as _log_name
 from incsync.storage.filesystems import filesystem
 from incsync.storage.names import is_url
 
@@ -86,7 +88,8 @@ def _open(root: str, version: int | None = None, options: Options = None) -> Del
 
 
 def latest_version(root: str, *, options: Options = None) -> int:
-    return _open(root, options=options).version()
+    known = None if is_url(root) else kept.known_latest(root)
+    return known if known is not None else _open(root, options=options).version()
 
 
 def public_metadata(action: dict[str, Any]) -> dict[str, Any]:
@@ -95,6 +98,18 @@ def public_metadata(action: dict[str, Any]) -> dict[str, Any]:
 
 
 def table_state(root: str, version: int | None = None, *, with_files: bool = True, options: Options = None) -> TableState:
+    """Version ``version`` of the table (None: its latest), with its data files or without."""
+    if is_url(root):  # a listing on object storage costs what reading the log does: nothing is kept
+        return _read_state(root, version, with_files, options)
+    found = kept.state(root, version, with_files)
+    if isinstance(found, TableState):
+        return found
+    state = _read_state(root, version, with_files, options)
+    kept.keep(root, state.version, with_files, state, latest=version is None)
+    return state
+
+
+def _read_state(root: str, version: int | None, with_files: bool, options: Options) -> TableState:
     dt = _open(root, version, options)
     meta = dt.metadata()
     protocol = dt.protocol()
@@ -140,10 +155,6 @@ def _store(root: str, options: tuple[tuple[str, str], ...]) -> tuple[pafs.FileSy
 
 def _remote(root: str, options: Options) -> tuple[pafs.FileSystem, str]:
     return _store(root, tuple(sorted((options or {}).items())))
-
-
-def _log_name(version: int) -> str:
-    return f"_delta_log/{version:020d}.json"
 
 
 def _commit_lines(root: str, version: int, options: Options = None) -> list[dict[str, Any]]:
