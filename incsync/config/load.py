@@ -4,7 +4,9 @@ relative paths resolved against the file's folder."""
 
 from __future__ import annotations
 
+import hashlib
 import os
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +17,7 @@ from incsync.config.checks import cross_check_problems, length_problems
 from incsync.config.destinations_table import read_destination_rows
 from incsync.config.messages import pydantic_problems
 from incsync.config.model import IncsyncConfig
-from incsync.config.recipients_table import read_recipient_rows, recipients_source
+from incsync.config.recipients_table import WHERE, read_recipient_rows, recipients_source, tables_digest
 from incsync.config.rows import TableRows, merge_rows
 from incsync.config.secrets import bind_secrets
 from incsync.config.sources import JdbcSourceConfig, LakeSourceConfig
@@ -61,7 +63,7 @@ def load_config(path: str | os.PathLike[str] | None = None) -> IncsyncConfig:
     except yaml.YAMLError as exc:
         raise _yaml_error(str(file), exc) from None
     try:
-        return _load_parsed(file, data)
+        return _load_remembered(file, text, data)
     except ConfigError as exc:
         if exc.path != str(file) or any(exc.lines):
             raise
@@ -91,6 +93,42 @@ def _table_rows(data: Any, path: str) -> TableRows | None:
         rows.destinations_table = str(spec["destinations_table"])
         rows.destinations = read_destination_rows(config, rows.destinations_table, path=path)
     return rows
+
+
+# The last configuration loaded per file with `recipients_from` tables, keyed by the file's text, the environment
+# and a digest of the tables: a sensor tick that finds neither changed reuses it instead of reading and validating 10,000 rows.
+_REMEMBERED: dict[str, tuple[tuple[str, str], IncsyncConfig]] = {}
+_REMEMBERED_LOCK = threading.Lock()
+
+
+def _load_remembered(file: Path, text: str, data: Any) -> IncsyncConfig:
+    digest = _tables_digest(data, str(file))
+    if digest is None:
+        return _load_parsed(file, data)
+    # The environment too: where a destination's DSN variable points decides the location checks.
+    seen = hashlib.sha256(text.encode())
+    seen.update(repr(sorted(os.environ.items())).encode())
+    key, name = (seen.hexdigest(), digest), str(file.resolve())
+    with _REMEMBERED_LOCK:
+        known = _REMEMBERED.get(name)
+    if known is not None and known[0] == key:
+        return known[1]
+    cfg = _load_parsed(file, data)
+    with _REMEMBERED_LOCK:
+        _REMEMBERED[name] = (key, cfg)
+    return cfg
+
+
+def _tables_digest(data: Any, path: str) -> str | None:
+    """What the ``recipients_from`` tables hold, as a digest the database computes (None without tables)."""
+    source = recipients_source(data, path=path) if isinstance(data, dict) else None
+    if source is None:
+        return None
+    spec = data["recipients_from"]
+    tables = [(str(spec["table"]), f"{WHERE}.table")]
+    if spec.get("destinations_table"):
+        tables.append((str(spec["destinations_table"]), f"{WHERE}.destinations_table"))
+    return tables_digest(JdbcSourceConfig.model_validate(source), tables, path=path)
 
 
 def _load_parsed(file: Path, data: Any) -> IncsyncConfig:

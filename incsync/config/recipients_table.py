@@ -41,9 +41,8 @@ def recipients_source(data: dict[str, Any], *, path: str) -> dict[str, Any] | No
     return source
 
 
-def read_table(config: JdbcSourceConfig, table: str, *, path: str, where: str) -> tuple[list[str], list[tuple[Any, ...]]]:
-    """The column names and rows of ``table``, read through the source ``config`` in a read-only session; a
-    table that cannot be read fails the load, naming ``where`` (the setting) and why."""
+def _checked(config: JdbcSourceConfig, table: str, *, path: str, where: str) -> dict[str, Any]:
+    """Where ``config`` connects (psycopg's arguments), after checking ``table`` is a plain name."""
     from incsync.core.vendor_sql import postgres_target
 
     target = postgres_target(config.jdbc_url)
@@ -51,8 +50,13 @@ def read_table(config: JdbcSourceConfig, table: str, *, path: str, where: str) -
         raise ConfigError(path, [f"{WHERE}.source: {config.name}'s jdbc_url must be jdbc:postgresql://host[:port]/database"])
     if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)?", table):
         raise ConfigError(path, [f'{where}: "{table}" must be `table` or `schema.table`'])
+    return target
+
+
+def _query(config: JdbcSourceConfig, target: dict[str, Any], statements: list[Any], *, path: str,
+           what: str) -> list[Any]:
+    """Each statement's column names and rows, in one read-only session of the source; a failure fails the load naming ``what``."""
     import psycopg
-    from psycopg import sql
 
     password = config.password()
     try:
@@ -61,11 +65,40 @@ def read_table(config: JdbcSourceConfig, table: str, *, path: str, where: str) -
             connect_timeout=10, autocommit=True, application_name="incsync",
             options="-c default_transaction_read_only=on",
         ) as conn:
-            cursor = conn.execute(sql.SQL("SELECT * FROM {} ORDER BY 1").format(sql.Identifier(*table.split("."))))
-            return [c.name for c in cursor.description or []], cursor.fetchall()
+            answers = []
+            for statement in statements:
+                cursor = conn.execute(statement)
+                answers.append(([d.name for d in cursor.description or []], cursor.fetchall()))
+            return answers
     except psycopg.Error as exc:
         detail = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise ConfigError(path, [f"{WHERE}: cannot read {table} through source {config.name}: {detail}"]) from None
+        raise ConfigError(path, [f"{WHERE}: cannot read {what} through source {config.name}: {detail}"]) from None
+
+
+def read_table(config: JdbcSourceConfig, table: str, *, path: str, where: str) -> tuple[list[str], list[tuple[Any, ...]]]:
+    """The column names and rows of ``table``, read through the source ``config`` in a read-only session; a
+    table that cannot be read fails the load, naming ``where`` (the setting) and why."""
+    from psycopg import sql
+
+    target = _checked(config, table, path=path, where=where)
+    statement = sql.SQL("SELECT * FROM {} ORDER BY 1").format(sql.Identifier(*table.split(".")))
+    [(names, rows)] = _query(config, target, [statement], path=path, what=table)
+    return names, rows
+
+
+def tables_digest(config: JdbcSourceConfig, tables: list[tuple[str, str]], *, path: str) -> str:
+    """A digest of what ``tables`` ((table, setting) each) hold, computed in the database: one short answer per
+    table, so a caller that already loaded these rows can tell, without reading them, that nothing changed."""
+    from psycopg import sql
+
+    targets = [_checked(config, table, path=path, where=where) for table, where in tables]
+    statements = [
+        sql.SQL("SELECT count(*), md5(coalesce(string_agg(t::text, E'\\n' ORDER BY t::text), '')) FROM {} AS t").format(
+            sql.Identifier(*table.split(".")))
+        for table, _ in tables
+    ]
+    answers = _query(config, targets[0], statements, path=path, what=" and ".join(t for t, _ in tables))
+    return "|".join(f"{rows[0][0]}:{rows[0][1]}" for _, rows in answers)
 
 
 def read_recipient_rows(config: JdbcSourceConfig, table: str, *, path: str) -> list[dict[str, Any]]:

@@ -124,3 +124,28 @@ def test_a_file_recipient_may_name_a_table_destination(tmp_path: Path) -> None:
         db.execute("UPDATE public.incsync_destinations SET fields = '{\"path\": 3}'")
         config = load_config(file)
     assert (config.recipients, [row.recipients for row in config.refused_rows]) == ([], [("acme",)])
+
+
+def test_a_load_that_finds_both_tables_unchanged_reuses_the_last_and_any_change_is_read(
+        tmp_path: Path, monkeypatch) -> None:
+    """A sensor tick over 10,000 table rows used to read and validate them all each time (~1 s); the database's
+    digest of both tables now tells it nothing changed. Any changed row, the file or the environment loads again."""
+    with pg_database() as db:
+        db.execute(RECIPIENTS)
+        db.execute(DESTINATIONS)
+        add_destination(db, "globex_pg", "postgres", {"schema": "globex"}, "vault:globex_pg")
+        add_recipient(db, "globex", "org_2", "globex_pg")
+        config_file = table_config(tmp_path, db)
+        first = load_config(config_file)
+        assert load_config(config_file) is first
+        db.execute("""UPDATE public.incsync_destinations SET fields = '{"schema": "globex_v2"}'""")
+        second = load_config(config_file)
+        assert second is not first and second.destination("globex_pg").schema_name == "globex_v2"
+        assert load_config(config_file) is second
+        db.execute("UPDATE public.incsync_recipients SET enabled = false")
+        third = load_config(config_file)
+        assert [(r.id, r.enabled) for r in third.recipients] == [("acme", True), ("globex", False)]
+        monkeypatch.setenv("INCSYNC_TEST_UNRELATED", "1")
+        assert load_config(config_file) is not third
+        config_file.write_text(config_file.read_text().replace("refresh_seconds: 0", "refresh_seconds: 5"))
+        assert load_config(config_file).recipients_from.refresh_seconds == 5

@@ -16,6 +16,7 @@ import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -97,6 +98,29 @@ def test_transfers_through_the_worker_match_in_process_ones(worker: RunningWorke
     assert rows == [["SUCCESS", "-", "manual", "orders", "acme", "1", "2", "2"]] * 2  # "-": nobody to blame
     assert listing.stdout.splitlines()[-1] == "orders: SUCCESS 2"
     print(f"worker client processes: {first_s:.2f} s and {second_s:.2f} s")
+
+
+def test_a_first_sync_through_the_worker_marks_every_delivered_window(worker: RunningWorker, tmp_path: Path) -> None:
+    """docs/design.md#the-partition-view through the worker: `incsync transfer orders` finds acme without a
+    transfer record and re-syncs it from the model's start as one full refresh, which marks every window of
+    that span with its own rows, not only the two the command was given."""
+    import dagster as dg
+
+    env, sock, file = worker.env, str(worker.socket), str(worker.config)
+    write_table(tmp_path / "src", "orders", [order(1, "org_1", ts(1, 1)), order(2, "org_1", ts(1, 5)),
+                                             order(3, "org_1", ts(4)), order(4, "org_2", ts(2))])
+    out, _ = _client("transfer", "orders", "-c", file, "--worker", sock, env=env)
+    assert out.returncode == 0, out.stderr
+    today = datetime.now(UTC).date()
+    windows = [str(date(2024, 1, 1) + timedelta(days=n)) for n in range((today - date(2024, 1, 1)).days + 1)]
+    with dg.DagsterInstance.from_config(env["DAGSTER_HOME"]) as instance:
+        model = dg.AssetKey(["lake", "orders"])
+        assert instance.get_materialized_partitions(model) == {f"acme|{w}" for w in windows}
+        rows = {r.asset_materialization.partition: r.asset_materialization.metadata["rows_transferred"].value
+                for r in instance.fetch_materializations(model, limit=len(windows) + 10).records}
+    assert len(rows) == len(windows)
+    assert {w: n for w, n in rows.items() if n} == {"acme|2024-01-01": 2, "acme|2024-01-04": 1}
+    assert sorted(r["id"] for r in delta_rows(tmp_path / "out" / "acme" / "orders")) == [1, 2, 3]
 
 
 def test_the_client_imports_neither_dagster_nor_pydantic(worker: RunningWorker) -> None:
