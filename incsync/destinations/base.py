@@ -12,7 +12,7 @@ registry and one row of the conformance suite's table (docs/architecture.md).
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 import pyarrow as pa
@@ -79,6 +79,8 @@ class Location:
     # The open table format of the copy at ``path`` (``DELTA_FORMAT``, ``ICEBERG_FORMAT``), which a sharing server
     # can serve; None: no such table.
     table_format: str | None = None
+    # The storage options (secrets resolved) that read ``path`` when it is a URL: never shown, never logged.
+    storage_options: dict[str, str] | None = field(default=None, repr=False, compare=False)
 
 
 DELTA_FORMAT = "delta"  # Location.table_format of a Delta table

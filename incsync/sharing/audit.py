@@ -1,5 +1,5 @@
-"""The read audit: one row per read a recipient makes through a share (a Delta Sharing query or changes call):
-who read which table at which version, how many files and bytes its answer listed.
+"""The read audit: one row per read a recipient makes through a share (a Delta Sharing query or changes call, an
+Iceberg scan plan): who read which table at which version, how many files and bytes its answer listed.
 
 With an ``audit:`` section the rows land in the transfer log's warehouse as the table ``share_reads``, through
 the destination protocol like the log's other tables (staged, committed with a transfer record, stamped for
@@ -58,8 +58,8 @@ SCHEMA = pa.schema([
 
 @dataclass(frozen=True)
 class Read:
-    """One read: ``version`` the one answered (a query's pinned version, a range's start), ``ending_version`` a
-    range's end (changes, streaming), else None."""
+    """One read: ``version`` the one answered (a query's pinned version, a range's start, a scan's snapshot id),
+    ``ending_version`` a range's end (changes, streaming), else None."""
 
     recipient: str
     token_id: str

@@ -13,7 +13,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from incsync.config.model import IncsyncConfig, RecipientConfig
@@ -21,13 +21,14 @@ from incsync.config.products import product_models, receives
 from incsync.config.sharing import shared_schema, shared_table
 from incsync.destinations.base import DELTA_FORMAT, ICEBERG_FORMAT, Destination
 from incsync.destinations.registry import build_destination
-from incsync.storage.names import is_url, local_path
+from incsync.storage.names import is_url, local_path, scheme_of
 
 log = logging.getLogger(__name__)
 
 DELTA = DELTA_FORMAT
 ICEBERG = ICEBERG_FORMAT
 FORMATS = (DELTA, ICEBERG)
+REMOTE_SCHEMES = ("s3", "s3a")  # object storage whose files a share hands out as pre-signed URLs
 
 
 @dataclass(frozen=True)
@@ -39,11 +40,18 @@ class SharedTable:
     name: str
     recipient: str
     model: str
-    root: str  # the table's folder
+    root: str  # the table's folder: a local path, or an ``s3://`` URL (Delta tables only)
     format: str = DELTA  # its open table format: which protocol serves it
+    # The storage options reading ``root`` when it is a URL (secrets resolved: never shown)
+    options: dict[str, str] | None = field(default=None, repr=False, compare=False)
 
     def key(self) -> str:
         return f"{self.share}.{self.schema}.{self.name}"
+
+    @property
+    def remote(self) -> bool:
+        """On object storage: its files are read through pre-signed URLs, not the server's file endpoint."""
+        return is_url(self.root)
 
 
 @dataclass(frozen=True)
@@ -119,14 +127,16 @@ class Catalog:
             location = destination.location(model=model, recipient=recipient)
             if location.table_format not in FORMATS or location.path is None:
                 continue
-            if is_url(location.path):
-                log.warning("recipient %s, model %s: its %s table is on object storage, which the sharing server "
-                            "does not serve yet; it is left out of the share", recipient.id, model.model_name,
-                            location.table_format.capitalize())
+            remote = is_url(location.path)
+            if remote and (location.table_format != DELTA or scheme_of(location.path) not in REMOTE_SCHEMES):
+                log.warning("recipient %s, model %s: its %s table is on object storage the sharing server does not "
+                            "serve yet (Delta tables on S3 only); it is left out of the share", recipient.id,
+                            model.model_name, location.table_format.capitalize())
                 continue
             tables.append(SharedTable(share=recipient.id, schema=shared_schema(self.config.sharing, model),
                                       name=shared_table(self.config.sharing, model.model_name), recipient=recipient.id,
-                                      model=model.model_name, root=local_path(location.path), format=location.table_format))
+                                      model=model.model_name, root=location.path if remote else local_path(location.path),
+                                      format=location.table_format, options=location.storage_options if remote else None))
         if not tables:
             return None
         tables.sort(key=lambda t: (t.schema.casefold(), t.name.casefold()))

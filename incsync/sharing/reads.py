@@ -38,19 +38,20 @@ def _audit(service: SharingService, caller: Caller, table: SharedTable, call: st
 
 
 def table_version(service: SharingService, caller: Caller, table: SharedTable, params: dict[str, str]) -> Answer:
-    state = delta_log.table_state(table.root, with_files=False)
+    state = delta_log.table_state(table.root, with_files=False, options=table.options)
     service.check_owner(table, state.owner)
     since = timestamp_ms(params, "startingTimestamp")
-    version = state.version if since is None else delta_log.version_at(table.root, since, at_or_after=True)
+    version = state.version if since is None else delta_log.version_at(table.root, since, at_or_after=True, options=table.options)
     return Answer(headers={VERSION_HEADER: str(version)})
 
 
-def _pinned(params: dict[str, Any], root: str) -> int | None:
+def _pinned(params: dict[str, Any], table: SharedTable) -> int | None:
     """The version a ``version`` or ``timestamp`` asks for; None: the latest."""
     if params.get("version") is not None and params.get("timestamp") is not None:
         raise invalid("Please only provide one of: version, timestamp")
     when = timestamp_ms(params, "timestamp")
-    return optional_int(params, "version") if when is None else delta_log.version_at(root, when, at_or_after=False)
+    return optional_int(params, "version") if when is None else delta_log.version_at(table.root, when, at_or_after=False,
+                                                                                      options=table.options)
 
 
 def _headers(version: int, fmt: str) -> dict[str, str]:
@@ -59,8 +60,8 @@ def _headers(version: int, fmt: str) -> dict[str, str]:
 
 def table_metadata(service: SharingService, caller: Caller, table: SharedTable, params: dict[str, str],
                    capabilities: str | None) -> Answer:
-    pinned = _pinned(params, table.root)
-    state = delta_log.table_state(table.root, pinned, with_files=False)
+    pinned = _pinned(params, table)
+    state = delta_log.table_state(table.root, pinned, with_files=False, options=table.options)
     service.check_owner(table, state.owner)
     fmt = response_format(capabilities, state.protocol)
     return Answer(lines=[protocol_line(state.protocol, fmt), metadata_line(state.metadata, fmt, version=pinned)],
@@ -74,21 +75,21 @@ def query(service: SharingService, caller: Caller, table: SharedTable, body: dic
     start = optional_int(body, "startingVersion")
     if start is not None:
         return _since(service, caller, table, start, optional_int(body, "endingVersion"), capabilities)
-    pinned = _pinned(body, table.root)
-    state = delta_log.table_state(table.root, pinned)
+    pinned = _pinned(body, table)
+    state = delta_log.table_state(table.root, pinned, options=table.options)
     service.check_owner(table, state.owner)
     fmt = response_format(capabilities, state.protocol)
     url, expires = service.file_urls(caller, table)
     when = {} if pinned is None else {"version": state.version,
-                                      "timestamp_ms": delta_log.commit_timestamp(table.root, state.version)}
+                                      "timestamp_ms": delta_log.commit_timestamp(table.root, state.version, options=table.options)}
     lines = [protocol_line(state.protocol, fmt), metadata_line(state.metadata, fmt, version=pinned, files=state.files)]
     lines += [file_line(f, url=url(f), expires_ms=expires, fmt=fmt, **when) for f in state.files]
     _audit(service, caller, table, "query", state.version, state.files)
     return Answer(lines=lines, headers=_headers(state.version, fmt))
 
 
-def _range(root: str, start: int, end: int | None) -> tuple[int, int]:
-    latest = delta_log.latest_version(root)
+def _range(table: SharedTable, start: int, end: int | None) -> tuple[int, int]:
+    latest = delta_log.latest_version(table.root, options=table.options)
     if start > latest:
         raise invalid(f"Provided start version({start}) for reading change data is invalid. Start version cannot be "
                       f"greater than the latest version of the table({latest}).")
@@ -104,15 +105,15 @@ def _range(root: str, start: int, end: int | None) -> tuple[int, int]:
 def _since(service: SharingService, caller: Caller, table: SharedTable, start: int, end: int | None,
            capabilities: str | None) -> Answer:
     """The data files each version from ``start`` added and removed: what a streaming reader asks for."""
-    start, end = _range(table.root, start, end)
-    state = delta_log.table_state(table.root, start, with_files=False)
+    start, end = _range(table, start, end)
+    state = delta_log.table_state(table.root, start, with_files=False, options=table.options)
     service.check_owner(table, state.owner)
     fmt = response_format(capabilities, state.protocol)
     url, expires = service.file_urls(caller, table)
     lines = [protocol_line(state.protocol, fmt), metadata_line(state.metadata, fmt, version=start)]
     listed: list[DataFile] = []
     for version in range(start, end + 1):
-        actions = delta_log.version_actions(table.root, version)
+        actions = delta_log.version_actions(table.root, version, options=table.options)
         if actions.metadata is not None and version > start:
             lines.append(metadata_line(actions.metadata, fmt, version=version))
         for kind, files in (("add", actions.adds), ("remove", actions.removes)):
@@ -132,15 +133,17 @@ def changes(service: SharingService, caller: Caller, table: SharedTable, params:
             raise invalid(f"Multiple {edge} arguments provided for CDF read. Please provide one of either "
                           f"{edge}Timestamp or {edge}Version.")
     since, until = timestamp_ms(params, "startingTimestamp"), timestamp_ms(params, "endingTimestamp")
-    start = optional_int(params, "startingVersion") if since is None else delta_log.version_at(table.root, since, at_or_after=True)
+    start = optional_int(params, "startingVersion") if since is None else delta_log.version_at(
+        table.root, since, at_or_after=True, options=table.options)
     if start is None:
         raise invalid("No startingVersion or startingTimestamp provided for CDF read.")
-    end = optional_int(params, "endingVersion") if until is None else delta_log.version_at(table.root, until, at_or_after=False)
-    start, end = _range(table.root, start, end)
+    end = optional_int(params, "endingVersion") if until is None else delta_log.version_at(
+        table.root, until, at_or_after=False, options=table.options)
+    start, end = _range(table, start, end)
     historical = flag(params, "includeHistoricalMetadata")
-    state = delta_log.table_state(table.root, start if historical else end, with_files=False)
+    state = delta_log.table_state(table.root, start if historical else end, with_files=False, options=table.options)
     service.check_owner(table, state.owner)
-    at_start = state if historical else delta_log.table_state(table.root, start, with_files=False)
+    at_start = state if historical else delta_log.table_state(table.root, start, with_files=False, options=table.options)
     if not delta_log.keeps_changes(at_start.metadata):
         raise _not_recorded(start, start, end)
     fmt = response_format(capabilities, state.protocol)
@@ -148,7 +151,7 @@ def changes(service: SharingService, caller: Caller, table: SharedTable, params:
     lines = [protocol_line(state.protocol, fmt), metadata_line(state.metadata, fmt, version=state.version)]
     listed: list[DataFile] = []
     for version in range(start, end + 1):
-        actions = delta_log.version_actions(table.root, version)
+        actions = delta_log.version_actions(table.root, version, options=table.options)
         if actions.metadata is not None and not delta_log.keeps_changes(actions.metadata):
             raise _not_recorded(version, start, end)
         if actions.metadata is not None and historical and version > start:

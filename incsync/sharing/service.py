@@ -9,13 +9,15 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote
 
 from incsync.sharing.audit import LoggedReads, ReadAudit
 from incsync.sharing.catalog import Catalog, RecipientShare, SharedTable
-from incsync.sharing.delta_log import DataFile
+from incsync.sharing.delta_log import DataFile, has_log
+from incsync.sharing.presign import presigned_get
 from incsync.sharing.protocol import PREFIX, Answer, Caller, ProtocolError, not_found, page
 from incsync.sharing.signing import FileGrant, UrlSigner
 from incsync.sharing.tokens import TokenStore
@@ -83,6 +85,14 @@ class SharingService:
         """A function giving each file of ``table`` its signed URL, and when those URLs expire (epoch ms)."""
         expires = int((self.clock() + self.url_lifetime_seconds) * 1000)
 
+        if table.remote:  # on S3: the bucket serves the file, through a URL pre-signed with the destination's key
+            when = datetime.fromtimestamp(self.clock(), timezone.utc)
+
+            def presigned(file: DataFile) -> str:
+                return presigned_get(file.key(table.root), table.options, expires_seconds=self.url_lifetime_seconds, now=when)
+
+            return presigned, expires
+
         def url(file: DataFile) -> str:
             grant = FileGrant(recipient=caller.recipient, token_id=caller.token_id, share=table.share, schema=table.schema,
                               table=table.name, path=file.path, expires_ms=expires)
@@ -97,7 +107,7 @@ class SharingService:
             return None
         share = self.catalogs().share(grant.recipient, grant.share)
         table = share.table(grant.schema, grant.table) if share is not None else None
-        if table is None:
+        if table is None or table.remote:
             return None
         root = Path(table.root).resolve()
         path = (root / unquote(grant.path)).resolve()
@@ -116,5 +126,12 @@ def _item(table: SharedTable) -> dict[str, Any]:
     return {"name": table.name, "schema": table.schema, "share": table.share}
 
 
+_REMOTE_SEEN: set[str] = set()  # S3 tables whose log was found: a table, once created, stays (one listing each)
+
+
 def _exists(table: SharedTable) -> bool:
-    return (Path(table.root) / "_delta_log").is_dir()
+    if not table.remote:
+        return (Path(table.root) / "_delta_log").is_dir()
+    if table.root not in _REMOTE_SEEN and has_log(table.root, options=table.options):
+        _REMOTE_SEEN.add(table.root)
+    return table.root in _REMOTE_SEEN

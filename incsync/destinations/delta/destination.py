@@ -86,7 +86,7 @@ class DeltaDestination(Destination):
 
     def location(self, *, model: ModelConfig, recipient: RecipientConfig) -> Location:
         path = self.table_path(model)
-        return Location(shown=path, path=path, table_format=DELTA_FORMAT)
+        return Location(shown=path, path=path, table_format=DELTA_FORMAT, storage_options=self.storage_options)
 
     def read_rows(self, *, model: ModelConfig, recipient: RecipientConfig) -> pa.Table:
         dt = self._table(model)  # the recipient owns the whole table

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from incsync.sharing.audit import Read
 from incsync.sharing.catalog import ICEBERG, RecipientShare, SharedTable
 from incsync.sharing.iceberg import metadata
 from incsync.sharing.iceberg.api import RestError, bad_request, no_such_namespace, no_such_table, page, unauthenticated
@@ -148,6 +149,12 @@ class IcebergService:
             raise bad_request("filter must be an expression")
         loaded = self.load(caller, prefix=prefix, namespace=namespace, table=table)
         tasks = metadata.plan(loaded.location, loaded.placement, snapshot_id=snapshot_id, residual=residual)
+        found = loaded.table
+        planned = snapshot_id if snapshot_id is not None else loaded.metadata.get("current-snapshot-id")
+        self.service.audit.record(Read(  # the read audit (docs/sharing.md#read-audit): the files the plan hands out
+            recipient=caller.recipient, token_id=caller.token_id, call="scan", share=found.share, schema=found.schema,
+            table=found.name, model=found.model, version=int(planned) if planned is not None else -1, files=len(tasks),
+            bytes=sum(int(t["data-file"]["file-size-in-bytes"]) for t in tasks)))
         return {"status": "completed", "file-scan-tasks": tasks, "delete-files": [], "plan-tasks": [],
                 "storage-credentials": self._credentials(caller, loaded.table)}
 
