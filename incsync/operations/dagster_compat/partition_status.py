@@ -118,14 +118,14 @@ def partition_status(instance: Any, asset_key: Any, partitions_def: Any, dynamic
             cursor, grids, earliest = stored
             materialized, failed = grids["materialized"], grids["failed"]
             if last_materialization and last_materialization > cursor:
-                new = valid(materialized_since(instance.event_log_storage, asset_key, cursor, last_materialization))
-                materialized = materialized.with_partition_keys(new)
-                failed = failed - failed.empty_subset().with_partition_keys(new)
+                new = valid(materialized.empty_subset(), materialized_since(instance.event_log_storage, asset_key, cursor,
+                                                                           last_materialization))
+                materialized, failed = materialized | new, failed - new
             in_progress_after: int | None = earliest - 1 if earliest else cursor
         else:
             index = Index(valid.secondary_keys())
-            materialized = GridSubset(partitions_def, index).with_partition_keys(
-                valid(materialized_since(instance.event_log_storage, asset_key, 0, last_materialization or 0)))
+            materialized = valid(GridSubset(partitions_def, index),
+                                 materialized_since(instance.event_log_storage, asset_key, 0, last_materialization or 0))
             failed, in_progress_after = materialized.empty_subset(), None
         failed_any, in_progress_any, earliest = build_failed_and_in_progress_partition_subset(
             instance, asset_key, partitions_def, last_planned_materialization_storage_id=last_planned,
@@ -152,7 +152,6 @@ class _Validator:
     Dagster's ``filter_valid_partition_keys`` builds a ``MultiPartitionKey`` per key."""
 
     def __init__(self, partitions_def: Any) -> None:
-        self._grid = GridSubset(partitions_def, Index())
         self._primary = set(partitions_def.primary_dimension.partitions_def.get_partition_keys())
         self._secondary_def = partitions_def.secondary_dimension.partitions_def
         self._secondary: set[str] | None = None
@@ -160,15 +159,11 @@ class _Validator:
     def secondary_keys(self) -> list[str]:
         return list(self._secondary_def.get_partition_keys())
 
-    def __call__(self, keys: Iterable[str]) -> list[str]:
+    def __call__(self, into: GridSubset, keys: Iterable[str]) -> GridSubset:
+        """``into`` with those of ``keys`` that are valid."""
         if self._secondary is None:
             self._secondary = set(self.secondary_keys())
-        out = []
-        for key in keys:
-            parts = self._grid.split(key)
-            if parts is not None and parts[0] in self._primary and parts[1] in self._secondary:
-                out.append(key)
-        return out
+        return into.with_valid_keys(keys, self._primary, self._secondary)
 
 
 def _dump(cursor: int, definition: str, wiped: float | None, grids: dict[str, GridSubset], earliest: int | None) -> str:
