@@ -135,9 +135,11 @@ def partition_status(instance: Any, asset_key: Any, partitions_def: Any, dynamic
         text = _dump(latest, definition, wiped, grids, earliest)
         if text != raw and instance.event_log_storage.can_write_asset_status_cache():
             instance.run_storage.set_cursor_values({status_key(asset_key): text})
-            if record is not None and record.asset_entry.cached_status is not None:
+            if stored is None and record is not None and record.asset_entry.cached_status is not None:
                 # Dagster's own status of the asset (every key, ~80 MB at 3.95 M partitions) is no longer read
-                # here, but every read of the asset's row would still parse it
+                # by the page, but every read of the asset's row would still parse it: dropped once, when this
+                # status is first built (an instance from before it). Dagster's daemons that keep their own
+                # (an asset-page backfill's) may write it again; it is then left to them.
                 instance.event_log_storage.wipe_asset_cached_status(asset_key)
         return grid_status_value(latest, definition, grids, earliest)
 
