@@ -9,7 +9,7 @@ transfer id, the last window of each recipient's commit with the commit's record
 ``--missing`` leaves that many windows of each recipient unmaterialized, ``--failed`` marks that many of each
 recipient's windows failed (planned by a failed run), so the answers' counts can be checked exactly.
 
-Then, for each instance (``--instance sqlite,postgres``):
+Then, on the instance (``--instance sqlite`` or ``postgres``, as ``incsync dagster-yaml`` writes it):
 - the storage calls behind the page, in-process, each timed (``--repeat`` times: first, cold, and the
   median): the asset's record with its cached partition status (``get_asset_records``), the materialized
   partitions (``get_materialized_partitions``), the planned-but-not-materialized partitions, and the
@@ -22,7 +22,10 @@ Then, for each instance (``--instance sqlite,postgres``):
 
 Not part of ``make test``:
 
-    PYTHONPATH=. .venv/bin/python benchmarks/asset_page.py --recipients 1000 --instance sqlite
+    PYTHONPATH=. .venv/bin/python benchmarks/asset_page.py --recipients 1000 --instance sqlite --work /tmp/ap1000
+
+``--work`` keeps the built instance for a later run (say, with another incsync on PYTHONPATH: the webserver runs
+the incsync this process imports).
 """
 
 from __future__ import annotations
@@ -228,17 +231,53 @@ def check(built: dict[str, int], page: dict[str, Any]) -> list[str]:
 # --- Main -----------------------------------------------------------------------------------------------------
 
 @contextmanager
-def sqlite_instance(home: Path, config_path: Path) -> Iterator[tuple[Any, dict[str, str]]]:
+def open_instance(kind: str, home: Path, config_path: Path) -> Iterator[tuple[Any, dict[str, str]]]:
+    """The instance ``incsync dagster-yaml`` writes for ``kind`` (``instances.py``), created on first use; a
+    PostgreSQL one's database (``incsync_bench_asset_page_<pid>``) is named in ``home/database`` and kept, so
+    a later run reuses it; ``--drop`` drops it."""
     import dagster as dg
+    from instances import URL_ENV, Instances
+    from jdbc_postgres import HOST, PORT, pg_user
 
-    from incsync.config.load import load_config
-    from incsync.operations.concurrency import dagster_yaml
-
-    home.mkdir(parents=True, exist_ok=True)
+    env: dict[str, str] = {}
     if not (home / "dagster.yaml").exists():
-        (home / "dagster.yaml").write_text(dagster_yaml(load_config(config_path), ROOT / "dagster.yaml", dagster_home=home))
+        instances = Instances(host=HOST, port=PORT, user=pg_user(), prefix=f"incsync_bench_asset_page_{os.getpid()}")
+        if kind == "postgres":  # deploy/dagster.yaml's storage over a database of its own, incsync's event log
+            import yaml
+            from psycopg import connect
+
+            from incsync.config.load import load_config
+            from incsync.operations.concurrency import dagster_yaml
+
+            db = instances.next_name()
+            with connect(host=HOST, port=PORT, user=instances.user, dbname="postgres", autocommit=True) as conn:
+                conn.execute(f'CREATE DATABASE "{db}"')
+            env = {URL_ENV: instances.url(db)}
+            base = yaml.safe_load((ROOT / "dagster.yaml").read_text()) or {}
+            base["storage"] = yaml.safe_load((ROOT / "deploy" / "dagster.yaml").read_text())["storage"]
+            home.mkdir(parents=True, exist_ok=True)
+            (home / "base.yaml").write_text(yaml.safe_dump(base))
+            os.environ.update(env)
+            (home / "dagster.yaml").write_text(dagster_yaml(load_config(config_path), home / "base.yaml", dagster_home=home))
+            (home / "database").write_text(env[URL_ENV])
+        else:
+            env = instances.write(kind, config=config_path, home=home, base=ROOT / "dagster.yaml")
+    elif (home / "database").exists():
+        env = {URL_ENV: (home / "database").read_text()}
+    os.environ.update(env)
     with dg.DagsterInstance.from_config(str(home)) as instance:
-        yield instance, {}
+        yield instance, env
+
+
+def drop_database(home: Path) -> None:
+    import psycopg
+    from jdbc_postgres import HOST, PORT, pg_user
+
+    if (home / "database").exists():
+        db = (home / "database").read_text().rsplit("/", 1)[1]
+        with psycopg.connect(host=HOST, port=PORT, user=pg_user(), dbname="postgres", autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)')
+        print(f"  dropped {db}", flush=True)
 
 
 def main() -> None:
@@ -250,6 +289,8 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3, help="times each query is asked")
     parser.add_argument("--work", type=Path, default=None, help="the instance's folder; kept, and reused when built")
     parser.add_argument("--skip", default="", help="comma-separated: storage, graphql")
+    parser.add_argument("--instance", choices=("sqlite", "postgres"), default="sqlite")
+    parser.add_argument("--drop", action="store_true", help="drop a PostgreSQL instance's database at the end")
     args = parser.parse_args()
     skip = {s.strip() for s in args.skip.split(",") if s.strip()}
     work = args.work or Path(tempfile.mkdtemp(prefix="incsync-asset-page-"))
@@ -260,8 +301,9 @@ def main() -> None:
     env = {"BENCH_DEST_DSN": "postgresql://unused@127.0.0.1/unused", "DAGSTER_HOME": str(work / "home"),
            "INCSYNC_CONFIG": str(config_path)}
     os.environ.update(env)
-    result: dict[str, Any] = {"recipients": args.recipients, "load_before": os.getloadavg()[0]}
-    with sqlite_instance(work / "home", config_path) as (instance, _env):
+    result: dict[str, Any] = {"recipients": args.recipients, "instance": args.instance, "load_before": os.getloadavg()[0]}
+    with open_instance(args.instance, work / "home", config_path) as (instance, instance_env):
+        env.update(instance_env)
         if built_path.exists():
             built = json.loads(built_path.read_text())
             print(f"  reusing {work}: {built}", flush=True)
@@ -281,6 +323,8 @@ def main() -> None:
         result["graphql"] = page
         wrong = check(built, page)
         print("  the page tells the truth" if not wrong else "  THE PAGE IS WRONG: " + "; ".join(wrong), flush=True)
+    if args.drop:
+        drop_database(work / "home")
     result["load_after"] = os.getloadavg()[0]
     (work / "result.json").write_text(json.dumps(result, indent=1))
     print(json.dumps(result, indent=1))

@@ -4,6 +4,7 @@ marked delivered with its own rows, so the UI counts no window missing that was 
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -11,6 +12,7 @@ import dagster as dg
 import pytest
 
 from incsync.cli.main import main
+from incsync.operations.dagster_compat.partition_status import partition_status, status_key
 from incsync.operations.instance import dagster_instance
 from incsync.orchestration.definitions import build_definitions
 from incsync_tests.support.lake import delta_rows, lake_config, order, write_table
@@ -52,6 +54,11 @@ def test_a_first_sync_by_the_command_line_marks_every_delivered_window(
         counts[m.partition] = m.metadata["rows_transferred"].value
     assert [counts[f"acme|{w}"] for w in windows] == [2, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 1, 0]
     assert [counts[f"globex|{w}"] for w in windows] == [0] * 7 + [1] + [0] * 5
+    # The run brought the asset's partition status up to its last event when it ended: the asset page reads none
+    status = json.loads(instance.run_storage.get_cursor_values({status_key(MODEL)})[status_key(MODEL)])
+    assert status["cursor"] == instance.get_asset_records([MODEL])[0].asset_entry.last_materialization_storage_id
+    value = partition_status(instance, MODEL, partitions)
+    assert (len(value.grids["materialized"]), len(value.grids["failed"]), len(value.grids["in_progress"])) == (26, 0, 0)
     # A later run finds the transfer records: an incremental of the tick's windows, no full refresh again.
     assert main(["transfer", "orders", "-c", str(config)]) == 0
     latest = instance.get_latest_materialization_event(MODEL).asset_materialization

@@ -82,7 +82,7 @@ class GridSubset(PartitionsSubset[str]):
     def split(self, key: str) -> tuple[str, str] | None:
         """(primary, secondary) of a key string (Dagster's own format: each dimension's key in the definition's
         order, joined by its delimiter), None when it is not one."""
-        parts = str(key).split(MULTIPARTITION_KEY_DELIMITER)
+        parts = key.split(MULTIPARTITION_KEY_DELIMITER)
         if len(parts) != 2:
             return None
         return (parts[0], parts[1]) if self._primary_first else (parts[1], parts[0])
@@ -145,11 +145,34 @@ class GridSubset(PartitionsSubset[str]):
         return self.index.keys_of(self.masks.get(primary, 0))
 
     def with_partition_keys(self, partition_keys: Iterable[str]) -> GridSubset:
-        masks = dict(self.masks)
+        return self.with_valid_keys(partition_keys)
+
+    def with_valid_keys(self, partition_keys: Iterable[str], primary: set[str] | None = None,
+                        secondary: set[str] | None = None) -> GridSubset:
+        """``with_partition_keys`` of the keys whose primary key is in ``primary`` and secondary in ``secondary``
+        (None: any). Each window's new bits are set in a byte array first: OR-ing one bit at a time into a mask
+        of 10,000 recipients would copy the mask for every key."""
+        index, position = self.index, self.index.position
+        first = 0 if self._primary_first else 1
+        positions: dict[str, list[int]] = {}
         for key in partition_keys:
-            parts = self.split(key)
-            if parts is not None:
-                masks[parts[0]] = masks.get(parts[0], 0) | self.index.bit(parts[1])
+            parts = key.split(MULTIPARTITION_KEY_DELIMITER)
+            if len(parts) != 2:
+                continue
+            window, recipient = parts[first], parts[1 - first]
+            if (primary is not None and window not in primary) or (secondary is not None and recipient not in secondary):
+                continue
+            at = position.get(recipient)
+            if at is None:
+                at = index.bit(recipient).bit_length() - 1
+            positions.setdefault(window, []).append(at)
+        masks = dict(self.masks)
+        size = (len(index.keys) + 7) // 8
+        for primary, ats in positions.items():
+            bits = bytearray(size)
+            for at in ats:
+                bits[at >> 3] |= 1 << (at & 7)
+            masks[primary] = masks.get(primary, 0) | int.from_bytes(bits, "little")
         return self._like(masks)
 
     def get_partition_keys_not_in_subset(self, partitions_def: PartitionsDefinition) -> Iterable[str]:

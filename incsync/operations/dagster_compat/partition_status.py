@@ -118,14 +118,14 @@ def partition_status(instance: Any, asset_key: Any, partitions_def: Any, dynamic
             cursor, grids, earliest = stored
             materialized, failed = grids["materialized"], grids["failed"]
             if last_materialization and last_materialization > cursor:
-                new = valid(materialized_since(instance.event_log_storage, asset_key, cursor, last_materialization))
-                materialized = materialized.with_partition_keys(new)
-                failed = failed - failed.empty_subset().with_partition_keys(new)
+                new = valid(materialized.empty_subset(), materialized_since(instance.event_log_storage, asset_key, cursor,
+                                                                           last_materialization))
+                materialized, failed = materialized | new, failed - new
             in_progress_after: int | None = earliest - 1 if earliest else cursor
         else:
             index = Index(valid.secondary_keys())
-            materialized = GridSubset(partitions_def, index).with_partition_keys(
-                valid(materialized_since(instance.event_log_storage, asset_key, 0, last_materialization or 0)))
+            materialized = valid(GridSubset(partitions_def, index),
+                                 materialized_since(instance.event_log_storage, asset_key, 0, last_materialization or 0))
             failed, in_progress_after = materialized.empty_subset(), None
         failed_any, in_progress_any, earliest = build_failed_and_in_progress_partition_subset(
             instance, asset_key, partitions_def, last_planned_materialization_storage_id=last_planned,
@@ -135,9 +135,11 @@ def partition_status(instance: Any, asset_key: Any, partitions_def: Any, dynamic
         text = _dump(latest, definition, wiped, grids, earliest)
         if text != raw and instance.event_log_storage.can_write_asset_status_cache():
             instance.run_storage.set_cursor_values({status_key(asset_key): text})
-            if record is not None and record.asset_entry.cached_status is not None:
+            if stored is None and record is not None and record.asset_entry.cached_status is not None:
                 # Dagster's own status of the asset (every key, ~80 MB at 3.95 M partitions) is no longer read
-                # here, but every read of the asset's row would still parse it
+                # by the page, but every read of the asset's row would still parse it: dropped once, when this
+                # status is first built (an instance from before it). Dagster's daemons that keep their own
+                # (an asset-page backfill's) may write it again; it is then left to them.
                 instance.event_log_storage.wipe_asset_cached_status(asset_key)
         return grid_status_value(latest, definition, grids, earliest)
 
@@ -152,7 +154,6 @@ class _Validator:
     Dagster's ``filter_valid_partition_keys`` builds a ``MultiPartitionKey`` per key."""
 
     def __init__(self, partitions_def: Any) -> None:
-        self._grid = GridSubset(partitions_def, Index())
         self._primary = set(partitions_def.primary_dimension.partitions_def.get_partition_keys())
         self._secondary_def = partitions_def.secondary_dimension.partitions_def
         self._secondary: set[str] | None = None
@@ -160,15 +161,11 @@ class _Validator:
     def secondary_keys(self) -> list[str]:
         return list(self._secondary_def.get_partition_keys())
 
-    def __call__(self, keys: Iterable[str]) -> list[str]:
+    def __call__(self, into: GridSubset, keys: Iterable[str]) -> GridSubset:
+        """``into`` with those of ``keys`` that are valid."""
         if self._secondary is None:
             self._secondary = set(self.secondary_keys())
-        out = []
-        for key in keys:
-            parts = self._grid.split(key)
-            if parts is not None and parts[0] in self._primary and parts[1] in self._secondary:
-                out.append(key)
-        return out
+        return into.with_valid_keys(keys, self._primary, self._secondary)
 
 
 def _dump(cursor: int, definition: str, wiped: float | None, grids: dict[str, GridSubset], earliest: int | None) -> str:
@@ -198,30 +195,44 @@ def attempts_without_materializations(storage: Any, asset_key: Any, after_storag
     """``get_latest_asset_partition_materialization_attempts_without_materializations``: each partition whose
     latest planned materialization (after ``after_storage_id``) no materialization followed, with its run and
     event id. Dagster's query reads the latest materialization of every partition to find the few planned ones
-    (15 s at 390,000 partitions); this starts from the planned ones and looks each one's later materialization
-    up in the index on (asset, event type, partition, id)."""
+    (15 s at 390,000 partitions); this starts from the planned ones and looks up only their materializations,
+    ``_PER_LOOKUP`` partitions a query, in the index on (asset, event type, partition, id). Plain lookups, not
+    one query with a correlated ``NOT EXISTS``: PostgreSQL planned that one as a scan of every materialization
+    per planned partition while the table's statistics were those of an empty table (260 s after a day one)."""
     import sqlalchemy as sa
     from dagster._core.events import DagsterEventType
     from dagster._core.storage.event_log.schema import SqlEventLogStorageTable
 
-    table, later = SqlEventLogStorageTable, SqlEventLogStorageTable.alias("later")
-    key = asset_key.to_string()
-    planned = (sa.select(table.c.partition, sa.func.max(table.c.id).label("id"))
-               .where(table.c.asset_key == key, table.c.partition.isnot(None),
-                      table.c.dagster_event_type == DagsterEventType.ASSET_MATERIALIZATION_PLANNED.value))
-    if after_storage_id is not None:
-        planned = planned.where(table.c.id > after_storage_id)
+    table, key = SqlEventLogStorageTable, asset_key.to_string()
     details = storage._get_assets_details([asset_key])  # noqa: SLF001 - Dagster's wipe filter, as its own query
-    wiped_too = storage._add_assets_wipe_filter_to_query  # noqa: SLF001 - Dagster's wipe filter, as its own query
-    latest = wiped_too(planned.group_by(table.c.partition), details, [asset_key]).subquery()
-    materialized_since = (sa.select(later.c.id)
-                          .where(later.c.asset_key == key, later.c.partition == latest.c.partition, later.c.id > latest.c.id,
-                                 later.c.dagster_event_type == DagsterEventType.ASSET_MATERIALIZATION.value))
-    query = (sa.select(latest.c.partition, table.c.run_id, latest.c.id)
-             .select_from(latest.join(table, table.c.id == latest.c.id))
-             .where(~sa.exists(materialized_since)))
+    wiped_too = storage._add_assets_wipe_filter_to_query  # noqa: SLF001 - as above
+
+    def latest(event_type: DagsterEventType, partitions: list[str] | None) -> Any:
+        query = (sa.select(table.c.partition, sa.func.max(table.c.id))
+                 .where(table.c.asset_key == key, table.c.partition.isnot(None), table.c.dagster_event_type == event_type.value))
+        if after_storage_id is not None:
+            query = query.where(table.c.id > after_storage_id)
+        if partitions is not None:
+            query = query.where(table.c.partition.in_(partitions))
+        return wiped_too(query.group_by(table.c.partition), details, [asset_key])
+
     with storage.index_connection() as conn:
-        return {row[0]: (row[1], int(row[2])) for row in conn.execute(query)}
+        planned = {row[0]: int(row[1]) for row in conn.execute(latest(DagsterEventType.ASSET_MATERIALIZATION_PLANNED, None))}
+        names = list(planned)
+        for at in range(0, len(names), _PER_LOOKUP):
+            query = latest(DagsterEventType.ASSET_MATERIALIZATION, names[at: at + _PER_LOOKUP])
+            for partition, materialized in conn.execute(query):
+                if planned[partition] < int(materialized):
+                    del planned[partition]
+        ids = sorted(planned.values())
+        runs: dict[int, str] = {}
+        for at in range(0, len(ids), _PER_LOOKUP):
+            query = sa.select(table.c.id, table.c.run_id).where(table.c.id.in_(ids[at: at + _PER_LOOKUP]))
+            runs.update((int(i), r) for i, r in conn.execute(query))
+    return {partition: (runs[event_id], event_id) for partition, event_id in planned.items()}
+
+
+_PER_LOOKUP = 500
 
 
 ROWS_PER_READ = 100_000
