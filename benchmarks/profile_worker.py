@@ -64,6 +64,8 @@ PHASES: list[tuple[str, str, str]] = [
     ("planning: bounds, plan (no deeper rule)", "plan_reads", "incsync/transfer/reads.py"),
     ("planning: open the Spark JDBC read", "open_read", "incsync/transfer/reads.py"),
     ("planning: Spark JDBC schema probe (a JDBC query from the JVM)", "_probe_schema", "incsync/sources/jdbc/"),
+    ("planning: Spark JDBC schema probe (a JDBC query from the JVM)", "probe_schema", "incsync/sources/jdbc/"),
+    ("planning: the relation's description (psycopg; Spark's schema kept while it holds)", "result_shape", "incsync/sources/jdbc/shape.py"),
     ("planning: source horizon (psycopg)", "horizon", "incsync/sources/jdbc/source.py"),
     ("planning: source row count (psycopg)", "count_rows", "incsync/sources/jdbc/source.py"),
     ("destination state reads (planning; between commits)", "read_state", "incsync/destinations/"),
