@@ -34,6 +34,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from collections import Counter, defaultdict
@@ -64,6 +65,8 @@ PHASES: list[tuple[str, str, str]] = [
     ("planning: bounds, plan (no deeper rule)", "plan_reads", "incsync/transfer/reads.py"),
     ("planning: open the Spark JDBC read", "open_read", "incsync/transfer/reads.py"),
     ("planning: Spark JDBC schema probe (a JDBC query from the JVM)", "_probe_schema", "incsync/sources/jdbc/"),
+    ("planning: Spark JDBC schema probe (a JDBC query from the JVM)", "probe_schema", "incsync/sources/jdbc/"),
+    ("planning: the relation's description (psycopg; Spark's schema kept while it holds)", "result_shape", "incsync/sources/jdbc/shape.py"),
     ("planning: source horizon (psycopg)", "horizon", "incsync/sources/jdbc/source.py"),
     ("planning: source row count (psycopg)", "count_rows", "incsync/sources/jdbc/source.py"),
     ("destination state reads (planning; between commits)", "read_state", "incsync/destinations/"),
@@ -278,6 +281,14 @@ def analyze(out: Path) -> None:
             for k, v in r["spark_metrics"].items():
                 totals[k].append(v)
         print("Spark task metrics, median of the runs: " + ", ".join(f"{k} {statistics.median(v):.2f}" for k, v in totals.items()))
+        phases_mb: dict[str, list[tuple[float, float]]] = defaultdict(list)
+        for r in reps:
+            for k, v in memory_by_phase(r).items():
+                phases_mb[k].append(v)
+        if phases_mb:
+            print("\n| stretch of the request | worker's Python peak MB (median) | its JVM's peak MB (median) |\n|---|---|---|")
+            for k, v in phases_mb.items():
+                print(f"| {k} | {statistics.median(x[0] for x in v):,.0f} | {statistics.median(x[1] for x in v):,.0f} |")
         print(f"\nTop frames, {destination} ({samples_total} samples of the request over {len(reps)} runs):")
         print("| inclusive % | function |\n|---|---|")
         for name, n in inclusive.most_common(40):
@@ -287,6 +298,62 @@ def analyze(out: Path) -> None:
         print("\n| on top % | function |\n|---|---|")
         for name, n in leaf.most_common(15):
             print(f"| {100 * n / samples_total:.0f} | {name} |")
+
+
+def rss_kb(pid: int | None) -> int:
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            return next(int(line.split()[1]) for line in f if line.startswith("VmRSS:"))
+    except (OSError, StopIteration, TypeError):
+        return 0
+
+
+class RssSampler:
+    """The worker's and its JVM's resident memory every 50 ms during the request: (s after the client's start,
+    Python MB, JVM MB)."""
+
+    def __init__(self, pid: int, jvm: int | None, started: float) -> None:
+        self.samples: list[tuple[float, float, float]] = []
+        self.done = threading.Event()
+
+        def run() -> None:
+            while not self.done.is_set():
+                self.samples.append((time.time() - started, rss_kb(pid) / 1024, rss_kb(jvm) / 1024))
+                self.done.wait(0.05)
+
+        self.thread = threading.Thread(target=run, daemon=True)
+        self.thread.start()
+
+    def stop(self) -> list[tuple[float, float, float]]:
+        self.done.set()
+        self.thread.join()
+        return self.samples
+
+
+def memory_by_phase(run: dict[str, object]) -> dict[str, tuple[float, float]]:
+    """Peak Python and JVM MB in each stretch of the request, cut by Spark's staging job (the run's longest)
+    and Dagster's materializations: before it (launch, planning), the job, after it to the last commit, the
+    rest (reporting, run end, release_memory)."""
+    samples = run.get("rss") or []
+    jobs = [j for j in run.get("spark_jobs", []) if "seconds" in j]
+    if not samples:
+        return {}
+    job = max(jobs, key=lambda j: j["seconds"]) if jobs else None
+    cuts = [("before any work (resident)", float("-inf"), 0.0)]
+    if job:
+        last = run.get("dagster", {}).get("last ASSET_MATERIALIZATION", job["start"] + job["seconds"])
+        cuts += [("launch, planning, opening the read", 0.0, job["start"]),
+                 ("staging: Spark's JDBC read -> Parquet job", job["start"], job["start"] + job["seconds"]),
+                 ("validation, commit split, publish, materializations", job["start"] + job["seconds"], last),
+                 ("run end, answer, release_memory", last, float("inf"))]
+    else:
+        cuts.append(("the request", 0.0, float("inf")))
+    out = {}
+    for name, lo, hi in cuts:
+        inside = [s for s in samples if lo <= s[0] < hi] or ([samples[0]] if hi <= 0.0 else [])
+        if inside:
+            out[name] = (max(s[1] for s in inside), max(s[2] for s in inside))
+    return out
 
 
 def quiet(max_load: float | None, max_wait: float) -> None:
@@ -370,9 +437,11 @@ def main() -> None:
                     load = os.getloadavg()
                     env = {**bench.incsync_env(config), WORKER_ENV_VAR: str(worker.socket)}
                     started = time.time()
+                    sampler = RssSampler(worker.process.pid, worker.jvm, started)
                     wall, _, _, _, text = measure([str(BIN / "incsync"), "transfer", "orders", "--recipient", BIG, "--backfill"],
                                                   env, cwd=config.parent)
                     time.sleep(0.5)  # the worker's work after its answer (release_memory) in the profile too
+                    rss = sampler.stop()
                     profiled = time.time() - spy_started
                     if spy is not None:
                         spy.send_signal(signal.SIGINT)
@@ -382,7 +451,7 @@ def main() -> None:
                 landed = bench.landed("worker", config.parent.name, destination, BIG)
                 assert landed == sizes[BIG], f"{destination}: {landed} rows landed, the tenant has {sizes[BIG]}"
                 run = {"destination": destination, "rep": rep, "folder": folder, "wall": wall, "load": load,
-                       "profiled_seconds": profiled, "client_output": text[-2000:],
+                       "profiled_seconds": profiled, "client_output": text[-2000:], "rss": rss,
                        "machine": f"{os.uname().nodename}, {os.cpu_count()} cores"}
                 if not args.no_profile:
                     run["dagster"] = dagster_timeline(config.parent / ".dagster", started, bench.instance_env.get(config, {}))

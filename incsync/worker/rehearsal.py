@@ -9,6 +9,7 @@ for free; the README's worker now does it itself. The rehearsal reads no table o
 from a generator query (``Dialect.rehearsal``) over each driver's connection, are staged as a transfer stages
 (``staging.spark.stage``) into a temporary folder, read back through pyarrow and removed. A source that
 cannot be reached is logged and skipped: the worker starts anyway, its first transfer then starts cold.
+Each column-tenanted model's source schema is probed too (``probe_schemas``), as a transfer would.
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ def rehearse(spark: SparkSession, config: IncsyncConfig, *, rows: int = REHEARSA
         if isinstance(source, JdbcSourceConfig):
             drivers.setdefault(source.vendor, source)  # the JIT's work is per driver, not per database
     staged: dict[str, int] = {}
+    failed: set[str] = set()
     with tempfile.TemporaryDirectory(prefix="incsync-warm-up-") as folder:
         for vendor, source in drivers.items():
             started = time.monotonic()
@@ -48,9 +50,29 @@ def rehearse(spark: SparkSession, config: IncsyncConfig, *, rows: int = REHEARSA
                 batch = stage(JdbcSource(source).rehearsal_read(spark, rows), Path(folder) / vendor)
                 staged[source.name] = sum(b.num_rows for b in batch.batches())  # a publish's read-back, through pyarrow
             except Exception as exc:  # noqa: BLE001 - a warm-up never stops the worker
+                failed.add(source.name)
                 log.warning("incsync worker: the warm-up read through source %s failed (%s); the first transfer "
                             "starts with a cold JVM", source.name, str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__)
                 continue
             log.info("incsync worker: warmed up %s rows through source %s's driver in %.1f s", batch.rows,
                      source.name, time.monotonic() - started)
+    probe_schemas(spark, config, skip=failed)
     return staged
+
+
+def probe_schemas(spark: SparkSession, config: IncsyncConfig, *, skip: set[str]) -> None:
+    """Ask each column-tenanted model's JDBC source for its schema once, as a transfer would (no row read):
+    the source keeps it (``sources.jdbc.shape``), so the first transfer checks its description only.
+    Sources in ``skip`` (their warm-up read failed) are not asked again."""
+    from incsync.sources.jdbc.source import JdbcSource
+
+    anyone = next((r for r in config.recipients if r.enabled), None)
+    for model in config.models:
+        source = config.source(model.source)
+        if anyone is None or model.tenancy != "column" or not isinstance(source, JdbcSourceConfig) or source.name in skip:
+            continue
+        try:
+            JdbcSource(source).probe_schema(spark, model, anyone)
+        except Exception as exc:  # noqa: BLE001 - a warm-up never stops the worker; the transfer reports it
+            log.info("incsync worker: model %s's source schema was not probed at start (%s)", model.model_name,
+                     str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__)

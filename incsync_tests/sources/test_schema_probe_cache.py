@@ -1,5 +1,6 @@
-"""A process keeps Spark's JDBC schema of a PostgreSQL relation per the result's description and asks Spark
-again when that changes: a column added, dropped, retyped, renamed or made NOT NULL is seen by the next probe."""
+"""A process keeps Spark's JDBC schema of a PostgreSQL relation per the result's description, for every
+recipient of a column-tenanted model, and asks Spark again when that changes: a column added, dropped,
+retyped, renamed or made NOT NULL is seen by the next probe."""
 
 from __future__ import annotations
 
@@ -27,8 +28,11 @@ def test_the_schema_is_kept_per_description_and_asked_again_when_it_changes(
     with pg_database() as db:
         db.execute("CREATE TABLE orders (id bigint PRIMARY KEY, organization_id text, amount numeric(12,2), "
                    "updated_at timestamptz(6) NOT NULL)")
-        config = load_config(jdbc_config(tmp_path, db))
-        model, recipient = config.models[0], config.recipients[0]
+        config = load_config(jdbc_config(tmp_path, db, recipients=[
+            {"id": "acme", "id_in_provider_system": "org_1", "destination": "acme_delta"},
+            {"id": "globex", "id_in_provider_system": "org_2", "destination": "globex_delta"},
+        ]))
+        model, recipient, other = config.models[0], config.recipients[0], config.recipients[1]
         source = build_source(config.source(model.source))
         assert isinstance(source, JdbcSource)
 
@@ -40,6 +44,9 @@ def test_the_schema_is_kept_per_description_and_asked_again_when_it_changes(
                          ("updated_at", "timestamp")]
         assert probe() == first
         assert len(asked) == 1  # the same description: Spark's answer kept
+        assert [f.name for f in source.probe_schema(spark, model, other).fields] == [n for n, _ in first]
+        assert len(asked) == 1  # and shared by every recipient of the column-tenanted model
+        assert "org_1" not in asked[0]
         changes = [
             ("ALTER TABLE orders ADD COLUMN note text", ("note", "string")),
             ("ALTER TABLE orders ALTER COLUMN amount TYPE numeric(14,4)", ("amount", "decimal(14,4)")),

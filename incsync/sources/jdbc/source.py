@@ -81,7 +81,10 @@ class JdbcSource(JdbcConnection, Source):
         answer per description and asks Spark again only when it changes (a column added, dropped, retyped
         or made NOT NULL): a resident worker's every transfer saved a JDBC schema query from the JVM."""
         options = self.jdbc_options(model, recipient)
-        sql = self.relation_sql(model, recipient, bounds_where=None)
+        # PostgreSQL plans the probe's constant-false filter without running the relation, so the tenant's
+        # predicate adds nothing there; without it, one kept schema serves every recipient of the model.
+        every = "1=1" if self.vendor == "postgres" and model.organization_column else None
+        sql = self.relation_sql(model, recipient, bounds_where=None, tenant_where=every)
         what = f"model {model.model_name}, recipient {recipient.id}"
         schema = kept_schema(self, sql, options, schema=self.schema_of(model, recipient),
                              ask=lambda: self.load_query(spark, sql, options, what=what).schema)
