@@ -261,3 +261,21 @@ def materialized_since(storage: Any, asset_key: Any, after: int, upto: int) -> I
             return
         after = int(rows[-1][0])
         yield from (row[1] for row in rows)
+
+
+class PartitionStatusAnswers:
+    """What incsync's event-log storages (SQLite and PostgreSQL) answer their own way for the asset page: a
+    model's partition status kept as bit masks, and planned partitions found from the planned events up.
+    Mixed in before Dagster's storage class, whose answers these fall back to."""
+
+    def get_asset_status_cache_values(self, partitions_defs_by_key: Any, context: Any) -> Any:
+        """A model's partition status kept as bit masks (``status_cache_values``), any other asset's Dagster's way."""
+        parent = super().get_asset_status_cache_values  # type: ignore[misc]  # the storage class mixed in after
+        return status_cache_values(self, partitions_defs_by_key, context, lambda pairs: parent(pairs, context))
+
+    def get_latest_asset_partition_materialization_attempts_without_materializations(
+        self, asset_key: Any, after_storage_id: int | None = None,
+    ) -> Any:
+        """Dagster's answer from the planned events up, not from every partition's materialization."""
+        return attempts_without_materializations(self, asset_key, after_storage_id)
+

@@ -124,8 +124,9 @@ def _compact_postgres_event_log_storage() -> type:
     from dagster_postgres.utils import get_token_provider_from_config, pg_url_from_config
 
     from incsync.operations.dagster_compat.compact import install_reader
+    from incsync.operations.dagster_compat.partition_status import PartitionStatusAnswers
 
-    class CompactPostgresEventLogStorage(PostgresEventLogStorage):
+    class CompactPostgresEventLogStorage(PartitionStatusAnswers, PostgresEventLogStorage):
         """dagster-postgres' event log whose materialization rows written by incsync are compact text
         (``compact``): what ``incsync dagster-yaml`` names for a PostgreSQL-backed instance. An event of
         ~1.5 KB is below the size where PostgreSQL compresses a value, so each would be stored whole."""
@@ -135,21 +136,6 @@ def _compact_postgres_event_log_storage() -> type:
         def __init__(self, *args: Any, **kwargs: Any) -> None:
             install_reader()  # before any query: this instance's rows may hold compact text
             super().__init__(*args, **kwargs)
-
-        def get_asset_status_cache_values(self, partitions_defs_by_key: Any, context: Any) -> Any:
-            """A model's partition status kept as bit masks (``partition_status``), any other asset's Dagster's way."""
-            from incsync.operations.dagster_compat.partition_status import status_cache_values
-
-            parent = super().get_asset_status_cache_values
-            return status_cache_values(self, partitions_defs_by_key, context, lambda pairs: parent(pairs, context))
-
-        def get_latest_asset_partition_materialization_attempts_without_materializations(
-            self, asset_key: Any, after_storage_id: int | None = None,
-        ) -> Any:
-            """Dagster's answer from the planned events up, not from every partition's materialization."""
-            from incsync.operations.dagster_compat.partition_status import attempts_without_materializations
-
-            return attempts_without_materializations(self, asset_key, after_storage_id)
 
         @classmethod
         def from_config_value(cls, inst_data: Any, config_value: Any) -> Any:

@@ -40,7 +40,9 @@ def _batching_sqlite_event_log_storage() -> type:
     from dagster._core.storage.event_log.schema import SqlEventLogStorageTable
     from dagster._core.storage.event_log.sqlite.sqlite_event_log import SqliteEventLogStorage
 
-    class BatchingSqliteEventLogStorage(SqliteEventLogStorage):
+    from incsync.operations.dagster_compat.partition_status import PartitionStatusAnswers
+
+    class BatchingSqliteEventLogStorage(PartitionStatusAnswers, SqliteEventLogStorage):
         """Dagster's SQLite event log, storing a batch of asset events in two transactions, each commit
         without an fsync unless the instance asks for one.
 
@@ -150,21 +152,6 @@ def _batching_sqlite_event_log_storage() -> type:
 
         # Materialization rows are stored as compact text (``compact``) and in the index shard only.
         compact_events = True
-
-        def get_asset_status_cache_values(self, partitions_defs_by_key: Any, context: Any) -> Any:
-            """A model's partition status kept as bit masks (``partition_status``), any other asset's Dagster's way."""
-            from incsync.operations.dagster_compat.partition_status import status_cache_values
-
-            parent = super().get_asset_status_cache_values
-            return status_cache_values(self, partitions_defs_by_key, context, lambda pairs: parent(pairs, context))
-
-        def get_latest_asset_partition_materialization_attempts_without_materializations(
-            self, asset_key: Any, after_storage_id: int | None = None,
-        ) -> Any:
-            """Dagster's answer from the planned events up, not from every partition's materialization."""
-            from incsync.operations.dagster_compat.partition_status import attempts_without_materializations
-
-            return attempts_without_materializations(self, asset_key, after_storage_id)
 
         def store_materialization_rows(self, rows: list[dict[str, Any]], last: Any) -> None:
             """Rows of one asset's materializations without tags (``dagster_compat.events``), ``last`` the
