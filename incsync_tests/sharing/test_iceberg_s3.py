@@ -47,6 +47,10 @@ def expected(source: list[dict[str, Any]], org: str) -> list[tuple[Any, ...]]:
     return sorted((r["id"], r["organization_id"], r["status"], r["amount"]) for r in source if r["organization_id"] == org)
 
 
+def _tampered(token: str) -> str:
+    return token[:-1] + ("A" if token[-1] != "A" else "B")
+
+
 @dataclass
 class S3World:
     root: Path
@@ -71,10 +75,10 @@ class S3World:
 
         return RestCatalog(recipient, uri=self.uri, token=self.tokens[recipient].token)
 
-    def credentials(self, recipient: str) -> dict[str, str]:
+    def credentials(self, recipient: str, *, now: float | None = None) -> dict[str, str]:
         table = self.service.catalogs().share_of(recipient, "iceberg").tables[0]
         caller = Caller(recipient=recipient, token_id=self.tokens[recipient].record.id)
-        config: dict[str, str] = self.iceberg.vendor.vend(caller, table, now=time.time())["config"]
+        config: dict[str, str] = self.iceberg.vendor.vend(caller, table, now=time.time() if now is None else now)["config"]
         return config
 
     def data_key(self, recipient: str) -> str:
@@ -115,7 +119,8 @@ def s3_world(s3, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[S3
     destinations = []
     for recipient in ("wayne", "stark"):
         monkeypatch.setenv(f"{recipient.upper()}_CATALOG", f"sqlite:///{tmp_path / f'{recipient}-catalog.db'}")
-        destinations.append({"name": f"{recipient}_s3", "kind": "iceberg", "path": f"s3://{bucket}/{recipient}",
+        scheme = "s3a" if recipient == "stark" else "s3"  # both spellings of S3 a destination may use
+        destinations.append({"name": f"{recipient}_s3", "kind": "iceberg", "path": f"{scheme}://{bucket}/{recipient}",
                              "catalog_uri_env": f"{recipient.upper()}_CATALOG", "storage_options": s3.options()})
     config = lake_config(tmp_path, destinations=destinations, recipients=[
         {"id": "wayne", "id_in_provider_system": "org_6", "destination": "wayne_s3"},
@@ -200,6 +205,9 @@ def test_the_s3_backed_endpoint_refuses_another_tables_key_metadata_traversal_an
         "a missing object": s3_world.signed("shares/stark/sales/orders/data/nothing.parquet", stark),
         "a write": s3_world.signed(stark_key, stark, method="PUT"),
         "a tampered signature": s3_world.signed(stark_key, {**stark, "s3.secret-access-key": wayne["s3.secret-access-key"]}),
+        "expired credentials": s3_world.signed(stark_key, s3_world.credentials(
+            "stark", now=time.time() - s3_world.iceberg.vendor.lifetime_seconds - 1)),
+        "a tampered session token": s3_world.signed(stark_key, {**stark, "s3.session-token": _tampered(stark["s3.session-token"])}),
     }
     assert {name: (status, body) for name, (status, _, body) in refused.items()} == {
         name: (403, ACCESS_DENIED) for name in refused}

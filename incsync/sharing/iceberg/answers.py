@@ -78,7 +78,8 @@ class IcebergService:
         self.service = service
         self.vendor = vendor
         self._roots: dict[SharedTable, str] = {}  # a table's folder never moves; its metadata file does
-        self._buckets: dict[SharedTable, tuple[pafs.FileSystem, str]] = {}  # a table on S3: its filesystem and folder
+        # A table on S3: its filesystem, its folder on it and the storage options it was made with
+        self._buckets: dict[SharedTable, tuple[pafs.FileSystem, str, dict[str, str] | None]] = {}
 
     def caller(self, authorization: str | None) -> Caller:
         try:
@@ -151,8 +152,8 @@ class IcebergService:
         """The table's folder, kept; for a table on S3 its filesystem too, made now: pyarrow makes no S3 client
         while another one's request is under way, and a reader in this process may be waiting on one."""
         root = self._roots.setdefault(table, placement.root if placement.remote else str(Path(placement.root).resolve()))
-        if placement.remote and table not in self._buckets:
-            self._buckets[table] = filesystem(root, table.options)
+        if placement.remote and (table not in self._buckets or self._buckets[table][2] != table.options):
+            self._buckets[table] = (*filesystem(root, table.options), table.options)  # new options: a new key
         return root
 
     def _credentials(self, caller: Caller, table: SharedTable) -> list[dict[str, object]]:
@@ -224,7 +225,7 @@ class IcebergService:
     def _object(self, table: SharedTable, rel: str) -> StoredObject | None:
         if metadata.unsafe_key(rel) or rel == "metadata" or rel.startswith("metadata/"):
             return None
-        fs, folder = self._buckets[table]
+        fs, folder, _ = self._buckets[table]
         info = fs.get_file_info(f"{folder}/{rel}")
         if info.type != pafs.FileType.File or info.size is None:
             return None
