@@ -1,5 +1,5 @@
 """Which tables each recipient's share holds: one share per enabled recipient, named after its id, holding the
-models it receives whose copy its destination keeps as a Delta or Iceberg table in a local folder
+models it receives whose copy its destination keeps as a Delta or Iceberg table in a local folder or on S3
 (``Location.table_format``), under the names of the ``sharing:`` section. Delta Sharing serves its Delta tables,
 the Iceberg REST catalog its Iceberg tables. Found through the destination contract, never a kind's name.
 
