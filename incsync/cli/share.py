@@ -65,7 +65,7 @@ def _shareable(file: Path, recipient_id: str):  # noqa: ANN202 - (IncsyncConfig,
     catalog = Catalog(config)
     if catalog.share_of(recipient_id, None) is None:
         raise SharingError(f"recipient {recipient_id}: its destination {recipient.destination} keeps none of its models "
-                           "as a Delta or Iceberg table in a local folder, which is what the sharing server serves "
+                           "as a Delta or Iceberg table in a local folder or on S3, which is what the sharing server serves "
                            "(docs/sharing.md)")
     iceberg = catalog.share_of(recipient_id, ICEBERG)
     return config, token_store(file, config.sharing), iceberg.name if iceberg is not None else None

@@ -1,5 +1,5 @@
 """Which tables each recipient's share holds: one share per enabled recipient, named after its id, holding the
-models it receives whose copy its destination keeps as a Delta or Iceberg table in a local folder
+models it receives whose copy its destination keeps as a Delta or Iceberg table in a local folder or on S3
 (``Location.table_format``), under the names of the ``sharing:`` section. Delta Sharing serves its Delta tables,
 the Iceberg REST catalog its Iceberg tables. Found through the destination contract, never a kind's name.
 
@@ -28,7 +28,9 @@ log = logging.getLogger(__name__)
 DELTA = DELTA_FORMAT
 ICEBERG = ICEBERG_FORMAT
 FORMATS = (DELTA, ICEBERG)
-REMOTE_SCHEMES = ("s3", "s3a")  # object storage whose files a share hands out as pre-signed URLs
+# Object storage a share serves: a Delta table's files as pre-signed URLs, an Iceberg table's through the catalog's
+# storage endpoint, which reads them from the bucket.
+REMOTE_SCHEMES = ("s3", "s3a")
 
 
 @dataclass(frozen=True)
@@ -40,7 +42,7 @@ class SharedTable:
     name: str
     recipient: str
     model: str
-    root: str  # the table's folder: a local path, or an ``s3://`` URL (Delta tables only)
+    root: str  # the table's folder: a local path, or an ``s3://`` URL
     format: str = DELTA  # its open table format: which protocol serves it
     # The storage options reading ``root`` when it is a URL (secrets resolved: never shown)
     options: dict[str, str] | None = field(default=None, repr=False, compare=False)
@@ -128,9 +130,9 @@ class Catalog:
             if location.table_format not in FORMATS or location.path is None:
                 continue
             remote = is_url(location.path)
-            if remote and (location.table_format != DELTA or scheme_of(location.path) not in REMOTE_SCHEMES):
+            if remote and scheme_of(location.path) not in REMOTE_SCHEMES:
                 log.warning("recipient %s, model %s: its %s table is on object storage the sharing server does not "
-                            "serve yet (Delta tables on S3 only); it is left out of the share", recipient.id,
+                            "serve yet (S3 only); it is left out of the share", recipient.id,
                             model.model_name, location.table_format.capitalize())
                 continue
             tables.append(SharedTable(share=recipient.id, schema=shared_schema(self.config.sharing, model),

@@ -37,6 +37,25 @@ def resolve_options(options: Mapping[str, str] | None, where: str) -> dict[str, 
     return resolved
 
 
+# delta-rs's option names (docs/storage.md) -> pyiceberg's FileIO properties.
+_PYICEBERG_S3 = {
+    "aws_access_key_id": "s3.access-key-id", "access_key_id": "s3.access-key-id",
+    "aws_secret_access_key": "s3.secret-access-key", "secret_access_key": "s3.secret-access-key",
+    "aws_session_token": "s3.session-token", "session_token": "s3.session-token",
+    "aws_region": "s3.region", "region": "s3.region", "aws_default_region": "s3.region",
+    "aws_endpoint_url": "s3.endpoint", "aws_endpoint": "s3.endpoint", "endpoint_url": "s3.endpoint", "endpoint": "s3.endpoint",
+}
+
+
+def pyiceberg_properties(options: Mapping[str, str] | None) -> dict[str, str]:
+    """Resolved ``storage_options`` (delta-rs's names) as pyiceberg's FileIO properties (``s3.*``)."""
+    options = {k.lower(): v for k, v in (options or {}).items()}
+    props = {_PYICEBERG_S3[k]: v for k, v in options.items() if k in _PYICEBERG_S3}
+    if options.get("aws_allow_http", "").lower() == "true" or props.get("s3.endpoint", "").startswith("http://"):
+        props.setdefault("s3.force-virtual-addressing", "false")
+    return props
+
+
 def _truthy(value: str | None) -> bool:
     return str(value).lower() in ("1", "true", "yes")
 

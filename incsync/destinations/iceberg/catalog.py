@@ -17,7 +17,7 @@ from incsync.config.destinations import IcebergDestinationConfig
 from incsync.destinations.base import TransferRecord
 from incsync.destinations.ownership import Owner
 from incsync.errors import ConfigError
-from incsync.storage.filesystems import resolve_options
+from incsync.storage.filesystems import pyiceberg_properties, resolve_options
 from incsync.storage.names import is_url, local_path
 
 if TYPE_CHECKING:
@@ -32,15 +32,6 @@ OWNERSHIP_LOG = "incsync.ownership"
 # destination in the file keeps its tables, and any pyiceberg or Spark client opening the catalog as
 # "incsync" finds them.
 CATALOG_NAME = "incsync"
-
-# delta-rs's option names (docs/storage.md) -> pyiceberg's FileIO properties.
-_S3 = {
-    "aws_access_key_id": "s3.access-key-id", "access_key_id": "s3.access-key-id",
-    "aws_secret_access_key": "s3.secret-access-key", "secret_access_key": "s3.secret-access-key",
-    "aws_session_token": "s3.session-token", "session_token": "s3.session-token",
-    "aws_region": "s3.region", "region": "s3.region", "aws_default_region": "s3.region",
-    "aws_endpoint_url": "s3.endpoint", "aws_endpoint": "s3.endpoint", "endpoint_url": "s3.endpoint", "endpoint": "s3.endpoint",
-}
 
 
 def warehouse(config: IcebergDestinationConfig) -> str:
@@ -75,12 +66,15 @@ def scrub(message: str, config: IcebergDestinationConfig) -> str:
     return message
 
 
+def remote_options(config: IcebergDestinationConfig) -> dict[str, str] | None:
+    """The storage options (secrets resolved) reading a warehouse on object storage; None for a local folder."""
+    if not is_url(config.path) or config.path.startswith("file:"):
+        return None
+    return resolve_options(config.storage_options, f"destinations[{config.name}].storage_options")
+
+
 def io_properties(config: IcebergDestinationConfig) -> dict[str, str]:
-    options = resolve_options(config.storage_options, f"destinations[{config.name}].storage_options")
-    props = {_S3[k]: v for k, v in options.items() if k in _S3}
-    if options.get("aws_allow_http", "").lower() == "true" or props.get("s3.endpoint", "").startswith("http://"):
-        props.setdefault("s3.force-virtual-addressing", "false")
-    return props
+    return pyiceberg_properties(resolve_options(config.storage_options, f"destinations[{config.name}].storage_options"))
 
 
 def open_catalog(config: IcebergDestinationConfig) -> Catalog:

@@ -245,8 +245,8 @@ class IcebergDestination(Destination):
 
     def location(self, *, model: ModelConfig, recipient: RecipientConfig) -> Location:
         root = self.config.path.rstrip("/")  # pyiceberg's default table location in the warehouse
-        return Location(shown=f"{self.config.path} {self.identifier(model)}",
-                        path=f"{root}/{self.config.namespace}/{model.model_name}", table_format=ICEBERG_FORMAT)
+        return Location(shown=f"{self.config.path} {self.identifier(model)}", table_format=ICEBERG_FORMAT,
+                        path=f"{root}/{self.config.namespace}/{model.model_name}", storage_options=cat.remote_options(self.config))
 
     def metadata_location(self, *, model: ModelConfig, recipient: RecipientConfig) -> str | None:
         table = self.table(model)

@@ -6,9 +6,13 @@ its schemas, tables its Iceberg tables; anything else, someone else's or nobody'
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any
+
+import pyarrow.fs as pafs
 
 from incsync.sharing.audit import Read
 from incsync.sharing.catalog import ICEBERG, RecipientShare, SharedTable
@@ -18,6 +22,8 @@ from incsync.sharing.iceberg.credentials import CredentialVendor, TableGrant, ta
 from incsync.sharing.iceberg.metadata import Placement
 from incsync.sharing.protocol import Caller, ProtocolError
 from incsync.sharing.service import SharingService
+from incsync.storage.filesystems import filesystem
+from incsync.storage.names import is_url
 
 # The routes this catalog serves, as the config answer lists them; every other one is refused or unknown.
 ENDPOINTS = [
@@ -32,6 +38,27 @@ ENDPOINTS = [
 ]
 # Readers must plan on the server: a table's manifests name files by their paths on the provider's machine.
 SERVER_PLANNING = {"scan-planning-mode": "server"}
+
+
+@dataclass(frozen=True)
+class StoredObject:
+    """A data file of a table on S3: read from the provider's bucket with its destination's storage options."""
+
+    fs: pafs.FileSystem
+    path: str
+    size: int
+    mtime: datetime | None
+
+    def read(self, start: int, length: int, chunk: int = 1 << 20) -> Iterator[bytes]:
+        """``length`` bytes from ``start``, in chunks."""
+        with self.fs.open_input_file(self.path) as stream:
+            stream.seek(start)
+            while length > 0:
+                data = stream.read(min(chunk, length))
+                if not data:
+                    return
+                length -= len(data)
+                yield data
 
 
 @dataclass(frozen=True)
@@ -50,7 +77,9 @@ class IcebergService:
     def __init__(self, service: SharingService, vendor: CredentialVendor) -> None:
         self.service = service
         self.vendor = vendor
-        self._roots: dict[SharedTable, Path] = {}  # a table's folder never moves; its metadata file does
+        self._roots: dict[SharedTable, str] = {}  # a table's folder never moves; its metadata file does
+        # A table on S3: its filesystem, its folder on it and the storage options it was made with
+        self._buckets: dict[SharedTable, tuple[pafs.FileSystem, str, dict[str, str] | None]] = {}
 
     def caller(self, authorization: str | None) -> Caller:
         try:
@@ -110,13 +139,22 @@ class IcebergService:
         location = self._current(found) if found is not None else None
         if found is None or location is None:
             raise no_such_table()
-        data = metadata.read(location)
+        data = metadata.read(location, found.options)
         try:
             self.service.check_owner(found, metadata.owner(data))
         except ProtocolError:  # its 404, logged there
             raise no_such_table() from None
-        return Loaded(table=found, location=location, metadata=data,
-                      placement=Placement.of(data, self.vendor.location(found)))
+        placement = Placement.of(data, self.vendor.location(found))
+        self._remember(found, placement)
+        return Loaded(table=found, location=location, metadata=data, placement=placement)
+
+    def _remember(self, table: SharedTable, placement: Placement) -> str:
+        """The table's folder, kept; for a table on S3 its filesystem too, made now: pyarrow makes no S3 client
+        while another one's request is under way, and a reader in this process may be waiting on one."""
+        root = self._roots.setdefault(table, placement.root if placement.remote else str(Path(placement.root).resolve()))
+        if placement.remote and (table not in self._buckets or self._buckets[table][2] != table.options):
+            self._buckets[table] = (*filesystem(root, table.options), table.options)  # new options: a new key
+        return root
 
     def _credentials(self, caller: Caller, table: SharedTable) -> list[dict[str, object]]:
         return [self.vendor.vend(caller, table, now=self.service.clock())]
@@ -148,7 +186,8 @@ class IcebergService:
         if residual is not None and not isinstance(residual, dict | bool):
             raise bad_request("filter must be an expression")
         loaded = self.load(caller, prefix=prefix, namespace=namespace, table=table)
-        tasks = metadata.plan(loaded.location, loaded.placement, snapshot_id=snapshot_id, residual=residual)
+        tasks = metadata.plan(loaded.location, loaded.placement, snapshot_id=snapshot_id, residual=residual,
+                              options=loaded.table.options)
         found = loaded.table
         planned = snapshot_id if snapshot_id is not None else loaded.metadata.get("current-snapshot-id")
         self.service.audit.record(Read(  # the read audit (docs/sharing.md#read-audit): the files the plan hands out
@@ -158,9 +197,10 @@ class IcebergService:
         return {"status": "completed", "file-scan-tasks": tasks, "delete-files": [], "plan-tasks": [],
                 "storage-credentials": self._credentials(caller, loaded.table)}
 
-    def file(self, grant: TableGrant, key: str) -> Path | None:
+    def file(self, grant: TableGrant, key: str) -> Path | StoredObject | None:
         """The data file ``key`` names in the bucket, while the grant's token is live, its table is still in the
-        recipient's share and ``key`` is a file of that table's folder outside its metadata; else None."""
+        recipient's share and ``key`` is a file of that table's folder outside its metadata; else None. A file
+        here is its path; a file of a table on S3, the object in the provider's bucket."""
         prefix = table_prefix(grant.share, grant.schema, grant.table)
         if not key.startswith(prefix) or not self.service.store.is_live(grant.token_id):
             return None
@@ -173,11 +213,23 @@ class IcebergService:
             location = self._current(table)
             if location is None:
                 return None
-            root = self._roots.setdefault(table, Path(Placement.of(metadata.read(location), "").root).resolve())
-        path = (root / key[len(prefix):]).resolve()
-        if not path.is_relative_to(root) or path.is_relative_to(root / "metadata") or not path.is_file():
+            root = self._remember(table, Placement.of(metadata.read(location, table.options), ""))
+        rel = key[len(prefix):]
+        if is_url(root):
+            return self._object(table, rel)
+        path = (Path(root) / rel).resolve()
+        if not path.is_relative_to(root) or path.is_relative_to(Path(root) / "metadata") or not path.is_file():
             return None
         return path
+
+    def _object(self, table: SharedTable, rel: str) -> StoredObject | None:
+        if metadata.unsafe_key(rel) or rel == "metadata" or rel.startswith("metadata/"):
+            return None
+        fs, folder, _ = self._buckets[table]
+        info = fs.get_file_info(f"{folder}/{rel}")
+        if info.type != pafs.FileType.File or info.size is None:
+            return None
+        return StoredObject(fs=fs, path=info.path, size=int(info.size), mtime=info.mtime)
 
 
 def parse_body(raw: bytes) -> dict[str, Any]:

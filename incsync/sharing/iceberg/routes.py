@@ -1,5 +1,6 @@
 """The HTTP face of the Iceberg REST catalog (Starlette routes under ``/iceberg``): its read routes, a 403 for
-every write route of the spec, and the S3-compatible endpoint serving the tables' data files.
+every write route of the spec, and the S3-compatible endpoint serving the tables' data files (from this machine,
+or from the provider's bucket for a table on S3).
 
 Every catalog route needs a live bearer token (the one Delta Sharing takes); the storage endpoint takes the
 credentials a table was loaded with. Answers are computed in Starlette's thread pool: they block on SQLite
@@ -9,15 +10,17 @@ and file reads.
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Awaitable, Callable
+from email.utils import formatdate
 from typing import Any
 
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
-from starlette.responses import FileResponse, JSONResponse, Response
+from starlette.responses import FileResponse, JSONResponse, Response, StreamingResponse
 from starlette.routing import BaseRoute, Route
 
-from incsync.sharing.iceberg.answers import IcebergService, parse_body
+from incsync.sharing.iceberg.answers import IcebergService, StoredObject, parse_body
 from incsync.sharing.iceberg.api import PREFIX, STORAGE, RestError, read_only
 from incsync.sharing.iceberg.credentials import BUCKET
 from incsync.sharing.protocol import Caller
@@ -108,9 +111,41 @@ def _storage(iceberg: IcebergService, public_path: str) -> Callable[[Request], A
         found = await run_in_threadpool(find) if request.method in ("GET", "HEAD") else None
         if found is None:
             return Response(ACCESS_DENIED, status_code=403, media_type="application/xml")
+        if isinstance(found, StoredObject):
+            return _proxied(found, request)
         return FileResponse(found, media_type="application/octet-stream")
 
     return storage
+
+
+_RANGE = re.compile(r"^bytes=(\d*)-(\d*)$")
+
+
+def _proxied(found: StoredObject, request: Request) -> Response:
+    """GetObject or HeadObject of an object of the provider's bucket, a byte range of it when asked (one range,
+    as S3 serves), streamed from the bucket."""
+    size = found.size
+    headers = {"Accept-Ranges": "bytes", "Content-Type": "application/octet-stream"}
+    if found.mtime is not None:
+        headers["Last-Modified"] = formatdate(found.mtime.timestamp(), usegmt=True)
+    start, end, status = 0, size - 1, 200
+    asked = request.headers.get("range")
+    if asked:
+        match = _RANGE.match(asked.strip())
+        first, last = (match.group(1), match.group(2)) if match else ("", "")
+        if match and first:
+            start, end = int(first), min(int(last), size - 1) if last else size - 1
+        elif match and last:
+            start, end = max(size - int(last), 0), size - 1
+        if not match or (not first and not last) or start >= size or start > end:
+            return Response(status_code=416, headers={"Content-Range": f"bytes */{size}"})
+        status = 206
+        headers["Content-Range"] = f"bytes {start}-{end}/{size}"
+    length = end - start + 1 if size else 0
+    headers["Content-Length"] = str(length)
+    if request.method == "HEAD" or not length:
+        return Response(status_code=status, headers=headers)
+    return StreamingResponse(found.read(start, length), status_code=status, headers=headers)
 
 
 def routes(iceberg: IcebergService, *, public_path: str = "") -> list[BaseRoute]:
