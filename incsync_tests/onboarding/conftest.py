@@ -51,6 +51,9 @@ def write_setup(tmp_path: Path, db: PgDatabase, *, onboarding: dict[str, object]
 def setup(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Setup]:
     monkeypatch.setenv("INCSYNC_TEST_VAULT_KEY", new_key())
     monkeypatch.setenv("INCSYNC_TEST_ADMIN_TOKEN", ADMIN_TOKEN)
+    # The status page opens the instance beside the file, which sets $DAGSTER_HOME for the process (the server's,
+    # here the tests'); set through monkeypatch, it is put back after the test for the test files after this one.
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / ".dagster"))
     with pg_database() as db:
         db.execute(RECIPIENTS)
         db.execute(DESTINATIONS)
