@@ -54,10 +54,16 @@ def dagster_key(partition: WindowPartition) -> dg.MultiPartitionKey:
     return partition_key(partition.window_key, partition.recipient_id)
 
 
-def split_key(model: ModelConfig, key: str | dg.MultiPartitionKey) -> WindowPartition:
-    """The (window, recipient) cell a Dagster partition key names."""
+def split_dims(model: ModelConfig, key: str | dg.MultiPartitionKey) -> tuple[str, str]:
+    """The window key and recipient id a Dagster partition key names."""
     if isinstance(key, dg.MultiPartitionKey):
         dims = key.keys_by_dimension
     else:
         dims = model_partitions(model).get_partition_key_from_str(str(key)).keys_by_dimension
-    return WindowPartition(window=window_of(model, dims[WINDOW_DIM]), recipient_id=dims[RECIPIENT_DIM])
+    return dims[WINDOW_DIM], dims[RECIPIENT_DIM]
+
+
+def split_key(model: ModelConfig, key: str | dg.MultiPartitionKey) -> WindowPartition:
+    """The (window, recipient) cell a Dagster partition key names."""
+    window, recipient = split_dims(model, key)
+    return WindowPartition(window=window_of(model, window), recipient_id=recipient)

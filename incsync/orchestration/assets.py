@@ -1,19 +1,29 @@
 """One asset per model, partitioned by window × recipient, downstream of its source table."""
 
+from collections.abc import Iterable
+from dataclasses import dataclass
+
 import dagster as dg
 from pydantic import Field
 
-from incsync.config.model import IncsyncConfig, ModelConfig, RecipientConfig
+from incsync.config.model import IncsyncConfig, ModelConfig
 from incsync.config.products import model_schedules, not_received, product_models, products_with, receives
 from incsync.config.tags import ALLOW_MASS_DELETE_TAG, FULL_REFRESH_TAG, MODE_TAG
 from incsync.core.blame import blame
 from incsync.core.fingerprint import model_fingerprint
-from incsync.destinations.registry import Destination
+from incsync.core.windows import WindowPartition, window_of
 from incsync.errors import NotSubscribedError
 from incsync.operations.blame import tag_blame
 from incsync.operations.dagster_compat import DEFER_ASSET_EVENTS_TAG, defers_asset_events, report_planned
 from incsync.operations.liveness import mark_running
-from incsync.operations.partitions import model_asset_key, model_partitions, split_key
+from incsync.operations.partitions import (
+    RECIPIENTS_PARTITIONS,
+    model_asset_key,
+    model_partitions,
+    partition_key,
+    split_dims,
+    window_partitions,
+)
 from incsync.orchestration.resources import destination_resource_key, recipient_destination, source_resource_key
 from incsync.spark.session import SparkWarmUp
 from incsync.transfer.request import TransferPlan, TransferRequest, TransferRun
@@ -109,38 +119,66 @@ def build_model_asset(config: IncsyncConfig, model: ModelConfig) -> dg.AssetsDef
         destination and each run of its contiguous windows, as plain values. The IO manager takes the run's
         transfer slots, then reads each destination's state, opens the reads, stages, validates and publishes."""
         mark_running(context.instance, context.run_id)  # a process that dies now leaves an ORPHANED run, not a RUNNING one
-        keys = context.partition_keys  # Dagster builds this list anew on each access
+        grid = run_grid(context, model)  # the run's range, never its list of keys (~700 bytes a key)
         try:
-            plan = _plan(context, model, config, keys)
+            plan = _plan(context, model, config, grid)
         except Exception as exc:
             tag_blame(context.instance, context.run_id, blame(exc))  # failed before any transfer: the run's own error
             if defers_asset_events(context.run):  # the model's job plans only what fails: all of it did
-                report_planned(context.get_step_execution_context(), context.asset_key, keys)
+                report_planned(context.get_step_execution_context(), context.asset_key, grid.keys())
             raise
         return dg.Output(plan)
 
     return _transfer
 
 
-def _refuse_unsubscribed(config: IncsyncConfig, model: ModelConfig, keys: list[str]) -> None:
+@dataclass(frozen=True)
+class RunGrid:
+    """The (window, recipient) partitions of a run, as Dagster's range names them: every window of
+    ``windows`` for every recipient of ``recipients`` (``MultiPartitionsDefinition.get_partition_keys_in_range``
+    is this product), held as its two dimensions rather than one key a partition."""
+
+    windows: tuple[str, ...]
+    recipients: tuple[str, ...]
+
+    def keys(self) -> list[str]:
+        """The run's Dagster partition keys (a failed plan reports them all as planned)."""
+        return [str(partition_key(w, r)) for r in self.recipients for w in self.windows]
+
+
+def run_grid(context: dg.AssetExecutionContext, model: ModelConfig) -> RunGrid:
+    """The run's partitions from its key range (a single partition is a range of one): the windows between
+    its first and last keys' windows, the recipients between theirs in registration order."""
+    first, last = context.partition_key_range
+    ends = [split_dims(model, key) for key in (first, last)]
+    windows = window_partitions(model).get_partition_keys_in_range(dg.PartitionKeyRange(ends[0][0], ends[1][0]))
+    registered = context.instance.get_dynamic_partitions(RECIPIENTS_PARTITIONS)  # Dagster's range: this order
+    missing = [rid for rid in (ends[0][1], ends[1][1]) if rid not in registered]
+    if missing:
+        raise dg.DagsterInvalidInvocationError(f"partition range {first} to {last}: no recipient partition {missing}")
+    recipients = registered[registered.index(ends[0][1]) : registered.index(ends[1][1]) + 1]
+    return RunGrid(tuple(windows), tuple(recipients))
+
+
+def _refuse_unsubscribed(config: IncsyncConfig, model: ModelConfig, recipient_ids: Iterable[str]) -> None:
     """Fail a run naming a recipient that does not receive ``model`` before Spark, a lease or a destination
     is touched. The recipient partitions are one set shared by every model, so the UI offers such partitions;
     schedules, the sensor and the CLI never launch them."""
     if not config.products:
         return
     held = product_models(config)
-    for rid in dict.fromkeys(split_key(model, key).recipient_id for key in keys):
+    for rid in recipient_ids:
         recipient = config.recipient(rid)
         if not receives(config, recipient, model.model_name, held=held):
             raise NotSubscribedError(f"model {model.model_name}: {not_received(config, recipient, model.model_name)}")
 
 
-def _plan(context: dg.AssetExecutionContext, model: ModelConfig, config: TransferRunConfig, keys: list[str]) -> TransferPlan:
-    """The run's transfers, planned from its partition keys; Spark starts warming up meanwhile."""
+def _plan(context: dg.AssetExecutionContext, model: ModelConfig, config: TransferRunConfig, grid: RunGrid) -> TransferPlan:
+    """The run's transfers, planned from its range of partitions; Spark starts warming up meanwhile."""
     resources, tags = context.resources, context.run.tags
-    _refuse_unsubscribed(resources.incsync.config, model, keys)
+    _refuse_unsubscribed(resources.incsync.config, model, grid.recipients)
     spark = SparkWarmUp(resources.spark)
-    if keys:
+    if grid.windows and grid.recipients:
         spark.start()
     run = TransferRun.for_model(
         resources.incsync.config, model, source=getattr(resources, source_resource_key(model.source)).client(),
@@ -148,14 +186,12 @@ def _plan(context: dg.AssetExecutionContext, model: ModelConfig, config: Transfe
         full_refresh=config.full_refresh or tags.get(FULL_REFRESH_TAG, "").lower() == "true",
         allow_mass_delete=tags.get(ALLOW_MASS_DELETE_TAG, "").lower() == "true",
     )
+    windows = [window_of(model, key) for key in sorted(grid.windows)]  # one Window a window, shared by every recipient
     requests = []
-    # Per recipient, not per window partition: a year-long backfill of 200 recipients is 79,200 keys.
-    cells: dict[str, tuple[RecipientConfig, Destination]] = {}
-    for key in sorted(keys):
-        cell = split_key(model, key)
-        if cell.recipient_id not in cells:
-            recipient = resources.incsync.recipient(cell.recipient_id)
-            cells[cell.recipient_id] = (recipient, recipient_destination(resources, recipient))
-        recipient, destination = cells[cell.recipient_id]
-        requests.append(TransferRequest(run=run, recipient=recipient, destination=destination, partition=cell))
+    # Per recipient, not per window partition: a year-long backfill of 200 recipients is 79,200 partitions.
+    for rid in sorted(grid.recipients):
+        recipient = resources.incsync.recipient(rid)
+        destination = recipient_destination(resources, recipient)
+        requests += [TransferRequest(run=run, recipient=recipient, destination=destination, partition=WindowPartition(w, rid))
+                     for w in windows]
     return run.plan(requests)

@@ -6,7 +6,7 @@ through the run's resources (``incsync`` and each destination kind's), which it 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import dagster as dg
@@ -87,13 +87,13 @@ class TransferIOManager(dg.IOManager):
         committed: list[tuple[TransferRequest, dict[str, dg.MetadataValue]]] = []
         # A full refresh also delivers windows its run was not given (docs/design.md#the-partition-view): a run
         # Dagster planned cannot record those at the step's end, so they are stored as events of their own.
-        given = {r.partition.key for r in obj.requests}
+        given = {r.partition.key for r in obj.requests} if not deferred else set()  # a model's job reports its own
         beyond: list[dg.AssetMaterialization] = []
         reporter = RunReporter.for_output(context) if deferred else None
-        started: set[object] = set()
+        started: list[Sequence[TransferRequest]] = []  # the spans that started (their own tuples), not a key a partition
 
-        def on_start(requests: Iterable[TransferRequest]) -> None:
-            started.update(r.partition.key for r in requests)
+        def on_start(requests: Sequence[TransferRequest]) -> None:
+            started.append(requests)
             if reporter is not None:
                 reporter.started(requests)
 
@@ -138,7 +138,8 @@ class TransferIOManager(dg.IOManager):
                 # the windows that never started show as failed, the reporter plans those at work.
                 tag_blame(instance, context.run_id, blame(exc))
                 if reporter is not None:
-                    reporter.failed(r for r in obj.requests if r.partition.key not in started)
+                    began = {r.partition.key for span in started for r in span}
+                    reporter.failed(r for r in obj.requests if r.partition.key not in began)
                 raise
             finally:
                 if beyond:  # whatever committed is recorded, however the run ends
