@@ -266,7 +266,9 @@ def test_the_batching_event_log_stores_what_dagsters_own_sqlite_storage_stores(t
 def _count_connections(storage, monkeypatch) -> list[str]:  # noqa: ANN001
     """The shards (a run id, or "index") the storage opens from now on, in order."""
     connections: list[str] = []
-    original = type(storage).__mro__[1]._connect  # SqliteEventLogStorage._connect
+    from dagster._core.storage.event_log.sqlite.sqlite_event_log import SqliteEventLogStorage
+
+    original = SqliteEventLogStorage._connect
 
     def counting(self, shard):  # noqa: ANN001
         connections.append(shard)
