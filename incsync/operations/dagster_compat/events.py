@@ -36,7 +36,7 @@ _encode_string = json.encoder.encode_basestring_ascii  # what json.dumps uses wi
 # table schema, JSON, a URL) is serialized by serdes.
 _ONE_FIELD = {
     dg.IntMetadataValue: "value", dg.FloatMetadataValue: "value", dg.TimestampMetadataValue: "value",
-    dg.TextMetadataValue: "text", dg.PathMetadataValue: "path",
+    dg.TextMetadataValue: "text", dg.PathMetadataValue: "path", dg.UrlMetadataValue: "url",
 }
 _PLACEHOLDER = re.compile(r'"@@incsync-slot-(\d+)@@"|77777777777(\d{6})\b|7\.777777(\d{6})1e\+250')
 
