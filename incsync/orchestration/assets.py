@@ -14,7 +14,7 @@ from incsync.core.fingerprint import model_fingerprint
 from incsync.core.windows import WindowPartition, window_of
 from incsync.errors import NotSubscribedError
 from incsync.operations.blame import tag_blame
-from incsync.operations.dagster_compat import DEFER_ASSET_EVENTS_TAG, defers_asset_events, report_planned
+from incsync.operations.dagster_compat import DEFER_ASSET_EVENTS_TAG, defers_asset_events, install_range_subsets, report_planned
 from incsync.operations.liveness import mark_running
 from incsync.operations.partitions import (
     RECIPIENTS_PARTITIONS,
@@ -119,6 +119,7 @@ def build_model_asset(config: IncsyncConfig, model: ModelConfig) -> dg.AssetsDef
         destination and each run of its contiguous windows, as plain values. The IO manager takes the run's
         transfer slots, then reads each destination's state, opens the reads, stages, validates and publishes."""
         mark_running(context.instance, context.run_id)  # a process that dies now leaves an ORPHANED run, not a RUNNING one
+        install_range_subsets()  # the output's context holds the run's range as masks, not a key a partition
         grid = run_grid(context, model)  # the run's range, never its list of keys (~700 bytes a key)
         try:
             plan = _plan(context, model, config, grid)

@@ -46,11 +46,6 @@ def _peak_of_run(root: Path, windows: int) -> tuple[bool, int, int]:
 
 
 @pytest.mark.slow  # ~2 min: two Delta transfers' runs under tracemalloc, 10,000 windows stored; make test-long
-@pytest.mark.xfail(strict=True, reason=(
-    "issue 50, not done yet: the run still holds one TransferRequest (and outcome, materialization) a partition "
-    "of a commit; measured 2026-11-28 (h50mem): 4 recipients x 2 hourly windows peak 7.2 MB, x 2,500 windows "
-    "21.5 MB from context.partition_keys (9ce132c), 19.7 MB planned from the range (bound 14.8 MB); "
-    "see benchmarks/HISTORY.md"))
 def test_a_run_of_many_partitions_peaks_within_a_run_of_few(spark: object, tmp_path: Path) -> None:
     few_ok, few_peak, few_done = _peak_of_run(tmp_path / "few", FEW_WINDOWS)
     many_ok, many_peak, many_done = _peak_of_run(tmp_path / "many", MANY_WINDOWS)

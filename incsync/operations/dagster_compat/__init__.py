@@ -16,6 +16,7 @@ from dagster._core.storage import tags as _tags
 
 from incsync.operations.dagster_compat.events import MaterializationRows
 from incsync.operations.dagster_compat.postgres import is_postgres_event_log, store_planned_on_postgres, store_rows_on_postgres
+from incsync.operations.dagster_compat.range_subset import install_range_subsets
 from incsync.operations.dagster_compat.sqlite import (  # re-exported: the one compat module
     EVENT_BATCH_ENV_VAR,
     EVENT_BATCH_SIZE,
@@ -36,6 +37,7 @@ __all__ = [
     "add_partition_metadata",
     "defers_asset_events",
     "event_log_storage_config",
+    "install_range_subsets",
     "instance_postgres_url",
     "load_as_code_location",
     "materialization_reporter",
