@@ -149,6 +149,23 @@ def test_the_users_asset_materializes_in_the_project_beside_incsync(project: Pro
         assert run is not None and (run.job_name, run.status) == ("__ASSET_JOB", dg.DagsterRunStatus.SUCCESS)
 
 
+def test_the_projects_definitions_load_in_process_with_the_lineage_edge(
+        project: Project, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What the project's definitions.py returns (`load_from_defs_folder`), loaded in this process."""
+    from dagster.components import load_from_defs_folder
+
+    monkeypatch.syspath_prepend(str(project.root / "src"))
+    try:
+        defs = load_from_defs_folder(path_within_project=project.root / "src" / PROJECT)
+        graph = defs.resolve_asset_graph()
+        assert sorted(k.to_user_string() for k in graph.get(dg.AssetKey("orders_report")).parent_keys) == ["db/orders"]
+        assert sorted(k.to_user_string() for k in graph.get(dg.AssetKey(["db", "orders"])).child_keys) == ["orders_report"]
+        assert defs.resolve_job_def("orders").name == "orders"
+    finally:
+        for name in [m for m in sys.modules if m == PROJECT or m.startswith(f"{PROJECT}.")]:
+            del sys.modules[name]
+
+
 def test_scaffolding_without_a_path_names_incsync_yaml_beside_defs_yaml(tmp_path: Path) -> None:
     request = dg.ScaffoldRequest(type_name="incsync.IncsyncComponent", target_path=tmp_path, scaffold_format="yaml",
                                  project_root=None, params=IncsyncScaffoldParams())
