@@ -4,11 +4,15 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["janitor", "latest_versions", "read_manifested"]
+__all__ = ["IncsyncComponent", "janitor", "latest_versions", "read_manifested"]
 
 
 def __getattr__(name: str) -> Any:
-    # Lazy, so `import incsync.definitions` stays cheap.
+    # Lazy, so `import incsync.definitions` stays cheap and the thin worker client never imports Dagster.
+    if name == "IncsyncComponent":  # what `dg scaffold defs incsync.IncsyncComponent` names (docs/dagster.md)
+        from incsync.orchestration.component import IncsyncComponent
+
+        return IncsyncComponent
     if name == "janitor":
         from incsync.destinations.object_storage.janitor import janitor
 
@@ -18,3 +22,8 @@ def __getattr__(name: str) -> Any:
 
         return getattr(manifest_reader, name)
     raise AttributeError(name)
+
+
+def __dir__() -> list[str]:
+    # `dg` lists a registry module's components by dir(): the lazy names must show there too.
+    return sorted({*globals(), *__all__})
