@@ -74,5 +74,5 @@ def install_range_subsets() -> None:
             return grid_of_range(partitions_def, key_range, instance)
         return dagster_way(key_range, partitions_def, instance)
 
-    output._key_range_to_subset = _key_range_to_subset  # noqa: SLF001
+    output._key_range_to_subset = _key_range_to_subset  # noqa: SLF001 - replaced by the grid-aware one above
     _installed = True
