@@ -275,6 +275,13 @@ def _count_connections(storage, monkeypatch) -> list[str]:  # noqa: ANN001
         return original(self, shard)
 
     monkeypatch.setattr(type(storage), "_connect", counting)
+    kept = type(storage)._kept_index_transaction
+
+    def counting_kept(self):  # noqa: ANN001
+        connections.append("index")  # a transaction on the index shard, over the connection the storage keeps
+        return kept(self)
+
+    monkeypatch.setattr(type(storage), "_kept_index_transaction", counting_kept)
     return connections
 
 
@@ -301,7 +308,11 @@ def test_the_batching_event_log_writes_a_batch_in_one_transaction_per_shard(tmp_
     # the index shard: the run's start and success, one batch of planned events, one of materializations
     # (Dagster's own storage opens it once per asset event: 8 here, 2 + 2 per window of a real run)
     assert planned_and_materialized.count("index") == 4
+    # the batches' index connection stays open (a closing last connection copies the whole WAL into the database)
+    kept = storage._kept_index  # noqa: SLF001 - the one connection it keeps
+    assert kept is not None
     instance.dispose()
+    assert storage._kept_index is None  # noqa: SLF001 - closed with the instance
 
 
 CRON_CASES = [
