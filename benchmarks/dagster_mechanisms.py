@@ -188,7 +188,7 @@ def monitor() -> None:
     # 2. Launched by the daemon through its code server (the DefaultRunLauncher): the worker SIGKILLed, then
     # the worker and its code server SIGKILLed together (a host's OOM killer, a restarted daemon).
     daemon = subprocess.Popen([str(Path(sys.executable).parent / "dagster-daemon"), "run", "-f", str(home / "job.py")],
-                              env=_env(home), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+                              env=_env(home, BENCH_MARK_RUNNING="1"), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     try:
         for case in ("the run worker", "the run worker and its code server"):
             for f in home.glob("started.*"):
@@ -208,6 +208,11 @@ def monitor() -> None:
             print(f"daemon-launched run, {case} SIGKILLed: "
                   + (f"FAILURE after {failed - killed_at:.1f} s" if failed
                      else f"still {instance.get_run_by_id(run_id).status.value} after 60 s (run monitoring polls every 5 s)"))
+            if not failed:
+                t = time.perf_counter()
+                marked = reap(instance)
+                print(f"incsync reap: {marked == [run_id]} ({(time.perf_counter() - t) * 1000:.0f} ms), run now "
+                      f"{instance.get_run_by_id(run_id).status.value}")
     finally:
         os.killpg(daemon.pid, signal.SIGTERM)
         daemon.wait(30)
