@@ -15,8 +15,6 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
-import pyarrow as pa
-
 from incsync.config.destinations import DestinationConfig
 from incsync.config.model import ModelConfig, RecipientConfig
 from incsync.core.canonical import Fingerprints, Kind
@@ -33,11 +31,13 @@ from incsync.destinations.records import (
     reset_reason,
     table_state,
 )
-from incsync.staging.batch import StagedBatch
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # the staged batch (pyarrow's datasets, and the pandas they load) only where rows move
+    import pyarrow as pa
+
     from incsync.destinations.maintenance import Maintained
     from incsync.destinations.ownership import Owner
+    from incsync.staging.batch import StagedBatch
 
 
 @dataclass(frozen=True)

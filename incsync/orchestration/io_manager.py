@@ -30,7 +30,6 @@ from incsync.orchestration.resources import destination_resource_key, recipient_
 from incsync.storage.files import staging_root
 from incsync.transfer import progress
 from incsync.transfer.errors import TransferFailures
-from incsync.transfer.execute import execute
 from incsync.transfer.request import SpanFailure, TransferOutcome, TransferPlan, TransferRequest
 
 
@@ -77,6 +76,10 @@ class TransferIOManager(dg.IOManager):
     def handle_output(self, context: dg.OutputContext, obj: TransferPlan) -> None:
         """Take the run's transfer slots, then open, stage, validate and publish the planned transfers; report
         each commit as it lands. The slots are released when the block ends, whatever happened in it."""
+        # Imported here, in the run: the transfer engine loads pyarrow's datasets (and pandas with them), ~130 MB
+        # that every code server would hold only to serve definitions (the daemon runs several at once).
+        from incsync.transfer.execute import execute
+
         instance = self._run_instance()
         single = len(obj.requests) <= 1  # the asset made one request per partition of the run
         # A run of the model's job reports its own partitions (``reporting.RunReporter``): each commit's
