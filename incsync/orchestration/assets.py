@@ -153,9 +153,14 @@ def run_grid(context: dg.AssetExecutionContext, model: ModelConfig) -> RunGrid:
     """The run's partitions from its key range (a single partition is a range of one): the windows between
     its first and last keys' windows, the recipients between theirs in registration order."""
     first, last = context.partition_key_range
+    return grid_between(context.instance, model, first, last)
+
+
+def grid_between(instance: dg.DagsterInstance, model: ModelConfig, first: str, last: str) -> RunGrid:
+    """The partitions of the range ``first`` to ``last`` (Dagster partition keys), as ``run_grid`` reads them."""
     ends = [split_dims(model, key) for key in (first, last)]
     windows = window_partitions(model).get_partition_keys_in_range(dg.PartitionKeyRange(ends[0][0], ends[1][0]))
-    registered = context.instance.get_dynamic_partitions(RECIPIENTS_PARTITIONS)  # Dagster's range: this order
+    registered = instance.get_dynamic_partitions(RECIPIENTS_PARTITIONS)  # Dagster's range: this order
     missing = [rid for rid in (ends[0][1], ends[1][1]) if rid not in registered]
     if missing:
         raise dg.DagsterInvalidInvocationError(f"partition range {first} to {last}: no recipient partition {missing}")

@@ -1,0 +1,141 @@
+"""The integrity check is partitioned like its model (window × recipient, the recipient dimension dynamic),
+so a recipient whose copy fails shows failed on its own partitions in the asset's check view, read through
+GraphQL as the UI reads it (``AssetCheck.partitionStatuses``), and its neighbour's stay passed."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import dagster as dg
+import pytest
+from dagster._core.remote_origin import InProcessCodeLocationOrigin
+from dagster._core.test_utils import create_test_daemon_workspace_context
+from dagster._core.types.loadable_target_origin import LoadableTargetOrigin
+from dagster._core.workspace.load_target import InProcessWorkspaceLoadTarget
+from dagster_graphql.test.utils import execute_dagster_graphql
+from deltalake import DeltaTable
+
+from incsync.operations.partitions import RECIPIENTS_PARTITIONS
+from incsync.orchestration.definitions import build_definitions
+from incsync_tests.support.lake import lake_config, order, ts, write_table
+
+MODEL = dg.AssetKey(["lake", "orders"])
+CHECK = dg.AssetCheckKey(MODEL, "integrity")
+RECIPIENTS = [
+    {"id": "acme", "id_in_provider_system": "org_1", "destination": "acme_delta"},
+    {"id": "globex", "id_in_provider_system": "org_2", "destination": "globex_delta"},
+]
+
+CHECK_STATUSES = """
+query CheckPartitions($assetKey: AssetKeyInput!) {
+  assetNodeOrError(assetKey: $assetKey) {
+    ... on AssetNode {
+      assetChecksOrError {
+        ... on AssetChecks {
+          checks {
+            name
+            partitionDefinition { dimensionTypes { name dynamicPartitionsDefinitionName } }
+            partitionStatuses {
+              __typename
+              ... on AssetCheckMultiPartitionStatuses {
+                primaryDimensionName
+                ranges {
+                  primaryDimStartKey primaryDimEndKey
+                  secondaryDim {
+                    __typename
+                    ... on AssetCheckDefaultPartitionStatuses {
+                      succeededPartitions failedPartitions inProgressPartitions skippedPartitions executionFailedPartitions
+                    }
+                  }
+                }
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+}
+"""
+
+
+@pytest.fixture
+def location(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[object, dg.Definitions]]:
+    """The definitions of a two-recipient model checked after each transfer, and the UI's view of them over
+    the same (SQLite) instance."""
+    monkeypatch.setenv("INCSYNC_AUTOMATION", "stopped")
+    write_table(tmp_path / "src", "orders", [order(1, "org_1", ts(1, 10)), order(2, "org_1", ts(1, 11)),
+                                             order(3, "org_2", ts(1, 12))])
+    config = lake_config(tmp_path, recipients=RECIPIENTS, model={"integrity_check": "after_transfer"})
+    module = tmp_path / "defs.py"
+    module.write_text(f"from incsync.orchestration.definitions import build_definitions\n\ndefs = build_definitions({str(config)!r})\n")
+    origin = InProcessCodeLocationOrigin(
+        loadable_target_origin=LoadableTargetOrigin(python_file=str(module), working_directory=str(tmp_path)),
+        location_name="incsync",
+    )
+    home = tmp_path / "dagster_home"
+    home.mkdir()
+    with dg.instance_for_test(temp_dir=str(home)) as instance:
+        with create_test_daemon_workspace_context(InProcessWorkspaceLoadTarget(origin), instance) as context:
+            entry = next(iter(context.create_request_context().get_code_location_entries().values()))
+            assert entry.code_location is not None, entry.load_error
+            instance.add_dynamic_partitions(RECIPIENTS_PARTITIONS, ["acme", "globex"])
+            yield context, build_definitions(str(config))
+
+
+def _statuses(context) -> dict:  # noqa: ANN001
+    # Entered as the webserver enters each request's context (dagster_webserver/graphql.py ``request_context``):
+    # that sets the partition loading context the recipients dimension needs.
+    with context.create_request_context() as request:
+        result = execute_dagster_graphql(request, CHECK_STATUSES, {"assetKey": {"path": MODEL.path}})
+    assert result.errors is None, result.errors
+    [check] = result.data["assetNodeOrError"]["assetChecksOrError"]["checks"]
+    assert check["name"] == "integrity"
+    assert check["partitionDefinition"]["dimensionTypes"] == [
+        {"name": "recipient", "dynamicPartitionsDefinitionName": "recipients"},
+        {"name": "window", "dynamicPartitionsDefinitionName": None},
+    ]
+    return check["partitionStatuses"]
+
+
+def _by_window(statuses: dict) -> dict[str, dict[str, list[str]]]:
+    """Window -> the recipient keys of each non-empty status."""
+    assert statuses["__typename"] == "AssetCheckMultiPartitionStatuses" and statuses["primaryDimensionName"] == "window"
+    out = {}
+    for r in statuses["ranges"]:
+        assert r["primaryDimStartKey"] == r["primaryDimEndKey"], r
+        out[r["primaryDimStartKey"]] = {k: v for k, v in r["secondaryDim"].items() if k != "__typename" and v}
+    return out
+
+
+def test_a_recipients_failed_check_shows_on_its_own_partition(location, spark, tmp_path: Path) -> None:
+    context, defs = location
+    instance = context.instance
+    # One transfer run over both recipients' 2024-01-01 window (a range, as the schedules and backfills batch
+    # them); the check runs in it, on its two partitions.
+    job = defs.resolve_implicit_global_asset_job_def()
+    transfer = job.execute_in_process(instance=instance, tags={
+        "dagster/asset_partition_range_start": "acme|2024-01-01", "dagster/asset_partition_range_end": "globex|2024-01-01"})
+    assert sorted((e.partition, e.passed) for e in transfer.get_asset_check_evaluations()) == [
+        ("acme|2024-01-01", True), ("globex|2024-01-01", True)]
+    assert _by_window(_statuses(context)) == {"2024-01-01": {"succeededPartitions": ["acme", "globex"]}}
+
+    # acme's copy is tampered with; the check alone (its schedule's job, or a launch from the UI) finds it.
+    DeltaTable(str(tmp_path / "out/acme/orders")).update({"status": "'tampered'"}, predicate="id = 2")
+    alone = defs.resolve_job_def("__ASSET_JOB").get_subset(asset_check_selection={CHECK}, asset_selection=set())
+    checked = alone.execute_in_process(instance=instance)
+    assert sorted((e.partition, e.passed, e.metadata["total_rows_incorrect"].value)
+                  for e in checked.get_asset_check_evaluations()) == [
+        ("acme|2024-01-01", False, 1), ("globex|2024-01-01", True, 0)]
+
+    assert _by_window(_statuses(context)) == {
+        "2024-01-01": {"succeededPartitions": ["globex"], "failedPartitions": ["acme"]}}
+    # The instance's record of each partition's latest execution says the same.
+    history = instance.event_log_storage.get_asset_check_execution_history(CHECK, limit=10)
+    latest: dict[str, str] = {}
+    for record in history:  # newest first
+        latest.setdefault(record.partition, record.status.value)
+    # (The check-only run's planned event names no partition: Dagster plans a run without one that way, and
+    # its partition view skips a key that is not the check's.)
+    assert latest == {"acme|2024-01-01": "FAILED", "globex|2024-01-01": "SUCCEEDED", None: "PLANNED"}
