@@ -4,8 +4,7 @@ each recipient's result, Prequel's counters as its metadata, on that recipient's
 check view shows a failing recipient on its own row (docs/architecture.md#integrity-per-partition).
 
 Which partitions: in a transfer run, the run's own (window, recipient) partitions; in a run of the check
-alone (its schedule, a launch by hand), each recipient's partition of the window holding its high watermark
-(the newest data verified; the current window when it has none).
+alone (its schedule, a launch by hand), each recipient's first window, standing for its whole copy.
 
 ``integrity_check`` on the model says when it runs besides a launch by hand: ``after_transfer`` (in
 every transfer run, for that run's recipients) or ``schedule`` (a check-only job at
@@ -16,7 +15,6 @@ every transfer run, for that run's recipients) or ``schedule`` (a check-only job
 from __future__ import annotations
 
 from collections.abc import Iterator
-from datetime import datetime
 from pathlib import Path
 
 import dagster as dg
@@ -24,7 +22,7 @@ from dagster._core.definitions.asset_checks.asset_check_evaluation import AssetC
 from dagster._utils.warnings import disable_dagster_warnings
 
 from incsync.config.model import IncsyncConfig, ModelConfig, RecipientConfig
-from incsync.core.bounds import UTC
+from incsync.core.bounds import from_epoch, recipient_start
 from incsync.core.windows import window_key_for
 from incsync.operations.dagster_compat import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG
 from incsync.operations.partitions import model_asset_key, model_partitions, partition_key
@@ -87,7 +85,6 @@ def _evaluate(context: dg.AssetCheckExecutionContext, model: ModelConfig) -> Ite
     for recipient in recipients:
         metadata: dict[str, object] = {"recipient": recipient.id, "sampling_rate": model.integrity_sampling_rate,
                                        "deletes": model.deletes}
-        high_watermark = None
         try:
             result = verify_recipient(
                 config, model, recipient, spark=lambda: context.resources.spark.spark_session,
@@ -97,18 +94,14 @@ def _evaluate(context: dg.AssetCheckExecutionContext, model: ModelConfig) -> Ite
             passed, lines = False, [f"{recipient.id}: {type(exc).__name__}: {' '.join(str(exc).split())[:500]}"]
             metadata["error"] = lines[0]
         else:
-            passed, lines, high_watermark = result.passed, [result.line()], result.high_watermark
+            passed, lines = result.passed, [result.line()]
             metadata.update(result.counts)
             if not passed and model.integrity_repair:
                 lines.append(_repair(context, config, model, recipient))
         metadata["details"] = dg.MetadataValue.md("\n".join(f"- `{line}`" for line in lines))
         if not passed:
             failing.append(recipient.id)
-        if windows is not None:
-            keys = windows[recipient.id]
-        else:
-            at = datetime.fromisoformat(high_watermark) if high_watermark else datetime.now(UTC)
-            keys = (window_key_for(model, at),)
+        keys = windows[recipient.id] if windows is not None else (_first_window(model, recipient),)
         partitions = [str(partition_key(window, recipient.id)) for window in keys]
         targets = _latest_materializations(context.instance, model_asset_key(model), partitions)
         for partition in partitions:
@@ -118,6 +111,14 @@ def _evaluate(context: dg.AssetCheckExecutionContext, model: ModelConfig) -> Ite
             )
     context.log.info(f"integrity of {model.model_name}: {len(recipients)} recipient(s) checked, "
                      f"failing: {', '.join(failing) or 'none'}")
+
+
+def _first_window(model: ModelConfig, recipient: RecipientConfig) -> str:
+    """The recipient's first window: where a run of the check alone records its result, standing for the whole
+    copy it verified. Transfers rewrite the open window every tick, which would clear the result within a
+    tick (Dagster shows a partition's result only until the partition materializes again); the first window
+    is rewritten only by a full refresh, which is checked again."""
+    return window_key_for(model, max(recipient_start(model, recipient), from_epoch(model.min_start_time_epoch)))
 
 
 def _latest_materializations(

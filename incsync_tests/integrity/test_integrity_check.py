@@ -39,7 +39,7 @@ def test_after_transfer_the_check_reports_the_counters(spark, dagster_instance, 
     write_table(tmp_path / "src", "orders", _rows()[1:])  # row 1 deleted at the source
     job = defs.resolve_job_def("__ASSET_JOB").get_subset(asset_check_selection={CHECK}, asset_selection=set())
     alone = job.execute_in_process(instance=dagster_instance)
-    [failed] = alone.get_asset_check_evaluations()  # the check alone: on the window of acme's high watermark
+    [failed] = alone.get_asset_check_evaluations()  # the check alone: on acme's first window
     assert (failed.passed, failed.severity, failed.partition) == (False, dg.AssetCheckSeverity.WARN, "acme|2024-01-01")
     assert failed.metadata["total_rows_orphaned"].value == 1 and failed.metadata["recipient"].value == "acme"
 

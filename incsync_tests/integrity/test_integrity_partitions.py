@@ -66,7 +66,8 @@ def location(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[
     the same (SQLite) instance."""
     monkeypatch.setenv("INCSYNC_AUTOMATION", "stopped")
     write_table(tmp_path / "src", "orders", [order(1, "org_1", ts(1, 10)), order(2, "org_1", ts(1, 11)),
-                                             order(3, "org_2", ts(1, 12))])
+                                             order(3, "org_2", ts(1, 12)), order(4, "org_1", ts(2, 9)),
+                                             order(5, "org_2", ts(2, 10))])
     config = lake_config(tmp_path, recipients=RECIPIENTS, model={"integrity_check": "after_transfer"})
     module = tmp_path / "defs.py"
     module.write_text(f"from incsync.orchestration.definitions import build_definitions\n\ndefs = build_definitions({str(config)!r})\n")
@@ -99,43 +100,51 @@ def _statuses(context) -> dict:  # noqa: ANN001
     return check["partitionStatuses"]
 
 
-def _by_window(statuses: dict) -> dict[str, dict[str, list[str]]]:
-    """Window -> the recipient keys of each non-empty status."""
+def _by_windows(statuses: dict) -> dict[tuple[str, str], dict[str, list[str]]]:
+    """(first, last window) of each run of windows alike -> the recipient keys of each non-empty status."""
     assert statuses["__typename"] == "AssetCheckMultiPartitionStatuses" and statuses["primaryDimensionName"] == "window"
-    out = {}
-    for r in statuses["ranges"]:
-        assert r["primaryDimStartKey"] == r["primaryDimEndKey"], r
-        out[r["primaryDimStartKey"]] = {k: v for k, v in r["secondaryDim"].items() if k != "__typename" and v}
-    return out
+    return {(r["primaryDimStartKey"], r["primaryDimEndKey"]): {k: v for k, v in r["secondaryDim"].items() if k != "__typename" and v}
+            for r in statuses["ranges"]}
 
 
-def test_a_recipients_failed_check_shows_on_its_own_partition(location, spark, tmp_path: Path) -> None:
+def test_a_recipients_failed_check_shows_on_its_own_partitions(location, spark, tmp_path: Path) -> None:
     context, defs = location
     instance = context.instance
-    # One transfer run over both recipients' 2024-01-01 window (a range, as the schedules and backfills batch
-    # them); the check runs in it, on its two partitions.
     job = defs.resolve_implicit_global_asset_job_def()
-    transfer = job.execute_in_process(instance=instance, tags={
-        "dagster/asset_partition_range_start": "acme|2024-01-01", "dagster/asset_partition_range_end": "globex|2024-01-01"})
-    assert sorted((e.partition, e.passed) for e in transfer.get_asset_check_evaluations()) == [
-        ("acme|2024-01-01", True), ("globex|2024-01-01", True)]
-    assert _by_window(_statuses(context)) == {"2024-01-01": {"succeededPartitions": ["acme", "globex"]}}
 
-    # acme's copy is tampered with; the check alone (its schedule's job, or a launch from the UI) finds it.
+    def transfer(first: str, last: str) -> list[tuple[str, bool]]:
+        """A transfer run over a range of partitions, as the schedules and backfills batch them; the check
+        runs in it (``after_transfer``): its evaluations."""
+        run = job.execute_in_process(instance=instance, tags={
+            "dagster/asset_partition_range_start": first, "dagster/asset_partition_range_end": last})
+        return sorted((e.partition, e.passed) for e in run.get_asset_check_evaluations())
+
+    assert transfer("acme|2024-01-01", "globex|2024-01-02") == [
+        ("acme|2024-01-01", True), ("acme|2024-01-02", True), ("globex|2024-01-01", True), ("globex|2024-01-02", True)]
+    assert _by_windows(_statuses(context)) == {("2024-01-01", "2024-01-02"): {"succeededPartitions": ["acme", "globex"]}}
+
+    # acme's copy is tampered with; the check alone (its schedule's job, or a launch from the UI) finds it and
+    # records each recipient on its first window (standing for its whole copy, and not rewritten by the next tick).
     DeltaTable(str(tmp_path / "out/acme/orders")).update({"status": "'tampered'"}, predicate="id = 2")
     alone = defs.resolve_job_def("__ASSET_JOB").get_subset(asset_check_selection={CHECK}, asset_selection=set())
     checked = alone.execute_in_process(instance=instance)
     assert sorted((e.partition, e.passed, e.metadata["total_rows_incorrect"].value)
                   for e in checked.get_asset_check_evaluations()) == [
         ("acme|2024-01-01", False, 1), ("globex|2024-01-01", True, 0)]
+    assert _by_windows(_statuses(context)) == {
+        ("2024-01-01", "2024-01-01"): {"succeededPartitions": ["globex"], "failedPartitions": ["acme"]},
+        ("2024-01-02", "2024-01-02"): {"succeededPartitions": ["acme", "globex"]},
+    }
 
-    assert _by_window(_statuses(context)) == {
-        "2024-01-01": {"succeededPartitions": ["globex"], "failedPartitions": ["acme"]}}
+    # The next tick transfers the latest window again and checks it: acme fails there too, the first window keeps its result.
+    assert transfer("acme|2024-01-02", "globex|2024-01-02") == [("acme|2024-01-02", False), ("globex|2024-01-02", True)]
+    assert _by_windows(_statuses(context)) == {
+        ("2024-01-01", "2024-01-02"): {"succeededPartitions": ["globex"], "failedPartitions": ["acme"]}}
     # The instance's record of each partition's latest execution says the same.
-    history = instance.event_log_storage.get_asset_check_execution_history(CHECK, limit=10)
-    latest: dict[str, str] = {}
-    for record in history:  # newest first
+    latest: dict[str | None, str] = {}
+    for record in instance.event_log_storage.get_asset_check_execution_history(CHECK, limit=20):  # newest first
         latest.setdefault(record.partition, record.status.value)
     # (The check-only run's planned event names no partition: Dagster plans a run without one that way, and
     # its partition view skips a key that is not the check's.)
-    assert latest == {"acme|2024-01-01": "FAILED", "globex|2024-01-01": "SUCCEEDED", None: "PLANNED"}
+    assert latest == {"acme|2024-01-01": "FAILED", "acme|2024-01-02": "FAILED", "globex|2024-01-01": "SUCCEEDED",
+                      "globex|2024-01-02": "SUCCEEDED", None: "PLANNED"}
