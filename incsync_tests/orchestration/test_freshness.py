@@ -24,7 +24,7 @@ from incsync.config.load import load_config
 from incsync.core.cron import longest_gap
 from incsync.operations.partitions import RECIPIENTS_PARTITIONS, partition_key
 from incsync.orchestration.freshness import freshness_description, freshness_policy
-from incsync_tests.support.lake import JAN1, lake_config
+from incsync_tests.support.lake import JAN1, lake_config, order, ts, write_table
 
 LOCATION = "incsync"
 ORDERS, RETURNS = dg.AssetKey(["lake", "orders"]), dg.AssetKey(["lake", "returns"])
@@ -87,7 +87,10 @@ def _two_models(tmp_path: Path, *, orders: str, returns: str) -> Path:
 
 @pytest.fixture
 def workspace(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[object]:
-    """The daemon's view of a code location with two every-minute models (warn after 90 s, fail after 120 s)."""
+    """The daemon's view of a code location with two every-minute models (warn after 90 s, fail after 120 s),
+    over a SQLite instance with incsync's event log (what `incsync dagster-yaml` configures)."""
+    from incsync.operations.dagster_compat import event_log_storage_config
+
     monkeypatch.setenv("INCSYNC_AUTOMATION", "stopped")
     config = _two_models(tmp_path, orders="* * * * *", returns="* * * * *")
     module = tmp_path / "defs.py"
@@ -98,7 +101,7 @@ def workspace(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[objec
         loadable_target_origin=LoadableTargetOrigin(python_file=str(module), working_directory=str(tmp_path)),
         location_name=LOCATION,
     )
-    with dg.instance_for_test(temp_dir=str(home)) as instance:
+    with dg.instance_for_test(temp_dir=str(home), overrides={"event_log_storage": event_log_storage_config(home)}) as instance:
         with create_test_daemon_workspace_context(InProcessWorkspaceLoadTarget(origin), instance) as context:
             entry = next(iter(context.create_request_context().get_code_location_entries().values()))
             assert entry.code_location is not None, entry.load_error
@@ -165,3 +168,28 @@ def test_a_stopped_schedule_fails_freshness_in_the_ui_and_a_running_one_passes(w
     with freeze_time(t0 + 135):
         _evaluate(workspace)
         assert _status(workspace, ORDERS) == ("HEALTHY", t0 + 130)
+
+
+def test_a_scheduled_transfer_run_makes_the_model_fresh_until_its_window_passes(workspace, spark, tmp_path: Path) -> None:
+    """A real transfer through the model's job (what its schedule launches; incsync reports its materializations
+    itself) is what Dagster's freshness reads: fresh after it, failing once the fail window passed."""
+    from incsync.config.tags import INCREMENTAL, MODE_TAG
+    from incsync.operations.dagster_compat import DEFER_ASSET_EVENTS_TAG
+    from incsync.orchestration.definitions import build_definitions
+
+    instance = workspace.instance
+    write_table(tmp_path / "src", "orders", [order(1, "org_1", ts(1, 10)), order(2, "org_1", ts(1, 11))])
+    defs = build_definitions(str(tmp_path / "incsync.yaml"))
+    run = defs.resolve_job_def("orders").execute_in_process(
+        instance=instance, partition_key=partition_key("2024-01-01", "acme"), tags={MODE_TAG: INCREMENTAL})
+    assert run.success and run.dagster_run.tags[DEFER_ASSET_EVENTS_TAG] == "true"  # reported by incsync, not Dagster
+    event = instance.get_latest_materialization_event(ORDERS)
+    assert event is not None and event.asset_materialization.partition == "acme|2024-01-01"
+    landed = event.timestamp
+    with freeze_time(landed + 30):
+        _evaluate(workspace)
+        assert _status(workspace, ORDERS) == ("HEALTHY", landed)
+        assert _status(workspace, RETURNS) == ("UNKNOWN", None)
+    with freeze_time(landed + 121):  # no tick of orders' schedule landed since
+        _evaluate(workspace)
+        assert _status(workspace, ORDERS) == ("DEGRADED", landed)
