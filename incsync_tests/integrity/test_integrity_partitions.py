@@ -16,6 +16,8 @@ from dagster._core.workspace.load_target import InProcessWorkspaceLoadTarget
 from dagster_graphql.test.utils import execute_dagster_graphql
 from deltalake import DeltaTable
 
+from incsync.config.tags import INCREMENTAL, MODE_TAG
+from incsync.operations.dagster_compat import event_log_storage_config
 from incsync.operations.partitions import RECIPIENTS_PARTITIONS
 from incsync.orchestration.definitions import build_definitions
 from incsync_tests.support.lake import lake_config, order, ts, write_table
@@ -77,7 +79,8 @@ def location(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[
     )
     home = tmp_path / "dagster_home"
     home.mkdir()
-    with dg.instance_for_test(temp_dir=str(home)) as instance:
+    overrides = {"event_log_storage": event_log_storage_config(home)}  # incsync's SQLite event log, as `make dev` sets
+    with dg.instance_for_test(temp_dir=str(home), overrides=overrides) as instance:
         with create_test_daemon_workspace_context(InProcessWorkspaceLoadTarget(origin), instance) as context:
             entry = next(iter(context.create_request_context().get_code_location_entries().values()))
             assert entry.code_location is not None, entry.load_error
@@ -110,16 +113,16 @@ def _by_windows(statuses: dict) -> dict[tuple[str, str], dict[str, list[str]]]:
 def test_a_recipients_failed_check_shows_on_its_own_partitions(location, spark, tmp_path: Path) -> None:
     context, defs = location
     instance = context.instance
-    job = defs.resolve_implicit_global_asset_job_def()
 
-    def transfer(first: str, last: str) -> list[tuple[str, bool]]:
+    def transfer(job: str, first: str, last: str, **tags: str) -> list[tuple[str, bool]]:
         """A transfer run over a range of partitions, as the schedules and backfills batch them; the check
         runs in it (``after_transfer``): its evaluations."""
-        run = job.execute_in_process(instance=instance, tags={
-            "dagster/asset_partition_range_start": first, "dagster/asset_partition_range_end": last})
+        run = defs.resolve_job_def(job).execute_in_process(instance=instance, tags={
+            "dagster/asset_partition_range_start": first, "dagster/asset_partition_range_end": last, **tags})
         return sorted((e.partition, e.passed) for e in run.get_asset_check_evaluations())
 
-    assert transfer("acme|2024-01-01", "globex|2024-01-02") == [
+    # A backfill from the asset page (Dagster's implicit job, which plans the check's partitions) ...
+    assert transfer("__ASSET_JOB", "acme|2024-01-01", "globex|2024-01-02") == [
         ("acme|2024-01-01", True), ("acme|2024-01-02", True), ("globex|2024-01-01", True), ("globex|2024-01-02", True)]
     assert _by_windows(_statuses(context)) == {("2024-01-01", "2024-01-02"): {"succeededPartitions": ["acme", "globex"]}}
 
@@ -136,8 +139,11 @@ def test_a_recipients_failed_check_shows_on_its_own_partitions(location, spark, 
         ("2024-01-02", "2024-01-02"): {"succeededPartitions": ["acme", "globex"]},
     }
 
-    # The next tick transfers the latest window again and checks it: acme fails there too, the first window keeps its result.
-    assert transfer("acme|2024-01-02", "globex|2024-01-02") == [("acme|2024-01-02", False), ("globex|2024-01-02", True)]
+    # ... and the next tick of the schedule (the model's job, whose asset events incsync reports itself, no
+    # planned ones) transfers the latest window again and checks it: acme fails there too, and the first
+    # window keeps its result.
+    assert transfer("orders", "acme|2024-01-02", "globex|2024-01-02", **{MODE_TAG: INCREMENTAL}) == [
+        ("acme|2024-01-02", False), ("globex|2024-01-02", True)]
     assert _by_windows(_statuses(context)) == {
         ("2024-01-01", "2024-01-02"): {"succeededPartitions": ["globex"], "failedPartitions": ["acme"]}}
     # The instance's record of each partition's latest execution says the same.
