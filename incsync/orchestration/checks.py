@@ -79,8 +79,9 @@ def _evaluate(context: dg.AssetCheckExecutionContext, model: ModelConfig) -> Ite
     windows = _run_windows(context, model)
     if windows is None:  # the check alone: every recipient receiving the model
         recipients = subscribers(config, model.model_name)
-    else:  # a transfer's run: those of its recipients that receive the model
-        recipients = [r for r in (config.recipient(i) for i in windows) if receives(config, r, model.model_name)]
+    else:  # a transfer's run: those of its recipients that are enabled and receive the model
+        enabled = {r.id: r for r in config.recipients if r.enabled}
+        recipients = [r for i in windows if (r := enabled.get(i)) is not None and receives(config, r, model.model_name)]
     failing: list[str] = []
     for recipient in recipients:
         metadata: dict[str, object] = {"recipient": recipient.id, "sampling_rate": model.integrity_sampling_rate,
