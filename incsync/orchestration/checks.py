@@ -118,7 +118,7 @@ def _first_window(model: ModelConfig, recipient: RecipientConfig) -> str:
     """The recipient's first window: where a run of the check alone records its result, standing for the whole
     copy it verified. Transfers rewrite the open window every tick, which would clear the result within a
     tick (Dagster shows a partition's result only until the partition materializes again); the first window
-    is rewritten only by a full refresh, which is checked again."""
+    is rewritten only by a backfill or a full refresh, after which the copy wants checking again anyway."""
     return window_key_for(model, max(recipient_start(model, recipient), from_epoch(model.min_start_time_epoch)))
 
 

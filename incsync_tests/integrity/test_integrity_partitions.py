@@ -18,7 +18,7 @@ from deltalake import DeltaTable
 
 from incsync.config.tags import INCREMENTAL, MODE_TAG
 from incsync.operations.dagster_compat import event_log_storage_config
-from incsync.operations.partitions import RECIPIENTS_PARTITIONS
+from incsync.operations.partitions import RECIPIENTS_PARTITIONS, partition_key
 from incsync.orchestration.definitions import build_definitions
 from incsync_tests.support.lake import lake_config, order, ts, write_table
 
@@ -154,3 +154,26 @@ def test_a_recipients_failed_check_shows_on_its_own_partitions(location, spark, 
     # its partition view skips a key that is not the check's.)
     assert latest == {"acme|2024-01-01": "FAILED", "acme|2024-01-02": "FAILED", "globex|2024-01-01": "SUCCEEDED",
                       "globex|2024-01-02": "SUCCEEDED", None: "PLANNED"}
+
+
+def test_the_check_view_reads_the_recipients_once_however_many_have_results(location, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Dagster asks whether each checked partition's recipient exists one query at a time; incsync's event log
+    answers from the recipients' keys read once (``dagster_compat.check_state``): 38 s at
+    10,000 recipients before, on a loaded 2-core host."""
+    context, _ = location
+    instance = context.instance
+    recipients = [f"r{i:03d}" for i in range(300)]
+    instance.add_dynamic_partitions(RECIPIENTS_PARTITIONS, recipients)
+    for i, rid in enumerate(recipients):  # results as the check records them (no transfer: no target to name)
+        instance.report_runless_asset_event(dg.AssetCheckEvaluation(
+            asset_key=MODEL, check_name="integrity", passed=i % 100 != 7, partition=str(partition_key("2024-01-03", rid))))
+    asked: list[str] = []
+    single = instance.has_dynamic_partition
+    monkeypatch.setattr(instance, "has_dynamic_partition", lambda name, key: asked.append(key) or single(name, key))
+
+    statuses = _by_windows(_statuses(context))
+
+    assert statuses == {("2024-01-03", "2024-01-03"): {
+        "succeededPartitions": [r for i, r in enumerate(recipients) if i % 100 != 7],
+        "failedPartitions": ["r007", "r107", "r207"]}}
+    assert asked == []
