@@ -72,7 +72,11 @@ class ModelConfig(StrictModel):
         ge=0,
         description="Epoch seconds of the first data to transfer; windows start here.",
     )
-    frequency: str = Field(default="*/15 * * * *", description="Cron of the model's schedule (UTC).")
+    frequency: str = Field(
+        default="*/15 * * * *",
+        description="Cron of the model's schedule (UTC); with the tiers' crons, it sets the asset's Dagster "
+        "freshness policy (docs/design.md#freshness).",
+    )
     lookback_seconds: int | None = Field(
         default=None, ge=0,
         description="Overrides the source's lookback for this model.",

@@ -8,7 +8,9 @@ Dagster's in ``incsync_tests/operations/test_dagster_compat.py``.
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
+from functools import lru_cache
+from itertools import pairwise
 
 from croniter import croniter
 
@@ -32,3 +34,33 @@ def previous_tick(expression: str, tick: datetime) -> datetime:
     """
     start = (tick - timedelta(seconds=1)).replace(second=0, microsecond=0) + timedelta(minutes=1)
     return croniter(expression, start).get_prev(datetime).replace(fold=0)
+
+
+@lru_cache(maxsize=256)
+def longest_gap(expression: str) -> timedelta:
+    """The longest time between two consecutive ticks of ``expression`` (in UTC, the zone the schedules run in).
+
+    A tick falls on every minute of the day its minute and hour fields name, on every day its day fields
+    name, so the longest gap is the longer of: the longest gap between two of a day's ticks, and from a
+    matching day's last tick to the next matching day's first. The days are walked over two years from
+    2024-01-01 (a leap year, so ``29 2`` counts), and on until a second matching day when the cron names
+    rarer days; "0 9 * * 1-5" gives 3 days (Friday 09:00 to Monday 09:00), not its 24-hour weekday gap.
+    """
+    fields = croniter.expand(expression)[0]
+    minutes = list(range(60)) if fields[0] == ["*"] else [int(m) for m in fields[0]]
+    hours = list(range(24)) if fields[1] == ["*"] else [int(h) for h in fields[1]]
+    day = sorted(h * 60 + m for h in hours for m in minutes)  # minutes of the day
+    within = max((b - a for a, b in pairwise(day)), default=0)
+    start = datetime(2024, 1, 1, tzinfo=timezone.utc)
+    horizon = start + timedelta(days=731)
+    days = croniter(f"0 0 {' '.join(expression.split()[2:5])}", start - timedelta(seconds=1))
+    previous = days.get_next(datetime)
+    across = timedelta(0)
+    while True:
+        following = days.get_next(datetime)
+        gap = following - previous - timedelta(minutes=day[-1] - day[0])
+        across = max(across, gap)
+        if following > horizon:
+            break
+        previous = following
+    return max(timedelta(minutes=within), across)

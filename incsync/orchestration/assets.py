@@ -24,6 +24,7 @@ from incsync.operations.partitions import (
     split_dims,
     window_partitions,
 )
+from incsync.orchestration.freshness import freshness_description, freshness_policy
 from incsync.orchestration.resources import destination_resource_key, recipient_destination, source_resource_key
 from incsync.spark.session import SparkWarmUp
 from incsync.transfer.request import TransferPlan, TransferRequest, TransferRun
@@ -72,6 +73,7 @@ def model_description(config: IncsyncConfig, model: ModelConfig) -> str:
         + "".join(f" Tier {t}: `{cron}`." for t, cron in model_schedules(config, model)[1:])
         + (f" Products: {', '.join(products_with(config, model.model_name)) or 'none'} (recipients of other "
            "products do not receive it)." if config.products else "")
+        + f" {freshness_description(config, model)}"
     )
 
 
@@ -107,6 +109,7 @@ def build_model_asset(config: IncsyncConfig, model: ModelConfig) -> dg.AssetsDef
         required_resource_keys={"spark", "incsync", source_resource_key(model.source), *destination_keys},
         kinds={"spark", *sorted({d.kind for d in config.destinations})[:2]},  # Dagster shows at most 3
         description=model_description(config, model),
+        freshness_policy=freshness_policy(config, model),  # a stopped schedule shows in the UI (freshness.py)
         metadata={
             "primary_key": ", ".join(model.primary_key), "lookback_seconds": lookback,
             "last_modified_column": model.last_modified_column,
@@ -151,9 +154,14 @@ def run_grid(context: dg.AssetExecutionContext, model: ModelConfig) -> RunGrid:
     """The run's partitions from its key range (a single partition is a range of one): the windows between
     its first and last keys' windows, the recipients between theirs in registration order."""
     first, last = context.partition_key_range
+    return grid_between(context.instance, model, first, last)
+
+
+def grid_between(instance: dg.DagsterInstance, model: ModelConfig, first: str, last: str) -> RunGrid:
+    """The partitions of the range ``first`` to ``last`` (Dagster partition keys), as ``run_grid`` reads them."""
     ends = [split_dims(model, key) for key in (first, last)]
     windows = window_partitions(model).get_partition_keys_in_range(dg.PartitionKeyRange(ends[0][0], ends[1][0]))
-    registered = context.instance.get_dynamic_partitions(RECIPIENTS_PARTITIONS)  # Dagster's range: this order
+    registered = instance.get_dynamic_partitions(RECIPIENTS_PARTITIONS)  # Dagster's range: this order
     missing = [rid for rid in (ends[0][1], ends[1][1]) if rid not in registered]
     if missing:
         raise dg.DagsterInvalidInvocationError(f"partition range {first} to {last}: no recipient partition {missing}")

@@ -1,5 +1,6 @@
 """The `integrity` asset check of each model (lake source, Spark fingerprints): after each transfer, on
-its own schedule, or only when launched; its metadata holds Prequel's counters."""
+its own schedule, or only when launched; each recipient's result is recorded on its partitions, its
+metadata holding Prequel's counters (per recipient through GraphQL: test_integrity_partitions.py)."""
 
 from __future__ import annotations
 
@@ -28,20 +29,19 @@ def test_after_transfer_the_check_reports_the_counters(spark, dagster_instance, 
     defs = build_definitions(lake_config(tmp_path, model={"integrity_check": "after_transfer", "deletes": "hard"}))
     assert CHECK in defs.resolve_asset_graph().asset_check_keys
     result = materialize_partition(defs, dagster_instance, window="2024-01-01", recipient="acme")
-    evaluation = result.get_asset_check_evaluations()[0]
-    assert evaluation.passed and evaluation.asset_check_key == CHECK
+    [evaluation] = result.get_asset_check_evaluations()  # on the run's partition
+    assert (evaluation.passed, evaluation.asset_check_key, evaluation.partition) == (True, CHECK, "acme|2024-01-01")
     metadata = {k: v.value for k, v in evaluation.metadata.items()}
-    assert {k: metadata[k] for k in ("sampling_rate", "total_rows_compared", "total_rows_missing", "total_rows_orphaned",
-                                     "recipients_checked", "failing_recipients")} == {
-        "sampling_rate": 1.0, "total_rows_compared": 2, "total_rows_missing": 0, "total_rows_orphaned": 0,
-        "recipients_checked": 1, "failing_recipients": "none"}
+    assert {k: metadata[k] for k in ("recipient", "sampling_rate", "total_rows_compared", "total_rows_missing",
+                                     "total_rows_orphaned")} == {
+        "recipient": "acme", "sampling_rate": 1.0, "total_rows_compared": 2, "total_rows_missing": 0, "total_rows_orphaned": 0}
 
     write_table(tmp_path / "src", "orders", _rows()[1:])  # row 1 deleted at the source
     job = defs.resolve_job_def("__ASSET_JOB").get_subset(asset_check_selection={CHECK}, asset_selection=set())
     alone = job.execute_in_process(instance=dagster_instance)
-    failed = alone.get_asset_check_evaluations()[0]
-    assert not failed.passed and failed.severity == dg.AssetCheckSeverity.WARN
-    assert failed.metadata["total_rows_orphaned"].value == 1 and failed.metadata["failing_recipients"].value == "acme"
+    [failed] = alone.get_asset_check_evaluations()  # the check alone: on acme's first window
+    assert (failed.passed, failed.severity, failed.partition) == (False, dg.AssetCheckSeverity.WARN, "acme|2024-01-01")
+    assert failed.metadata["total_rows_orphaned"].value == 1 and failed.metadata["recipient"].value == "acme"
 
 
 def test_under_deletes_none_a_row_that_left_is_retained_and_the_check_passes(spark, dagster_instance, tmp_path: Path) -> None:
@@ -54,9 +54,9 @@ def test_under_deletes_none_a_row_that_left_is_retained_and_the_check_passes(spa
     metadata = {k: v.value for k, v in kept.metadata.items()}
     assert kept.passed
     assert {k: metadata[k] for k in ("deletes", "total_rows_compared", "total_rows_orphaned", "total_rows_retained",
-                                     "failing_recipients")} == {
+                                     "recipient")} == {
         "deletes": "none", "total_rows_compared": 1, "total_rows_orphaned": 0, "total_rows_retained": 1,
-        "failing_recipients": "none"}
+        "recipient": "acme"}
     assert "orphaned=0 retained=1" in metadata["details"]
 
 

@@ -4,6 +4,7 @@ are, metadata is typed (exact HW, paths, row count, column schema) and runs are 
 from __future__ import annotations
 
 import re
+from datetime import timedelta
 from pathlib import Path
 
 import dagster as dg
@@ -27,8 +28,12 @@ def test_assets_and_jobs_say_what_they_are(tmp_path: Path) -> None:
     model = next(iter(defs.resolve_assets_def(dg.AssetKey(["lake", "orders"])).specs))  # the model's key is unchanged
     assert model.description == (
         "Each recipient's copy of table `public.orders` from source `lake`, split by tenant column `organization_id`. "
-        "Primary key: id; changes tracked by `updated_at` (lookback 300 s); daily windows; schedule `*/15 * * * *` (UTC)."
+        "Primary key: id; changes tracked by `updated_at` (lookback 300 s); daily windows; schedule `*/15 * * * *` (UTC). "
+        "Freshness: warns 22.5 min and fails 30 min after the last transfer landed (its slowest schedule `*/15 * * * *` "
+        "ticks at least every 15 min)."
     )
+    assert model.freshness_policy == dg.FreshnessPolicy.time_window(fail_window=timedelta(minutes=30),
+                                                                    warn_window=timedelta(minutes=22.5))
     assert model.tags == {"dagster/kind/spark": "", "dagster/kind/delta": ""}
     assert model.metadata["last_modified_column"] == "updated_at"
     assert "orders" in {job.name for job in defs.resolve_all_job_defs()}
@@ -43,7 +48,9 @@ def test_a_composite_primary_key_reads_as_its_column_names(tmp_path: Path) -> No
     assert model.description == (
         "Each recipient's copy of table `orders` from source `lake`, split by tenant column `organization_id`. "
         "Primary key: id, organization_id; changes tracked by `updated_at` (lookback 300 s); daily windows; "
-        "schedule `*/15 * * * *` (UTC)."
+        "schedule `*/15 * * * *` (UTC). "
+        "Freshness: warns 22.5 min and fails 30 min after the last transfer landed (its slowest schedule `*/15 * * * *` "
+        "ticks at least every 15 min)."
     )
     assert model.metadata["primary_key"] == "id, organization_id"
 

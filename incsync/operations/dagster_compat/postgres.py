@@ -123,10 +123,11 @@ def _compact_postgres_event_log_storage() -> type:
     from dagster_postgres.event_log.event_log import PostgresEventLogStorage
     from dagster_postgres.utils import get_token_provider_from_config, pg_url_from_config
 
+    from incsync.operations.dagster_compat.check_state import CheckStateAnswers
     from incsync.operations.dagster_compat.compact import install_reader
     from incsync.operations.dagster_compat.partition_status import PartitionStatusAnswers
 
-    class CompactPostgresEventLogStorage(PartitionStatusAnswers, PostgresEventLogStorage):
+    class CompactPostgresEventLogStorage(PartitionStatusAnswers, CheckStateAnswers, PostgresEventLogStorage):
         """dagster-postgres' event log whose materialization rows written by incsync are compact text
         (``compact``): what ``incsync dagster-yaml`` names for a PostgreSQL-backed instance. An event of
         ~1.5 KB is below the size where PostgreSQL compresses a value, so each would be stored whole."""

@@ -40,9 +40,10 @@ def _batching_sqlite_event_log_storage() -> type:
     from dagster._core.storage.event_log.schema import SqlEventLogStorageTable
     from dagster._core.storage.event_log.sqlite.sqlite_event_log import SqliteEventLogStorage
 
+    from incsync.operations.dagster_compat.check_state import CheckStateAnswers
     from incsync.operations.dagster_compat.partition_status import PartitionStatusAnswers
 
-    class BatchingSqliteEventLogStorage(PartitionStatusAnswers, SqliteEventLogStorage):
+    class BatchingSqliteEventLogStorage(PartitionStatusAnswers, CheckStateAnswers, SqliteEventLogStorage):
         """Dagster's SQLite event log, storing a batch of asset events in two transactions, each commit
         without an fsync unless the instance asks for one.
 
