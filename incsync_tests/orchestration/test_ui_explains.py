@@ -110,16 +110,16 @@ def test_the_asset_page_in_a_browser_shows_the_lineage_names_and_a_partitions_me
     expected = {
         "rows_transferred": "2",
         "delta_rows_transferred": "2",
+        "dagster/row_count": "2",
+        "transfer_id": recorded_metadata["transfer_id"].value,  # every window's own, before the commit's record
         "high_watermark": "Jan 1, 2024, 5:00:00 AM UTC",
         "high_watermark_epoch_seconds": "1704085200",
         "high_watermark_exact": "2024-01-01T05:00:00.000001+00:00",
-        "dagster/row_count": "2",
         "window_start": "Jan 1, 2024, 12:00:00 AM UTC",
         "window_end": "Jan 2, 2024, 12:00:00 AM UTC",
         "lower_bound": "Jan 1, 2024, 12:00:00 AM UTC",
         "upper_bound": "Jan 2, 2024, 12:00:00 AM UTC",
         "lookback_seconds": "300",
-        "transfer_id": recorded_metadata["transfer_id"].value,
         "transfer_type": "INCREMENTAL",
         "destination": "acme_delta",
         "recipient": "acme",
