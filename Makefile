@@ -34,7 +34,7 @@ demo: $(DEMO_STAMP)
 # Every correctness test, end-to-end ones included; only what is marked `slow` waits for `make test-long` (among
 # them the Iceberg and MariaDB rows of the end-to-end kind matrix: support.destinations.LONG_KINDS).
 test: $(STAMP) lint
-	$(BIN)/python -m pytest -q -n 2 --dist loadfile -m "not slow" $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -q -n 2 --dist loadfile -m "not slow" --durations=25 $(PYTEST_ARGS)
 
 # ruff (pyproject's [tool.ruff]: lint and import order) and mypy ([tool.mypy]: strict on core, transfer and the
 # destination contract); `make test` runs both first.
