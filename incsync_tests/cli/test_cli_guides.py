@@ -111,6 +111,24 @@ def test_fix_separator_and_progress_lines() -> None:
     assert bar.line(now=110.0) == "windows 3/3 · recipients 2/2 · rows 13 · 1 rows/s · took 10s"
 
 
+def test_progress_holds_a_bit_a_window() -> None:
+    """A first sync of many recipients reports every window: what the bar keeps must not be a pair a window."""
+    import tracemalloc
+
+    windows = [f"2025-{m:02d}-{d:02d}" for m in range(1, 13) for d in range(1, 29)]  # 336 windows
+    bar = Progress(total=1_000 * len(windows), recipients={f"r{i}": len(windows) for i in range(1_000)}, enabled=False)
+    tracemalloc.start()
+    try:
+        for i in range(1_000):
+            for window in windows:
+                bar.committed(f"r{i}", window, 0)
+        held, _ = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert bar.done == 336_000 and bar.line(now=bar.started + 1).startswith("windows 336000/336000 · recipients 1000/1000")
+    assert held < 1_000_000, f"{held:,} bytes for 336,000 windows"  # a set of pairs held ~40 MB
+
+
 def _parquet_config(tmp_path: Path) -> Path:
     write_table(tmp_path / "src", "orders", [
         order(1, "org_1", ts(1, 1)), order(2, "org_1", ts(1, 5)), order(3, "org_2", ts(1, 6)), order(4, "org_1", ts(2, 3)),
