@@ -61,7 +61,7 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="bench-auto-"))
     runtime = Path(tempfile.mkdtemp(prefix="ba-", dir="/tmp"))
     start = datetime(2025, 1, 1, tzinfo=UTC)
-    data_end = datetime.now(UTC) - timedelta(minutes=5)
+    data_end = datetime.now(UTC) - timedelta(minutes=60)  # each round's changes a minute later, all in the past
     try:
         src = f"postgresql://{user}@{HOST}:{PORT}/{source_db}"
         with psycopg.connect(src, autocommit=True) as conn:
@@ -88,8 +88,18 @@ def main() -> None:
         wall, *_ = measure([*cli, "--backfill", "--no-worker"], env)
         print(f"A backfill (cold, not measured): {wall:.2f} s", flush=True)
         round_ = 0
-        results: dict[str, list[float]] = {"cold": [], "auto first": [], "auto": []}
-        for kind, extra, reps in (("cold", ["--no-worker"], args.reps), ("auto first", [], 1), ("auto", [], args.reps)):
+        results: dict[str, list[float]] = {"cold": [], "auto first": [], "auto": [], "README worker": []}
+        manual = runtime / "manual.sock"
+        plan = [("cold", ["--no-worker"], args.reps), ("auto first", [], 1), ("auto", [], args.reps),
+                ("README worker", ["--worker", str(manual)], args.reps)]
+        for kind, extra, reps in plan:
+            if kind == "README worker":  # `incsync worker -c incsync.yaml`, as the README runs it, beside the auto one
+                readme = subprocess.Popen([str(BIN / "incsync"), "worker", "-c", str(config), "--socket", str(manual)],
+                                          env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                assert readme.stdout is not None
+                for line in readme.stdout:
+                    if line.strip().startswith("export INCSYNC_WORKER="):
+                        break
             for _ in range(reps):
                 round_ += 1
                 change(src, round_, 0.01, args.tenant_rows, data_end)
@@ -99,7 +109,11 @@ def main() -> None:
                 print(f"B {kind}: {wall:.2f} s, {rows}, peak tree {tree / 1e6:.0f} MB", flush=True)
         for kind, walls in results.items():
             print(f"{kind}: median {statistics.median(walls):.2f} s of {[round(w, 2) for w in walls]}")
-        print(f"second and later calls through the worker / cold: {statistics.median(results['auto']) / statistics.median(results['cold']):.2f}x")
+        auto = statistics.median(results["auto"])
+        print(f"second and later calls through the worker / cold: {auto / statistics.median(results['cold']):.2f}x, "
+              f"/ the README's worker: {auto / statistics.median(results['README worker']):.2f}x")
+        readme.terminate()
+        readme.wait(timeout=60)
     finally:
         for pid_file in (runtime / "incsync").glob("*.pid") if (runtime / "incsync").exists() else []:
             pid = int(pid_file.read_text())

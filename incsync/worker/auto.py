@@ -42,7 +42,7 @@ from incsync.worker.identity import code_digest, file_digest, version, worker_ke
 
 AUTO_ENV_VAR = "INCSYNC_AUTO_WORKER"  # 0/false/no/off: run every transfer in the calling process
 OFF = {"0", "false", "no", "off"}
-PING_TIMEOUT_SECONDS = 5.0  # a busy worker answers from its accept thread within milliseconds
+PING_TIMEOUT_SECONDS = 10.0  # a busy worker answers from its accept thread in milliseconds; a loaded host may stall it
 START_TIMEOUT_SECONDS = 180.0  # a cold JVM, Dagster's definitions and the warm-up, on a loaded 2-core host
 
 
@@ -151,8 +151,12 @@ def ensure(paths: Paths, config_file: Path) -> None:
         why = f"worker {pong.get('pid')} serves another config content or install: asked to stop"
         _stop(paths, pong)  # it finishes what it has and exits
     elif paths.socket.exists() or _pid(paths) is not None:
-        why = (f"worker {_pid(paths)} did not answer within {PING_TIMEOUT_SECONDS:.0f} s (dead or hung): "
-               "its socket removed, the process killed if it lived")
+        pid = _pid(paths)
+        if pid is not None and not paths.socket.exists() and not alive(pid):
+            why = f"worker {pid} exited"  # idle, or stopped
+        else:
+            why = (f"worker {pid} did not answer within {PING_TIMEOUT_SECONDS:.0f} s (dead or hung): "
+                   "its socket removed, the process killed if it lived")
         _remove_dead(paths)  # replaced, not trusted
     else:
         why = "no worker"

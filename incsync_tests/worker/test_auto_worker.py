@@ -255,10 +255,9 @@ def test_two_first_calls_at_once_start_one_worker(setup: Setup) -> None:
         time.sleep(0.05)
     outs = [c.communicate() for c in calls]
     assert [c.returncode for c in calls] == [0, 0], outs
-    assert [line[:3] for line in _lines(outs[0][0]) + _lines(outs[1][0])] == [
-        ("2024-01-07", "rows_transferred=2", "delta_rows_transferred=2"),
-        ("2024-01-09", "rows_transferred=1", "delta_rows_transferred=1"),
-    ]
+    # (delta_rows_transferred depends on which of the two the worker ran first: rows older than the HW count as none)
+    assert [line[:2] for line in _lines(outs[0][0]) + _lines(outs[1][0])] == [
+        ("2024-01-07", "rows_transferred=2"), ("2024-01-09", "rows_transferred=1")]
     assert [r[0] for r in setup.rows()] == [1, 2, 3, 5, 6, 7, 8, 9, 10, 11]
     assert len(seen) == 1, (seen, setup.log())
     assert _starts(setup) == started + 1, setup.log()
@@ -294,3 +293,21 @@ def test_a_worker_that_cannot_start_leaves_the_transfer_to_the_caller(setup: Set
         assert list((folder / "incsync").iterdir()) == []
     finally:
         shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_the_config_and_the_environment_decide_whether_a_worker_is_used(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from incsync.worker.auto import wanted
+
+    monkeypatch.delenv("INCSYNC_AUTO_WORKER", raising=False)
+    file = lake_config(tmp_path)
+    assert wanted(file)  # the default
+    doc = yaml.safe_load(file.read_text())
+    for section, expected in (({"idle_exit_seconds": 60}, True), ({"auto_start": True}, True), ({"auto_start": False}, False),
+                              (None, True)):
+        file.write_text(yaml.safe_dump({**doc, "worker": section}))
+        assert wanted(file) is expected, section
+    file.write_text(yaml.safe_dump(doc))
+    for value, expected in (("0", False), ("off", False), ("FALSE", False), ("1", True), ("", True)):
+        monkeypatch.setenv("INCSYNC_AUTO_WORKER", value)
+        assert wanted(file) is expected, value
+    assert not wanted(tmp_path / "missing.yaml")  # the run here says what is wrong with it
