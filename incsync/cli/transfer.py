@@ -54,11 +54,12 @@ def run_transfer(command: TransferCommand, *, config: str | None, resident: Resi
         return forward(socket, command=command, config=config)
     if auto and not here:
         from incsync.worker import auto as auto_worker  # standard library only
+        from incsync.worker.errors import WorkerUnavailable
 
         if auto_worker.wanted(config_path(config)):
             try:
                 return auto_worker.run(command, config_path(config))
-            except auto_worker.Unavailable as exc:
+            except WorkerUnavailable as exc:
                 print(f"incsync: {exc}; running the transfer in this process", file=sys.stderr, flush=True)
 
     from incsync.cli.windows import backfill_windows, window_key

@@ -34,20 +34,16 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from incsync.worker.client import NotStarted, ask, check_socket_path, exchange
+from incsync.worker.client import ask, check_socket_path, exchange
 from incsync.worker.command import TransferCommand
 from incsync.worker.detached import STOP_TIMEOUT_SECONDS, alive, kill, log_tail, spawn
-from incsync.worker.errors import WorkerError
+from incsync.worker.errors import NotStarted, WorkerError, WorkerUnavailable
 from incsync.worker.identity import code_digest, file_digest, version, worker_key
 
 AUTO_ENV_VAR = "INCSYNC_AUTO_WORKER"  # 0/false/no/off: run every transfer in the calling process
 OFF = {"0", "false", "no", "off"}
 PING_TIMEOUT_SECONDS = 10.0  # a busy worker answers from its accept thread in milliseconds; a loaded host may stall it
 START_TIMEOUT_SECONDS = 180.0  # a cold JVM, Dagster's definitions and the warm-up, on a loaded 2-core host
-
-
-class Unavailable(WorkerError):
-    """No worker could be used for this call: the caller runs the transfer itself."""
 
 
 def wanted(config_file: Path) -> bool:
@@ -74,7 +70,7 @@ def wanted(config_file: Path) -> bool:
 
 def run(command: TransferCommand, config_file: Path) -> int:
     """Hand ``command`` to this config's automatic worker, starting or replacing it as needed; its exit code.
-    ``Unavailable`` (nothing ran) when none could be used."""
+    ``WorkerUnavailable`` (nothing ran) when none could be used."""
     config_file = config_file.resolve()
     paths = Paths.of(config_file)
     for attempt in (1, 2):
@@ -84,7 +80,7 @@ def run(command: TransferCommand, config_file: Path) -> int:
             code = exchange(paths.socket, command=command, config_file=config_file)
         except NotStarted as exc:  # it went between the ping and the request (idle exit, a stop): nothing ran
             if attempt == 2:
-                raise Unavailable(f"the worker went away before the transfer began ({exc})") from None
+                raise WorkerUnavailable(f"the worker went away before the transfer began ({exc})") from None
             continue
         if code:  # as a failed run in this process points at its log of Dagster's and Spark's output
             print(f"Dagster's and Spark's output: {paths.log}", file=sys.stderr)
@@ -119,7 +115,7 @@ class Paths:
                     break
                 except BlockingIOError:
                     if time.monotonic() > deadline:
-                        raise Unavailable(f"another incsync call has held {self.lock} too long") from None
+                        raise WorkerUnavailable(f"another incsync call has held {self.lock} too long") from None
                     time.sleep(0.05)
             yield
         finally:
@@ -135,9 +131,9 @@ def runtime_dir() -> Path:
         folder.mkdir(mode=0o700, parents=True, exist_ok=True)
         info = folder.stat()
     except OSError as exc:
-        raise Unavailable(f"cannot create the worker folder {folder} ({exc.strerror})") from None
+        raise WorkerUnavailable(f"cannot create the worker folder {folder} ({exc.strerror})") from None
     if info.st_uid != os.getuid() or info.st_mode & 0o077:
-        raise Unavailable(f"the worker folder {folder} must belong to you with mode 0700 (chmod 700 {folder})")
+        raise WorkerUnavailable(f"the worker folder {folder} must belong to you with mode 0700 (chmod 700 {folder})")
     return folder
 
 
@@ -184,7 +180,7 @@ def current(pong: dict[str, Any], config_file: Path) -> bool:
 
 
 def start(paths: Paths, config_file: Path) -> None:
-    """Start a detached worker for ``config_file`` and wait until it answers; ``Unavailable`` if it does not."""
+    """Start a detached worker for ``config_file`` and wait until it answers; ``WorkerUnavailable`` if it does not."""
     announce = _is_terminal(sys.stderr)
     if announce:
         print(f"incsync: starting a worker for {config_file} (once; later calls reuse it until it idles; "
@@ -195,13 +191,13 @@ def start(paths: Paths, config_file: Path) -> None:
     try:
         pid = spawn(argv, paths.log)
     except WorkerError as exc:
-        raise Unavailable(str(exc)) from None
+        raise WorkerUnavailable(str(exc)) from None
     paths.pid.write_text(f"{pid}\n")
     deadline = started + START_TIMEOUT_SECONDS
     while time.monotonic() < deadline:
         if not alive(pid):
             paths.pid.unlink(missing_ok=True)
-            raise Unavailable(f"the worker exited while starting: {log_tail(paths.log)} (log {paths.log})")
+            raise WorkerUnavailable(f"the worker exited while starting: {log_tail(paths.log)} (log {paths.log})")
         if paths.socket.exists():
             answer = ask(paths.socket, "ping", timeout=PING_TIMEOUT_SECONDS)
             pong = answer.get("pong") if answer else None
@@ -211,7 +207,7 @@ def start(paths: Paths, config_file: Path) -> None:
                 return
         time.sleep(0.1)
     kill(pid, socket=paths.socket)
-    raise Unavailable(f"the worker did not get ready within {START_TIMEOUT_SECONDS:.0f} s (log {paths.log})")
+    raise WorkerUnavailable(f"the worker did not get ready within {START_TIMEOUT_SECONDS:.0f} s (log {paths.log})")
 
 
 def _stop(paths: Paths, pong: dict[str, Any]) -> None:

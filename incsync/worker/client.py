@@ -27,7 +27,7 @@ from typing import Any
 
 from incsync.paths import config_path, dagster_home
 from incsync.worker.command import TransferCommand
-from incsync.worker.errors import WorkerError
+from incsync.worker.errors import NotStarted, WorkerError
 
 WORKER_ENV_VAR = "INCSYNC_WORKER"
 PROTOCOL_VERSION = 5
@@ -42,10 +42,6 @@ def default_socket(config_file: Path) -> Path:
 def check_socket_path(path: Path) -> None:
     if len(os.fsencode(str(path))) > MAX_SOCKET_PATH:
         raise WorkerError(f"worker socket path {path} is longer than {MAX_SOCKET_PATH} bytes; pass a shorter --socket")
-
-
-class NotStarted(WorkerError):
-    """The worker could not be reached, or the connection ended before it began the transfer: nothing ran."""
 
 
 def forward(socket_path: str | os.PathLike[str], *, command: TransferCommand, config: str | None) -> int:

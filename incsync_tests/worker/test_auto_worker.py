@@ -5,8 +5,10 @@ what it expects to find."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import pty
 import shutil
 import signal
 import subprocess
@@ -231,11 +233,28 @@ def test_a_changed_config_restarts_the_worker_and_it_exits_when_idle(setup: Setu
     doc = yaml.safe_load(setup.config.read_text())
     doc["worker"] = {"idle_exit_seconds": 3}
     setup.config.write_text(yaml.safe_dump(doc, sort_keys=False))
-    out, _ = _cli(setup, "transfer", "orders", "--window", "2024-01-06")
-    assert out.returncode == 0, out.stderr
+    # Standard error a terminal: the caller says it starts a worker, and when it is ready.
+    terminal, client_side = pty.openpty()
+    try:
+        out = subprocess.run([INCSYNC, "transfer", "orders", "--window", "2024-01-06", "-c", str(setup.config)],
+                             stdout=subprocess.PIPE, stderr=client_side, text=True, timeout=300, env=setup.env)
+        os.close(client_side)
+        said = b""
+        with contextlib.suppress(OSError):  # EIO: the client closed its end
+            while chunk := os.read(terminal, 4096):
+                said += chunk
+    finally:
+        os.close(terminal)
+    assert out.returncode == 0, said
     _wait_gone(pid)  # asked to stop
     [new] = setup.workers()
     assert new != pid
+    lines = said.decode().splitlines()
+    assert lines[0].startswith(f"incsync: starting a worker for {setup.config} (once; later calls reuse it until it "
+                               "idles; --no-worker runs here; log "), lines
+    assert lines[1].startswith(f"incsync: worker {new} ready in "), lines
+    assert not any(line.startswith("incsync: ") for line in lines[2:]), lines  # then the worker's progress line
+    assert "serves another config content or install: asked to stop" in setup.log()
     assert (8, "org_1") in setup.rows()
     [sock] = setup.files(".sock")
     _wait_gone(new, timeout=60)  # 3 s without a transfer
