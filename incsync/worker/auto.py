@@ -72,10 +72,15 @@ def run(command: TransferCommand, config_file: Path) -> int:
     """Hand ``command`` to this config's automatic worker, starting or replacing it as needed; its exit code.
     ``WorkerUnavailable`` (nothing ran) when none could be used."""
     config_file = config_file.resolve()
-    paths = Paths.of(config_file)
     for attempt in (1, 2):
-        with paths.locked():
-            ensure(paths, config_file)
+        try:
+            paths = Paths.of(config_file)
+            with paths.locked():
+                ensure(paths, config_file)
+        except WorkerUnavailable:
+            raise
+        except (WorkerError, OSError) as exc:  # a socket path too long, no fork, a full disk: nothing ran yet
+            raise WorkerUnavailable(f"no worker could be used ({exc})") from None
         try:
             code = exchange(paths.socket, command=command, config_file=config_file)
         except NotStarted as exc:  # it went between the ping and the request (idle exit, a stop): nothing ran
@@ -100,7 +105,11 @@ class Paths:
     def of(cls, config_file: Path) -> Paths:
         folder = runtime_dir()
         paths = cls(folder, worker_key(config_file))
-        check_socket_path(paths.socket)
+        try:
+            check_socket_path(paths.socket)
+        except WorkerError:
+            raise WorkerUnavailable(f"the worker socket path {paths.socket} is longer than a socket path may be; "
+                                    "set XDG_RUNTIME_DIR to a shorter folder") from None
         return paths
 
     @contextlib.contextmanager

@@ -310,6 +310,13 @@ def test_a_worker_that_cannot_start_leaves_the_transfer_to_the_caller(setup: Set
                               f"(chmod 700 {folder}/incsync); running the transfer in this process\n")
         assert _lines(out.stdout)[0][1] == "rows_transferred=1"
         assert list((folder / "incsync").iterdir()) == []
+        deep = folder / ("d" * 100)  # no socket path fits under it
+        out, _ = _cli(setup, "transfer", "orders", "--window", "2024-01-02", env=setup.env | {"XDG_RUNTIME_DIR": str(deep)})
+        assert out.returncode == 0, out.stderr
+        assert out.stderr.startswith(f"incsync: the worker socket path {deep}/incsync/")
+        assert out.stderr.endswith(" is longer than a socket path may be; set XDG_RUNTIME_DIR to a shorter folder; "
+                                   "running the transfer in this process\n")
+        assert _lines(out.stdout)[0][1] == "rows_transferred=1"
     finally:
         shutil.rmtree(folder, ignore_errors=True)
 
