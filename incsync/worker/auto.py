@@ -8,9 +8,10 @@ Where: a folder of the user's own (``$XDG_RUNTIME_DIR/incsync``, else ``$XDG_CAC
 ``~/.cache/incsync/run``; mode 0700, refused when another user owns it or others may enter it) holds per worker
 ``<key>.sock``, ``.lock``, ``.pid`` and ``.log``. The key (``identity.worker_key``) digests what the worker must
 share with its callers: the config file's absolute path, the Dagster home, the install (incsync's version,
-this Python, the digest of incsync's own files: an upgraded install never talks to an old worker) and the
-environment apart from shell and terminal variables (the secrets a config names by variable, the staging
-folder...). Callers that differ in any of these get workers of their own.
+the Python and its virtualenv, ``sys.prefix``, so ``python`` and ``python3`` of one venv share a worker; the
+digest of incsync's own files: an upgraded install never talks to an old worker) and the environment apart
+from shell and terminal variables (the secrets a config names by variable, the staging folder...). Callers
+that differ in any of these get workers of their own.
 
 Never trusted: under the key's lock a caller pings the worker (``client.ask``) and hands it the transfer only
 when it answers within ``PING_TIMEOUT_SECONDS`` for the same install and the same config file content. A

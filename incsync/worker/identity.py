@@ -24,7 +24,7 @@ VOLATILE_ENV = re.compile(
 def worker_key(config_file: Path) -> str:
     """What a worker shares with its callers, digested (see the module's docstring)."""
     env = sorted((k, v) for k, v in os.environ.items() if not VOLATILE_ENV.match(k))
-    parts = [str(config_file.resolve()), str(dagster_home(config_file).resolve()), version(), sys.executable,
+    parts = [str(config_file.resolve()), str(dagster_home(config_file).resolve()), version(), sys.prefix, sys.version,
              code_digest(), repr(env)]
     return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:24]
 
