@@ -115,7 +115,7 @@ def main() -> None:
                    "BENCH_DEST_DSN": f"postgresql://{user}@{HOST}:{PORT}/{dest_db}"}
             for tenant in ("small", "big"):
                 admin.execute("CHECKPOINT")
-                base = [str(BIN / "incsync"), "transfer", "orders", "--recipient", tenant, "-c", str(config)]
+                base = [str(BIN / "incsync"), "transfer", "orders", "--recipient", tenant, "--no-worker", "-c", str(config)]
                 wall, py, jvm, tree, _ = measure([*base, "--backfill"], env)
                 results.append((destination, tenant, "backfill", wall, py, jvm, tree, ""))
                 print(results[-1], flush=True)

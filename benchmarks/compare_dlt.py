@@ -325,7 +325,9 @@ class Bench:
 
     def incsync_env(self, config: Path) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if k not in ("INCSYNC_CONFIG", "INCSYNC_WORKER")}
-        return {**env, "DAGSTER_HOME": str(config.parent / ".dagster"), "INCSYNC_STAGING_DIR": str(config.parent / "staging"),
+        # INCSYNC_AUTO_WORKER=0: a cold CLI is one process per transfer, not a client of the worker it would start.
+        return {**env, "INCSYNC_AUTO_WORKER": "0", "DAGSTER_HOME": str(config.parent / ".dagster"),
+                "INCSYNC_STAGING_DIR": str(config.parent / "staging"),
                 "BENCH_DEST_DSN": self.dsn(self.dest_db), **self.instance_env.get(config, {})}
 
     def incsync(self, config: Path, recipients: list[str] | None, *, backfill: bool, worker: Worker | None = None,

@@ -528,7 +528,7 @@ def cli_first_sync(env: dict[str, str], work: Path, config: Path, timeout: float
     """``incsync transfer orders`` from start to exit."""
     log = (work / "transfer.log").open("w")
     started = time.monotonic()
-    proc = subprocess.Popen([str(BIN / "incsync"), "transfer", MODEL, "-c", str(config)], env=env,
+    proc = subprocess.Popen([str(BIN / "incsync"), "transfer", MODEL, "--no-worker", "-c", str(config)], env=env,
                             stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     rss = TreeRss(proc.pid)
     try:

@@ -199,7 +199,7 @@ def main() -> None:
             generate(conn, args.rows, start=start, end=now - timedelta(minutes=10))
         print(f"generated {args.rows:,} rows; {n:,} changed per run ({args.locality}); work in {work}", flush=True)
         if "incsync" in tools:
-            wall, _, _, tree, _ = measure([*cli, "--backfill"], env)
+            wall, _, _, tree, _ = measure([*cli, "--backfill", "--no-worker"], env)
             record("incsync", 0, "backfill", wall, tree)
             worker = Worker(config, env)
         if "dlt" in tools:

@@ -315,7 +315,7 @@ def cycle(args: argparse.Namespace, kind: str, work: Path, user: str, instances:
             total = generate(dsn(source_db), args.recipients, args.rows, data_start, now - timedelta(minutes=5))
             print(f"source: {total:,} rows over {args.recipients:,} tenants", flush=True)
             began = time.monotonic()
-            initial = subprocess.run([str(BIN / "incsync"), "transfer", MODEL, "-c", str(config)], env=env,
+            initial = subprocess.run([str(BIN / "incsync"), "transfer", MODEL, "--no-worker", "-c", str(config)], env=env,
                                      capture_output=True, text=True)
             result["initial_sync_seconds"] = round(time.monotonic() - began, 1)
             print(f"initial sync (incsync transfer, every recipient): {result['initial_sync_seconds']} s, "

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import uuid
 from collections.abc import Iterator
@@ -11,6 +12,10 @@ import pytest
 
 from incsync_tests.support.host import free_port
 from incsync_tests.support.lake import SPARK_TEST_CONFIG
+
+# `incsync transfer` runs in the calling process here (and in the CLI processes the tests start), as the tests of
+# its path expect; incsync_tests/worker/test_auto_worker.py turns the automatic worker back on for its own calls.
+os.environ["INCSYNC_AUTO_WORKER"] = "0"
 
 
 @pytest.fixture(scope="session")

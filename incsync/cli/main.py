@@ -43,8 +43,14 @@ def cmd_worker(args: argparse.Namespace) -> int:
 
     file = config_path(args.config)
     socket_path = Path(args.socket) if args.socket else default_socket(file)
+    idle = args.idle_exit
+    if args.auto:  # started by `incsync transfer` (incsync.worker.auto): idles out as its config says
+        from incsync.config.load import load_config
+
+        idle = load_config(file).worker.idle_exit_seconds
     print(f"starting an incsync worker for {file.resolve()} on {socket_path} ...", flush=True)
-    serve(file, socket_path, run=run_transfer_request, warm=not args.no_warm, announce=lambda text: print(text, flush=True))
+    serve(file, socket_path, run=run_transfer_request, warm=not args.no_warm, announce=lambda text: print(text, flush=True),
+          idle_exit_seconds=idle)
     return 0
 
 
@@ -89,8 +95,13 @@ def build_parser() -> Parser:
     p.add_argument("--json", action="store_true", help="one JSON object on standard output instead of lines")
     p.add_argument("--verbose", action="store_true",
                    help="a line per window partition (default: a line per recipient, with its windows' totals)")
-    p.add_argument("--worker", metavar="SOCKET",
-                   help="hand the transfer to the `incsync worker` at SOCKET (default $INCSYNC_WORKER; unset: run here)")
+    where = p.add_mutually_exclusive_group()
+    where.add_argument("--worker", metavar="SOCKET",
+                       help="hand the transfer to the `incsync worker` at SOCKET (default $INCSYNC_WORKER; unset: to the "
+                       "worker this command starts on first use and reuses until it idles)")
+    where.add_argument("--no-worker", action="store_true",
+                       help="run the transfer in this process, not in a worker (also INCSYNC_AUTO_WORKER=0, or "
+                       "`worker: {auto_start: false}` in the config)")
     p.add_argument("-c", "--config")
     p.set_defaults(func=cmd_transfer)
 
@@ -98,6 +109,8 @@ def build_parser() -> Parser:
     p.add_argument("-c", "--config")
     p.add_argument("--socket", help="Unix socket to listen on (default .incsync-worker.sock beside the config file)")
     p.add_argument("--no-warm", action="store_true", help="do not start Spark before the first request")
+    p.add_argument("--idle-exit", type=float, metavar="SECONDS", help="exit after SECONDS without a transfer (default: never)")
+    p.add_argument("--auto", action="store_true", help=argparse.SUPPRESS)  # started by `incsync transfer`
     p.set_defaults(func=cmd_worker)
 
     p = sub.add_parser("janitor", help="remove object-storage files no manifest lists, once older than a grace period")

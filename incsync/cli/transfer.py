@@ -35,19 +35,32 @@ def transfer_request(args: argparse.Namespace) -> dict[str, object]:
 
 
 def cmd_transfer(args: argparse.Namespace) -> int:
-    return run_transfer(transfer_command(args), config=args.config, resident=args.resident, worker=args.worker)
+    return run_transfer(transfer_command(args), config=args.config, resident=args.resident, worker=args.worker,
+                        auto=not getattr(args, "no_worker", False))
 
 
-def run_transfer(command: TransferCommand, *, config: str | None, resident: Resident | None, worker: str | None = None) -> int:
-    """Run ``command`` here, or hand it to the worker at ``worker`` (else ``$INCSYNC_WORKER``) unless it must run here."""
+def run_transfer(command: TransferCommand, *, config: str | None, resident: Resident | None, worker: str | None = None,
+                 auto: bool = False) -> int:
+    """Run ``command`` here, or hand it to the worker at ``worker`` (else ``$INCSYNC_WORKER``), else (``auto``) to
+    the config's automatic worker (``incsync.worker.auto``), unless it must run here."""
     from incsync.worker.client import WORKER_ENV_VAR, forward  # standard library only
 
     dry_run, as_json = command.dry_run, command.json
     ranged = command.from_ or command.to
     # A dry run and --allow-mass-delete run here (its help says so): the worker's request does not carry them.
-    socket = None if resident or command.runs_here else (worker or os.environ.get(WORKER_ENV_VAR))
+    here = bool(resident) or command.runs_here
+    socket = None if here else (worker or os.environ.get(WORKER_ENV_VAR))
     if socket:
         return forward(socket, command=command, config=config)
+    if auto and not here:
+        from incsync.worker import auto as auto_worker  # standard library only
+        from incsync.worker.errors import WorkerUnavailable
+
+        if auto_worker.wanted(config_path(config)):
+            try:
+                return auto_worker.run(command, config_path(config))
+            except WorkerUnavailable as exc:
+                print(f"incsync: {exc}; running the transfer in this process", file=sys.stderr, flush=True)
 
     from incsync.cli.windows import backfill_windows, window_key
     from incsync.config.load import load_config

@@ -14,7 +14,7 @@ from pydantic_core import PydanticUndefined
 
 from incsync.config.alerts import AlertsConfig
 from incsync.config.destinations import DESTINATION_MODELS
-from incsync.config.jobs import AuditConfig
+from incsync.config.jobs import AuditConfig, AutoWorkerConfig
 from incsync.config.model import IncsyncConfig, MaintenanceConfig, ModelConfig, RecipientConfig, RecipientsFromConfig
 from incsync.config.onboarding import OnboardingConfig
 from incsync.config.products import ProductConfig, TierConfig
@@ -35,6 +35,8 @@ SECTIONS: list[tuple[str, str, list[type[BaseModel]]]] = [
     ("maintenance", "Compaction, vacuum and log checkpoints of the destinations (docs/maintenance.md).", [MaintenanceConfig]),
     ("audit", "The transfer log in the provider's own warehouse (docs/operations.md).", [AuditConfig]),
     ("alerts", "A webhook that hears of every failed transfer and whose it is to fix (docs/operations.md).", [AlertsConfig]),
+    ("worker", "The worker `incsync transfer` starts on first use, reuses and lets exit when idle (docs/operations.md).",
+     [AutoWorkerConfig]),
     ("sharing", "`incsync serve`: each recipient's copy over Delta Sharing, with its own token (docs/sharing.md).",
      [SharingConfig]),
     ("onboarding", "Recipients connecting their own destinations through a link and a page of `incsync serve` "

@@ -64,3 +64,20 @@ def audit_problems(cfg: object) -> list[str]:
     if not is_valid_cron(audit.frequency):
         problems.append(f'audit.frequency: "{audit.frequency}" is not a cron expression (e.g. "*/15 * * * *")')
     return problems
+
+
+class AutoWorkerConfig(StrictModel):
+    """The worker `incsync transfer` starts on first use and hands its transfers to (docs/operations.md)."""
+
+    auto_start: bool = Field(
+        default=True,
+        description="`incsync transfer` hands its transfer to a resident worker for this file, starting one "
+        "(detached, its log under the per-user runtime folder) when none answers, so a cron's later calls skip the "
+        "JVM and Dagster start. false: every call runs in its own process, as `--no-worker` or "
+        "`INCSYNC_AUTO_WORKER=0` do for one call. A dry run and `--allow-mass-delete` always run in the calling process.",
+    )
+    idle_exit_seconds: float = Field(
+        default=900, ge=1, le=7 * 86400,
+        description="A worker `incsync transfer` started exits after this many seconds without a transfer, "
+        "removing its socket; the next call starts another.",
+    )

@@ -19,7 +19,7 @@ from pydantic import Field, PrivateAttr, model_validator
 from incsync.config.alerts import AlertsConfig
 from incsync.config.base import StrictModel, listed_names
 from incsync.config.destinations import DestinationConfig
-from incsync.config.jobs import AuditConfig, MaintenanceConfig
+from incsync.config.jobs import AuditConfig, AutoWorkerConfig, MaintenanceConfig
 from incsync.config.onboarding import OnboardingConfig
 from incsync.config.policies import RetryPolicy
 from incsync.config.products import ProductConfig, TierConfig
@@ -217,6 +217,10 @@ class IncsyncConfig(StrictModel):
         default=None, description="Recipients connecting their own destinations through a link and a page of "
         "`incsync serve` (`onboarding: {kinds: [postgres]}`; needs `recipients_from` with `destinations_table`, and "
         "`vault`; docs/onboarding.md).",
+    )
+    worker: AutoWorkerConfig = Field(
+        default_factory=AutoWorkerConfig, description="The worker `incsync transfer` starts on first use and reuses "
+        "until it idles (`worker: {auto_start: false}` turns it off; docs/operations.md).",
     )
     sharing: SharingConfig = Field(
         default_factory=SharingConfig, description="How `incsync serve` serves each recipient's copy over Delta "

@@ -12,7 +12,6 @@ The protocol and the client are ``incsync.worker.client``.
 from __future__ import annotations
 
 import contextlib
-import io
 import json
 import logging
 import os
@@ -20,19 +19,17 @@ import signal
 import socket
 import sys
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
+from queue import Empty, Queue
 from typing import TYPE_CHECKING, Any, Protocol
 
 from incsync.paths import dagster_home
-from incsync.worker.client import (
-    PROTOCOL_VERSION,
-    REQUEST_TIMEOUT_SECONDS,
-    WORKER_ENV_VAR,
-    check_socket_path,
-)
+from incsync.worker.client import PROTOCOL_VERSION, WORKER_ENV_VAR, check_socket_path
 from incsync.worker.command import Resident, TransferCommand, wire_problem
 from incsync.worker.errors import WorkerError
+from incsync.worker.relay import Relay, read_request, release_memory
 
 if TYPE_CHECKING:
     import dagster as dg
@@ -46,35 +43,6 @@ class RunRequest(Protocol):
 
 
 log = logging.getLogger(__name__)
-
-
-# --- server -------------------------------------------------------------------------------------------
-
-
-class _Relay(io.TextIOBase):
-    """A text stream whose writes become ``{name: text}`` lines on the client's connection.
-
-    A client that went away (Ctrl-C) stops the relay, not the transfer.
-    """
-
-    def __init__(self, conn: socket.socket, name: str, *, tty: bool = False) -> None:
-        self.conn, self.name, self.connected, self.tty = conn, name, True, tty
-        self.columns: int | None = None  # the client's terminal width, for the progress line
-
-    def writable(self) -> bool:
-        return True
-
-    def isatty(self) -> bool:
-        """Whether the client's stream is a terminal: the progress line is drawn for it, as in the client."""
-        return self.tty
-
-    def write(self, text: str) -> int:
-        if text and self.connected:
-            try:
-                self.conn.sendall(json.dumps({self.name: text}).encode() + b"\n")
-            except OSError:
-                self.connected = False
-        return len(text)
 
 
 class Worker:
@@ -127,16 +95,13 @@ class Worker:
                     f"{request.get('dagster_home')}; give both the same DAGSTER_HOME")
         return wire_problem(request.get("transfer"))
 
-    def handle(self, conn: socket.socket) -> None:
-        out, err = _Relay(conn, "out"), _Relay(conn, "err")
-        conn.settimeout(REQUEST_TIMEOUT_SECONDS)  # a client that connects and says nothing does not hold the worker
-        try:
-            request = json.loads(conn.makefile("r", encoding="utf-8").readline() or "null")
-        except (ValueError, OSError):
-            return
-        conn.settimeout(None)
-        if not isinstance(request, dict):
-            return
+    def handle(self, conn: socket.socket, request: dict[str, Any] | None = None) -> None:
+        """Run one transfer request (read from ``conn`` when not given) and send its output and exit status."""
+        if request is None:
+            request = read_request(conn)
+            if request is None:
+                return
+        out, err = Relay(conn, "out"), Relay(conn, "err")
         err.tty = request.get("stderr_tty") is True
         columns = request.get("stderr_columns")
         err.columns = columns if isinstance(columns, int) and not isinstance(columns, bool) and columns > 0 else None
@@ -146,6 +111,8 @@ class Worker:
             code = 2
         else:
             command = TransferCommand.from_wire(request["transfer"])
+            with contextlib.suppress(OSError):
+                conn.sendall(json.dumps({"started": os.getpid()}).encode() + b"\n")
             try:
                 with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
                     code = self.run(command, config=str(self.config_file), resident=self.resident)
@@ -158,25 +125,18 @@ class Worker:
         release_memory()
 
 
-def release_memory() -> None:
-    """Hand memory freed by the last transfer back to the OS, so one large batch does not stay resident
-    in a process that lives on (Arrow's pool and glibc's heap both keep freed pages by default)."""
-    import ctypes
-    import gc
-
-    import pyarrow as pa
-
-    gc.collect()
-    pa.default_memory_pool().release_unused()
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
-
-
 def serve(
-    config_file: Path, socket_path: Path, *, run: RunRequest, warm: bool = True, announce: Callable[[str], None] = print
+    config_file: Path, socket_path: Path, *, run: RunRequest, warm: bool = True, announce: Callable[[str], None] = print,
+    idle_exit_seconds: float | None = None,
 ) -> None:
-    """Answer ``transfer`` requests on ``socket_path`` with ``run`` until SIGTERM or Ctrl-C; the socket is removed on exit."""
+    """Answer ``transfer`` requests on ``socket_path`` with ``run`` until SIGTERM, Ctrl-C, a ``stop`` request or
+    ``idle_exit_seconds`` without a request; the socket is removed on exit.
+
+    A thread accepts connections and reads each request as it comes, answering ``ping`` and ``stop`` at once, also
+    while a transfer runs (so a client can tell a busy worker from a hung one); transfers run one at a time in
+    the main thread, in the order they came (Dagster's in-process runs want the main thread's signal handlers)."""
     from incsync.config.load import load_config
+    from incsync.worker.identity import code_digest, file_digest, version
 
     load_config(config_file)  # a broken file fails here, not on the first request
     check_socket_path(socket_path)
@@ -192,6 +152,11 @@ def serve(
         finally:
             probe.close()
     worker = Worker(config_file, run=run)
+    identity: dict[str, Any] = {
+        "pid": os.getpid(), "version": version(), "code": code_digest(), "config": str(worker.config_file),
+        "config_digest": file_digest(worker.config_file), "dagster_home": str(worker.home),
+        "idle_exit_seconds": idle_exit_seconds,
+    }
     worker.resident(worker.config_file)
     if warm:
         worker.warm_up()
@@ -201,28 +166,94 @@ def serve(
         server.bind(str(socket_path))
     finally:
         os.umask(old_umask)
+    mine = socket_path.stat().st_ino  # removed on exit only while it is still ours, not a successor's
     server.listen(64)
-    # accept() wakes twice a second to look at the flag; the OS may deliver a signal to any thread.
-    server.settimeout(0.5)
+    server.settimeout(0.5)  # accept() wakes twice a second to look at the flag
     stopping = threading.Event()
-    announce(f"incsync worker ready for {worker.config_file}\n  export {WORKER_ENV_VAR}={socket_path}")
-    try:
+    queue: Queue[tuple[socket.socket, dict[str, Any]]] = Queue()
+    state = {"busy": False, "greeting": 0}
+    lock = threading.Lock()
+
+    def close_listener() -> None:
+        with lock:
+            if server.fileno() != -1:
+                server.close()
+                _unlink_if(socket_path, mine)
+
+    def greet(conn: socket.socket) -> None:
+        try:
+            request = read_request(conn)
+            if request is not None and request.get("ping") is True:
+                with contextlib.suppress(OSError):
+                    conn.sendall(json.dumps({"pong": {**identity, "busy": state["busy"]}}).encode() + b"\n")
+            elif request is not None and request.get("stop") is True:
+                log.info("incsync worker: asked to stop; finishing what it was handed")
+                stopping.set()
+                close_listener()  # a successor may bind the path at once
+                with contextlib.suppress(OSError):
+                    conn.sendall(json.dumps({"stopping": os.getpid()}).encode() + b"\n")
+            elif request is not None:
+                queue.put((conn, request))
+                return  # the main thread answers and closes it
+            conn.close()
+        finally:
+            with lock:
+                state["greeting"] -= 1
+
+    def accept() -> None:
         while not stopping.is_set():
+            try:
+                conn, _ = server.accept()
+            except TimeoutError:
+                continue
+            except OSError:  # closed by a stop request
+                break
+            with lock:
+                state["greeting"] += 1
+            threading.Thread(target=greet, args=(conn,), name="incsync-worker-greet", daemon=True).start()
+        close_listener()
+
+    acceptor = threading.Thread(target=accept, name="incsync-worker-accept", daemon=True)
+    acceptor.start()
+    announce(f"incsync worker ready for {worker.config_file}\n  export {WORKER_ENV_VAR}={socket_path}")
+    idle_since = time.monotonic()
+    try:
+        while True:
             # Between requests SIGTERM and Ctrl-C stop the worker. A Dagster run installs its own handlers
             # (an interrupt then stops that run, as in any Dagster process) and leaves them changed, so
             # ours go back in place before every wait.
             for signum in (signal.SIGTERM, signal.SIGINT):
                 signal.signal(signum, lambda *_: stopping.set())
             try:
-                conn, _ = server.accept()
-            except TimeoutError:
+                conn, request = queue.get(timeout=0.5)
+            except Empty:
+                with lock:
+                    quiet = state["greeting"] == 0 and queue.empty()
+                if stopping.is_set() and quiet and not acceptor.is_alive():
+                    break  # every request handed over before the stop has been answered
+                if idle_exit_seconds is not None and quiet and time.monotonic() - idle_since > idle_exit_seconds:
+                    log.info("incsync worker: no transfer for %.0f s; exiting", idle_exit_seconds)
+                    stopping.set()
                 continue
-            with conn:
-                worker.handle(conn)
+            state["busy"] = True
+            try:
+                with conn:
+                    worker.handle(conn, request)
+            finally:
+                state["busy"] = False
+                idle_since = time.monotonic()
     finally:
-        server.close()
-        socket_path.unlink(missing_ok=True)
+        stopping.set()
+        close_listener()
+        acceptor.join(timeout=5)
         _close_spark_client()
+
+
+def _unlink_if(path: Path, inode: int) -> None:
+    """Remove the socket at ``path`` if it is still the one this worker bound."""
+    with contextlib.suppress(OSError):
+        if path.stat().st_ino == inode:
+            path.unlink()
 
 
 def _close_spark_client() -> None:

@@ -110,6 +110,7 @@ def every_key(db: PgDatabase) -> dict[str, Any]:
         "sharing": {"listen": "0.0.0.0:8089", "public_url": "https://share.example.com", "token_lifetime_days": 90,
                     "url_lifetime_seconds": 600, "token_store": "./sharing.sqlite", "signing_key_env": "SHARING_KEY",
                     "schema": "shop", "schema_by_source": False, "tables": {"invoices": {"schema": "billing", "table": "invoices"}}},
+        "worker": {"auto_start": False, "idle_exit_seconds": 60},
         "vault": {"source": "app_db", "table": "incsync_vault", "key_env": "INCSYNC_TEST_VAULT_KEY", "key_file": "./vault.key"},
         "onboarding": {"kinds": ["postgres", "mariadb"], "link_lifetime_hours": 24, "tables_prefix": "onboard",
                        "admin_token_env": "PROVIDER_TOKEN", "admin_token_secret": "vault:provider_api",
