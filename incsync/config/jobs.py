@@ -7,6 +7,10 @@ from pydantic import Field
 
 from incsync.config.base import StrictModel
 
+# The transfer log's tables' source, as the destinations see them, and its asset's group (operations.audit,
+# sharing.audit's read log, orchestration.housekeeping).
+AUDIT_GROUP = "incsync_audit"
+
 
 class MaintenanceConfig(StrictModel):
     """When ``incsync maintain`` runs on its own: compaction, vacuum and log checkpoints of the destinations."""

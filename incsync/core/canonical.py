@@ -21,16 +21,15 @@ bucket differs and is compared row by row, in Python, on typed values.
 from __future__ import annotations
 
 import enum
+import functools
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-import numpy as np
-import pyarrow as pa
-import pyarrow.compute as pc
-
 from incsync.core.typemap import INFINITY
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # numpy and pyarrow are imported where rows are compared: a code server loads neither
+    import numpy as np
+    import pyarrow as pa
     from pyspark.sql import Column
     from pyspark.sql.types import DataType
 
@@ -78,6 +77,7 @@ def kind_from_spark(data_type: DataType) -> Kind:
 
 
 def kind_from_arrow(t: pa.DataType) -> Kind:
+    import pyarrow as pa
     if pa.types.is_integer(t):
         return Kind.INT
     if pa.types.is_decimal(t):
@@ -150,6 +150,8 @@ def spark_key_bucket(key: list[tuple[Column, Kind]], buckets: int) -> Column:
 
 
 def arrow_key_buckets(table: pa.Table, key: list[str], buckets: int) -> np.ndarray:
+    import numpy as np
+    import pyarrow as pa
     if integer_key([kind_from_arrow(table.schema.field(c).type) for c in key]):
         values = table.column(key[0]).combine_chunks().cast(pa.int64()).to_numpy(zero_copy_only=False)
         return (values & np.int64(buckets - 1)).astype(np.int64)
@@ -203,6 +205,8 @@ def spark_hash(row_text: Column) -> Column:
 
 def arrow_text(table: pa.Table, columns: list[str]) -> pa.Array:
     """The canonical row text of ``columns`` of ``table``, one string per row."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
     parts = []
     for name in columns:
         values = table.column(name).combine_chunks() if table.num_rows else pa.array([], table.schema.field(name).type)
@@ -213,6 +217,8 @@ def arrow_text(table: pa.Table, columns: list[str]) -> pa.Array:
 
 
 def _arrow_one(values: pa.Array) -> pa.Array:
+    import pyarrow as pa
+    import pyarrow.compute as pc
     t = values.type
     kind = kind_from_arrow(t)
     if kind is Kind.BOOL:
@@ -232,7 +238,8 @@ def _arrow_one(values: pa.Array) -> pa.Array:
 def md5_numbers(texts: pa.Array, *, digits: int) -> np.ndarray:
     """The first ``digits`` hex digits of each text's md5, as unsigned integers (DataFusion hashes, in Rust)."""
     import datafusion
-
+    import numpy as np
+    import pyarrow as pa
     n = len(texts)
     if n == 0:
         return np.zeros(0, dtype=np.uint64)
@@ -248,19 +255,24 @@ def md5_numbers(texts: pa.Array, *, digits: int) -> np.ndarray:
         hexes = hexes.take(pa.array(np.argsort(order)))
     offsets = np.frombuffer(hexes.buffers()[1], dtype=np.int32)[hexes.offset : hexes.offset + n + 1]
     data = np.frombuffer(hexes.buffers()[2], dtype=np.uint8)[offsets[0] : offsets[0] + 32 * n].reshape(n, 32)
-    nibbles = _HEX[data[:, :digits]].astype(np.uint64)
+    nibbles = _hex_digits()[data[:, :digits]].astype(np.uint64)
     out = np.zeros(n, dtype=np.uint64)
     for i in range(digits):
         out = (out << np.uint64(4)) | nibbles[:, i]
     return out
 
 
-_HEX = np.zeros(256, dtype=np.uint8)
-for _i, _c in enumerate("0123456789abcdef"):
-    _HEX[ord(_c)] = _i
+@functools.cache
+def _hex_digits() -> np.ndarray:
+    """Each ASCII byte's value as a hex digit (0 for any other byte)."""
+    import numpy as np
+    table = np.zeros(256, dtype=np.uint8)
+    table[np.frombuffer(b"0123456789abcdef", dtype=np.uint8)] = np.arange(16, dtype=np.uint8)
+    return table
 
 
 def arrow_buckets(key_text: pa.Array, buckets: int) -> np.ndarray:
+    import numpy as np
     return (md5_numbers(key_text, digits=8) & np.uint64(buckets - 1)).astype(np.int64)
 
 

@@ -12,11 +12,12 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TypeVar
-
-import pyarrow as pa
+from typing import TYPE_CHECKING, TypeVar
 
 from incsync.errors import SchemaError
+
+if TYPE_CHECKING:  # pyarrow is imported where types are compared: a code server does not load it
+    import pyarrow as pa
 
 T = TypeVar("T")
 
@@ -29,6 +30,8 @@ _UNITS = {"s": 0, "ms": 3, "us": 6, "ns": 9}
 
 def _arrow_norm(t: pa.DataType) -> pa.DataType:
     """The same logical type whatever the physical layout (string vs large_string, tz spelling)."""
+    import pyarrow as pa
+
     if isinstance(t, pa.ExtensionType):
         return t
     if pa.types.is_large_string(t) or pa.types.is_string_view(t):
@@ -45,6 +48,8 @@ def _arrow_norm(t: pa.DataType) -> pa.DataType:
 def conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
     """``table`` with exactly ``schema``'s columns, in its order: cast (to a type that holds every value),
     missing ones NULL. Readers use it to combine batches published before and after a widening."""
+    import pyarrow as pa
+
     columns, fields = [], []
     for field in schema:
         if field.name in table.column_names:
@@ -63,6 +68,8 @@ def arrow_same(old: pa.DataType, new: pa.DataType) -> bool:
 
 def _int_bits(t: pa.DataType) -> tuple[int, bool] | None:
     """(bit width, signed) of an Arrow integer type."""
+    import pyarrow as pa
+
     return (t.bit_width, pa.types.is_signed_integer(t)) if pa.types.is_integer(t) else None
 
 
@@ -84,6 +91,8 @@ def _decimal_holds(p: int, s: int, p2: int, s2: int) -> bool:
 
 def arrow_widens(old: pa.DataType, new: pa.DataType) -> bool:
     """True when every value of ``old`` is stored unchanged by ``new`` and the types differ."""
+    import pyarrow as pa
+
     old, new = _arrow_norm(old), _arrow_norm(new)
     if old == new:
         return False
@@ -108,6 +117,8 @@ def arrow_widens(old: pa.DataType, new: pa.DataType) -> bool:
 
 def arrow_type_name(t: pa.DataType) -> str:
     """A short SQL-like name for metadata and errors: integer, bigint, decimal(12,2), timestamp(us, UTC)."""
+    import pyarrow as pa
+
     t = _arrow_norm(t)
     if _int_bits(t):
         bits, signed = _int_form(t)

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
-import pyarrow as pa
+from typing import TYPE_CHECKING
 
 from incsync.config.model import ModelConfig, RecipientConfig
 from incsync.destinations.base import Destination
+
+if TYPE_CHECKING:  # the rows are read in the run that asks for them
+    import pyarrow as pa
 
 
 class PublishedCopies:

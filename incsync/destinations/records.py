@@ -5,11 +5,12 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
-from typing import Any
-
-import pyarrow as pa
+from typing import TYPE_CHECKING, Any
 
 from incsync.core.bounds import from_micros, to_micros
+
+if TYPE_CHECKING:  # a removal's keys are a pyarrow table; a code server never builds one
+    import pyarrow as pa
 
 INCREMENTAL = "INCREMENTAL"
 FULL_REFRESH = "FULL_REFRESH"

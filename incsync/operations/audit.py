@@ -18,6 +18,7 @@ from typing import Any
 import dagster as dg
 import pyarrow as pa
 
+from incsync.config.jobs import AUDIT_GROUP
 from incsync.config.model import IncsyncConfig, ModelConfig, RecipientConfig
 from incsync.core.bounds import UTC, from_micros, to_micros
 from incsync.core.crashpoints import crash_point
@@ -35,7 +36,7 @@ from incsync.operations.audit_rows import (
     transfer_rows,
 )
 
-GROUP = "incsync_audit"  # the log's tables' source, as the destinations see them, and its asset's group
+GROUP = AUDIT_GROUP  # the log's tables' source, as the destinations see them, and its asset's group
 OWNER = "incsync_audit"  # the recipient id the log's tables are stamped with: the provider's own
 TRANSFERS, FRESHNESS, DESTINATIONS = "transfers", "recipient_freshness", "recipient_destinations"
 # table -> (schema, primary key, last-modified column)

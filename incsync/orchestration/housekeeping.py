@@ -8,11 +8,8 @@ run too.
 # type from their annotations.
 import dagster as dg
 
+from incsync.config.jobs import AUDIT_GROUP
 from incsync.config.model import IncsyncConfig
-from incsync.operations.audit import GROUP, run_audit
-from incsync.operations.audit import summary as audit_summary
-from incsync.operations.maintenance import maintain_destinations
-from incsync.operations.maintenance import summary as maintenance_summary
 from incsync.staging.folders import default_staging_dir
 
 MAINTENANCE_JOB = "incsync_maintenance"
@@ -34,6 +31,10 @@ class MaintenanceRun(dg.Config):
 @dg.op(name="maintain_destinations", description="Compaction, vacuum and checkpoints of the destinations.",
        required_resource_keys={"incsync"})
 def maintain_op(context: dg.OpExecutionContext, config: MaintenanceRun) -> dg.Output[None]:
+    # Imported in the run: every destination kind's code, which a code server never needs
+    from incsync.operations.maintenance import maintain_destinations
+    from incsync.operations.maintenance import summary as maintenance_summary
+
     done = []
     for result in maintain_destinations(context.resources.incsync.config, instance=context.instance,
                                         dry_run=config.dry_run, destination=config.destination, model=config.model,
@@ -57,9 +58,12 @@ def build_maintenance_schedule(config: IncsyncConfig, *, default_status: dg.Defa
 # The op has its own name: Dagster names an asset's op after its key, and ops and jobs share one namespace in a
 # code location, so an op `incsync_audit` beside the job `incsync_audit` stops the whole location from loading.
 @dg.multi_asset(name=AUDIT_OP, specs=[dg.AssetSpec(
-    AUDIT_KEY, group_name=GROUP, description="The transfer log in the provider's warehouse: transfers, "
+    AUDIT_KEY, group_name=AUDIT_GROUP, description="The transfer log in the provider's warehouse: transfers, "
     "recipient_freshness and recipient_destinations (docs/operations.md).")], required_resource_keys={"incsync"})
 def audit_asset(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
+    from incsync.operations.audit import run_audit  # in the run: the log's tables are pyarrow's
+    from incsync.operations.audit import summary as audit_summary
+
     config = context.resources.incsync.config
     done = run_audit(config, context.instance, staging_dir=default_staging_dir(config))
     for appended in done:

@@ -27,7 +27,6 @@ from incsync.operations.partitions import dagster_key, split_key
 from incsync.operations.reporting import RunReporter
 from incsync.operations.slots import run_holding
 from incsync.orchestration.resources import destination_resource_key, recipient_destination
-from incsync.storage.files import staging_root
 from incsync.transfer import progress
 from incsync.transfer.errors import TransferFailures
 from incsync.transfer.request import SpanFailure, TransferOutcome, TransferPlan, TransferRequest
@@ -76,8 +75,10 @@ class TransferIOManager(dg.IOManager):
     def handle_output(self, context: dg.OutputContext, obj: TransferPlan) -> None:
         """Take the run's transfer slots, then open, stage, validate and publish the planned transfers; report
         each commit as it lands. The slots are released when the block ends, whatever happened in it."""
-        # Imported here, in the run: the transfer engine loads pyarrow's datasets (and pandas with them), ~130 MB
-        # that every code server would hold only to serve definitions (the daemon runs several at once).
+        # Imported here, in the run: the transfer engine and the staging store load pyarrow (and pandas with its
+        # datasets), ~110 MB that every code server would hold only to serve definitions (the daemon keeps
+        # several at once).
+        from incsync.storage.files import staging_root
         from incsync.transfer.execute import execute
 
         instance = self._run_instance()

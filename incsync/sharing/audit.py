@@ -22,6 +22,7 @@ from typing import Protocol
 
 import pyarrow as pa
 
+from incsync.config.jobs import AUDIT_GROUP
 from incsync.config.model import IncsyncConfig, ModelConfig, RecipientConfig
 from incsync.core.bounds import from_micros, to_micros
 from incsync.core.fingerprint import model_fingerprint
@@ -34,7 +35,7 @@ reads_log = logging.getLogger("incsync.sharing.reads")
 
 SHARE_READS = "share_reads"
 # The transfer log's own source and owner (operations.audit's GROUP and OWNER): the provider's, no recipient's.
-LOG_GROUP = "incsync_audit"
+LOG_GROUP = AUDIT_GROUP
 LOG_OWNER = "incsync_audit"
 FLUSH_SECONDS = 5.0
 MAX_BUFFERED = 100_000

@@ -12,11 +12,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from incsync.core.transfer_id import TRANSFER_ID_PATTERN
-from incsync.storage.files import StoragePath, locks_folder
 from incsync.storage.locks import exclusive_lock, lock_if_free
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # an object store's folders (pyarrow's filesystems) only in the processes that stage there
     from incsync.config.model import IncsyncConfig, ModelConfig, RecipientConfig
+    from incsync.storage.files import StoragePath
 
 log = logging.getLogger(__name__)
 
@@ -27,14 +27,14 @@ def default_staging_dir(config: IncsyncConfig) -> str:
 
 
 def remove(path: Path | StoragePath) -> None:
-    if isinstance(path, StoragePath):
+    if not isinstance(path, Path):
         path.rmtree()
     else:
         shutil.rmtree(path, ignore_errors=True)
 
 
 def _lock_file(path: Path | StoragePath) -> Path:
-    if isinstance(path, StoragePath):
+    if not isinstance(path, Path):
         return path.lock_file()  # object stores have no locks: a file in this host's temporary folder
     return path.with_name(path.name + ".lock")  # beside the folder: Spark's overwrite empties the folder
 
@@ -63,7 +63,7 @@ def remove_if_abandoned(path: Path | StoragePath) -> bool:
     local); other hosts' leftovers are for the bucket's lifecycle rules (docs/storage.md).
     """
     lock = _lock_file(path)
-    if isinstance(path, StoragePath) and not lock.exists():
+    if not isinstance(path, Path) and not lock.exists():
         return False
     with lock_if_free(lock) as free:
         if free:
@@ -84,7 +84,9 @@ def remove_abandoned(root: Path | StoragePath, names: re.Pattern[str]) -> list[P
             name = entry.name.removesuffix(".lock") if isinstance(entry, Path) else entry.name
             if names.fullmatch(name) and (entry.is_dir() or name != entry.name):
                 found.add(name)
-    if isinstance(root, StoragePath):  # their lock files are this host's: <name[:80]>-<digest of the URL>.lock
+    if not isinstance(root, Path):  # their lock files are this host's: <name[:80]>-<digest of the URL>.lock
+        from incsync.storage.files import locks_folder
+
         locks = locks_folder()
         for lock in sorted(locks.glob("*.lock")) if locks.is_dir() else []:
             name = lock.name[: -len("-0123456789abcdef01234567.lock")]

@@ -12,11 +12,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Generic, Protocol, TypeVar
-
-import numpy as np
+from typing import TYPE_CHECKING, Generic, Protocol, TypeVar
 
 from incsync.core.bounds import to_micros
+
+if TYPE_CHECKING:  # numpy is imported where rows are counted: a code server does not load it
+    import numpy as np
 
 
 class HasWindow(Protocol):
@@ -91,6 +92,8 @@ class WindowCounter:
     once (a big tenant's backfill reads them a row group at a time); the counts are the same."""
 
     def __init__(self, windows: Sequence[HasWindow], *, delta_after_micros: int | None) -> None:
+        import numpy as np
+
         self._starts = np.asarray(window_starts(windows), dtype=np.int64)
         self._delta_after = delta_after_micros
         n = len(self._starts)
@@ -101,6 +104,8 @@ class WindowCounter:
     def add(self, last_modified_micros: Sequence[int] | np.ndarray) -> None:
         """Attribute each row to its window: the first window also takes the lookback overlap below it,
         the last anything above it."""
+        import numpy as np
+
         values = np.asarray(last_modified_micros, dtype=np.int64)
         n = len(self._starts)
         index = np.clip(np.searchsorted(self._starts, values, side="right") - 1, 0, n - 1)

@@ -50,7 +50,7 @@ def test_make_demo_installs_without_test_extras_and_make_ui_uses_the_projects_da
 def test_make_test_deselects_the_slow_tests_and_make_test_long_runs_them() -> None:
     [fast] = [line for line in _make_n("test").splitlines() if " -m pytest " in line]
     [long] = [line for line in _make_n("test-long").splitlines() if " -m pytest " in line]
-    assert fast == '/nonexistent-venv/bin/python -m pytest -q -n 2 --dist loadfile -m "not slow" '
+    assert fast == '/nonexistent-venv/bin/python -m pytest -q -n 2 --dist loadfile -m "not slow" --durations=25 '
     assert long == "INCSYNC_HYPOTHESIS_PROFILE=long /nonexistent-venv/bin/python -m pytest -q -s -m slow "
 
 

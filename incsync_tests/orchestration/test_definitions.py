@@ -27,7 +27,7 @@ def test_importing_definitions_starts_no_jvm(tmp_path: Path) -> None:
         "print(json.dumps({'spark_started': SparkContext._gateway is not None,\n"
         "  'pyspark_sql_loaded': 'pyspark.sql.session' in sys.modules and SparkContext._active_spark_context is not None,\n"
         "  'assets': sorted(k.to_user_string() for k in d.defs.resolve_all_asset_keys()),\n"
-        "  'row_libraries': sorted(m for m in ('pandas', 'pyarrow.dataset') if m in sys.modules),\n"
+        "  'row_libraries': sorted(m for m in ('numpy', 'pandas', 'pyarrow') if m in sys.modules),\n"
         "  'seconds': round(time.time() - t, 1)}))\n"
     )
     env = {**os.environ, "INCSYNC_CONFIG": str(config)}
@@ -36,7 +36,7 @@ def test_importing_definitions_starts_no_jvm(tmp_path: Path) -> None:
     assert facts["spark_started"] is False
     assert facts["pyspark_sql_loaded"] is False
     assert facts["assets"] == ["lake/orders", "lake/tables/lake.orders"]
-    # what moves rows is loaded by the run, not by every code server the daemon keeps (~40 MB each)
+    # what moves rows is loaded by the run, not by every code server the daemon keeps (~130 MB each)
     assert facts["row_libraries"] == []
 
 
