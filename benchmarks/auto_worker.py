@@ -42,7 +42,8 @@ def change(dsn: str, round_: int, fraction: float, tenant_rows: int, data_end: d
             """UPDATE orders SET status = 'changed', amount = amount + 1,
                       updated_at = %s::timestamptz + (id %% 1000) * interval '1 millisecond'
                WHERE id IN (SELECT id FROM orders WHERE organization_id = %s ORDER BY id OFFSET %s LIMIT %s)""",
-            (data_end + timedelta(minutes=round_), BIG, (round_ * n) % max(1, tenant_rows - n), n),
+            # two seconds ago, never ahead of the clock: a future-dated row is read again by every transfer
+            (datetime.now(UTC) - timedelta(seconds=2), BIG, (round_ * n) % max(1, tenant_rows - n), n),
         )
 
 

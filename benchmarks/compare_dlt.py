@@ -21,6 +21,10 @@ documents:
                   both run in the config's folder
   cold            ``incsync transfer ... -c incsync.yaml`` in a fresh process: what a cron entry runs (a JVM
                   per command); C: ONE command naming every C tenant (``--recipient`` repeated)
+  auto            ``incsync transfer orders --recipient big -c incsync.yaml`` as a cron entry runs it, with the
+                  product's default automatic worker (incsync.worker.auto): A, the first call, starts the worker
+                  and waits for it; B and N are later calls handed to it. Peaks add the detached worker's and its
+                  JVM's to the client's; the worker is stopped after the tool
   dlt             ``benchmarks/dlt_load.py``: sql_table, pyarrow backend, merge on the primary key,
                   incremental on updated_at, tenant filter pushed into the query, a fresh process per load;
                   dlt's own destination for each kind (filesystem delta / iceberg, postgres, duckdb,
@@ -51,6 +55,7 @@ loads into fresh destinations. Not part of `make test`; run with `make bench`:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
@@ -89,6 +94,8 @@ MARIADB = {"host": "127.0.0.1", "port": 3306, "user": "root"}  # the MariaDB des
 SETUPS = {
     "worker": "worker local",      # `incsync worker -c incsync.yaml`: local Spark in the worker (README)
     "cold": "cold CLI",            # `incsync transfer` in a fresh process: a JVM per command
+    "auto": "CLI auto-worker",     # `incsync transfer -c incsync.yaml` as a cron runs it, the product's default:
+                                   # the first call starts a worker (incsync.worker.auto), later calls hand it theirs
     "dlt": "dlt",                  # a fresh dlt process per load
     "dlt1p": "dlt one process",    # every tenant's pipeline in one dlt process
     "worker-connect": "worker Connect",  # the worker, spark.remote naming the harness's warmed Connect server
@@ -98,7 +105,7 @@ SETUPS = {
 }
 CONNECT = ("worker-connect", "warm", "warm1p")  # the tools whose Spark is the harness's Connect server
 WORKERS = ("worker", "worker-connect")
-AB_TOOLS = ("dlt", "worker", "cold", "worker-connect", "warm", "floor")
+AB_TOOLS = ("dlt", "worker", "cold", "auto", "worker-connect", "warm", "floor")
 C_TOOLS = ("dlt", "dlt1p", "worker", "cold", "worker-connect", "warm", "warm1p")
 
 
@@ -256,10 +263,12 @@ class Bench:
         self.instance_env: dict[Path, dict[str, str]] = {}  # config -> the storage URL of its postgres instance
         self.instance_db: dict[Path, str] = {}
         self.remote: set[Path] = set()  # configs whose Spark is the Connect server
+        self.auto: set[Path] = set()  # configs whose calls use the automatic worker (the auto tool)
         self.server_jvm: int | None = None
         self.samples: list[Sample] = []
         self.data_end = start
         self.rounds = 0
+        self.last_stamp = start
         self.maria_names: list[str] = []  # MariaDB databases start with one of these (incsync's and dlt's)
 
     def dsn(self, db: str) -> str:
@@ -318,15 +327,44 @@ class Bench:
                 self.instance_db[path] = db
         return path
 
+    def auto_dir(self, config: Path) -> Path:
+        folder = config.parent / "run"  # XDG_RUNTIME_DIR: the worker's files go under incsync/ in it
+        folder.mkdir(mode=0o700, exist_ok=True)
+        return folder
+
+    def auto_worker(self, config: Path) -> tuple[int, int | None] | None:
+        """The automatic worker of ``config`` (its pid, its JVM's) when one runs."""
+        for pid_file in (self.auto_dir(config) / "incsync").glob("*.pid"):
+            with contextlib.suppress(OSError, ValueError):
+                pid = int(pid_file.read_text().split()[0])
+                if Path(f"/proc/{pid}").exists():
+                    jvm = jvm_of(pid)
+                    return pid, (jvm if jvm != pid else None)
+        return None
+
+    def stop_auto(self, config: Path | None) -> None:
+        """End the config's automatic worker (its idle exit would take minutes) and its JVM."""
+        if config in self.auto and (automatic := self.auto_worker(config)):
+            os.kill(automatic[0], signal.SIGTERM)
+            deadline = time.monotonic() + 60
+            while Path(f"/proc/{automatic[0]}").exists() and time.monotonic() < deadline:
+                time.sleep(0.2)
+            for pid in automatic:
+                if pid and Path(f"/proc/{pid}").exists():
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(pid, signal.SIGKILL)
+
     def done_with(self, config: Path | None) -> None:
         """Drop the config's PostgreSQL instance database, once it has said what Dagster stored in it."""
         if config in self.instance_db:
             self.instances.drop(self.instance_db.pop(config))
 
     def incsync_env(self, config: Path) -> dict[str, str]:
-        env = {k: v for k, v in os.environ.items() if k not in ("INCSYNC_CONFIG", "INCSYNC_WORKER")}
-        # INCSYNC_AUTO_WORKER=0: a cold CLI is one process per transfer, not a client of the worker it would start.
-        return {**env, "INCSYNC_AUTO_WORKER": "0", "DAGSTER_HOME": str(config.parent / ".dagster"),
+        env = {k: v for k, v in os.environ.items() if k not in ("INCSYNC_CONFIG", "INCSYNC_WORKER", "XDG_RUNTIME_DIR")}
+        # INCSYNC_AUTO_WORKER=0: a cold CLI is one process per transfer, not a client of the worker it would
+        # start; the auto tool's configs keep the default, their workers' files in the config's folder.
+        auto = {"XDG_RUNTIME_DIR": str(self.auto_dir(config))} if config in self.auto else {"INCSYNC_AUTO_WORKER": "0"}
+        return {**env, **auto, "DAGSTER_HOME": str(config.parent / ".dagster"),
                 "INCSYNC_STAGING_DIR": str(config.parent / "staging"),
                 "BENCH_DEST_DSN": self.dsn(self.dest_db), **self.instance_env.get(config, {})}
 
@@ -346,11 +384,15 @@ class Bench:
                 env[WORKER_ENV_VAR], cwd = str(worker.socket), config.parent
         # Resident processes' peaks start afresh (Linux clear_refs): their earlier transfers and warm-up stay
         # out, their resident memory not.
+        automatic = self.auto_worker(config) if config in self.auto else None  # None too before the first call
         resident = [p for p in (worker and worker.process.pid, worker and worker.jvm,
-                                self.server_jvm if config in self.remote else None) if p]
+                                self.server_jvm if config in self.remote else None, *(automatic or ())) if p]
         for pid in resident:
             reset_peak_rss(pid)
         wall, py, jvm, tree, out = measure(command, env, cwd=cwd)
+        if config in self.auto and (automatic := self.auto_worker(config)):  # the detached worker did the work
+            auto_py, auto_jvm = vm_hwm(automatic[0]), vm_hwm(automatic[1]) if automatic[1] else 0
+            py, jvm, tree = max(py, auto_py), auto_jvm or jvm, tree + auto_py + auto_jvm
         rows = sum(int(n) for n in re.findall(r"(?<!_)rows_transferred=(\d+)", out))
         if worker is not None:  # the work happens in the worker: its peaks count, beside the client's
             worker_py = vm_hwm(worker.process.pid)
@@ -450,11 +492,16 @@ class Bench:
             return conn.execute(sql.SQL("SELECT count(*) FROM {}.orders").format(sql.Identifier(f"{name}_{tenant}"))).fetchone()[0]
 
     def change(self, tenant: str, fraction: float, tenant_rows: int) -> int:
-        """Change ``fraction`` of the tenant's rows, a minute past the previous round. The previous round's
-        rows sit at the HW, so incsync's 30 s lookback reads them again: its B moves about twice the rows."""
+        """Change ``fraction`` of the tenant's rows, dated two seconds ago (after the previous round). The
+        previous round's rows sit at the HW, so incsync's 30 s lookback reads them again: its B moves about
+        twice the rows. Never dated ahead of the clock: a row from the future is read again by every transfer
+        until its time comes (docs/design.md, the HW never passes the extraction's start), so rounds a
+        minute apart from the data's end, which ran ahead of the clock after ~10 rounds, made incsync's B
+        move 5,000 more rows a round (60,000 by the last) where dlt's moved 5,000."""
         n = max(1, int(tenant_rows * fraction))
         self.rounds += 1
-        stamp = self.data_end + timedelta(minutes=self.rounds)
+        stamp = max(datetime.now(timezone.utc) - timedelta(seconds=2), self.last_stamp + timedelta(seconds=1))
+        self.last_stamp = stamp
         with psycopg.connect(self.dsn(self.source_db), autocommit=True) as conn:
             conn.execute(
                 """UPDATE orders SET status = 'changed', amount = amount + 1,
@@ -487,6 +534,8 @@ class Bench:
                 recipients = self.config_recipients([BIG])
                 cfg = len(recipients)
                 config = self.incsync_config(name, destination, recipients, connect=tool in CONNECT, instance=instance)
+                if tool == "auto":
+                    self.auto.add(config)
                 worker = self.start_worker(config) if tool in WORKERS else None
                 run = lambda backfill: self.incsync(config, [BIG], backfill=backfill, worker=worker)  # noqa: E731
             self.record("A", destination, tool, instance, rep, run(True), cfg=cfg)
@@ -500,6 +549,7 @@ class Bench:
                 self.record("N", destination, tool, instance, rep, run(False), cfg=cfg)
         finally:
             stop(worker)
+            self.stop_auto(config)
             self.done_with(config)
 
     def c(self, destination: str, tool: str, instance: str, rep: int, sizes: dict[str, int]) -> None:
@@ -612,7 +662,7 @@ def main() -> None:
     parser.add_argument("--c-repeat", type=int, default=1, help="repetitions of workload C")
     parser.add_argument("--workloads", default="A,C", help="A (A then B; B names the same), C")
     parser.add_argument("--destinations", default="delta,postgres", help=f"comma-separated: {', '.join(DESTINATIONS)}")
-    parser.add_argument("--tools", default="dlt,worker,cold", help=f"tools for A/B/N: {', '.join(AB_TOOLS)}")
+    parser.add_argument("--tools", default="dlt,worker,cold,auto", help=f"tools for A/B/N: {', '.join(AB_TOOLS)}")
     parser.add_argument("--c-tools", default="dlt,dlt1p,worker,cold", help=f"tools for workload C: {', '.join(C_TOOLS)}")
     parser.add_argument("--config", choices=("all", "transferred"), default="all",
                         help="incsync's configs hold every recipient of the data (a user's config), or only the transferred")
@@ -645,8 +695,6 @@ def main() -> None:
     # one, from the HW.
     now = datetime.now(timezone.utc)
     today = now.replace(hour=0, minute=0, second=0, microsecond=0)
-    if today + timedelta(days=1) - now < timedelta(minutes=90):
-        sys.exit("run this before 22:30 UTC: the changes of B and N must land in today's window")
     data_start = today - timedelta(days=args.data_days)
     model_start = (data_start - timedelta(days=args.history_days) if args.history_days is not None
                    else datetime.fromisoformat(args.model_start).replace(tzinfo=timezone.utc))
