@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import dagster as dg
+import psycopg
 import pytest
 import yaml
 
@@ -77,7 +79,7 @@ def test_dagster_yaml_from_deploy_keeps_postgres_storage_and_refuses_a_bad_url(t
     url = {"postgres_url": {"env": "INCSYNC_DAGSTER_PG_URL"}}
     assert "storage" not in doc
     assert {k: (doc[k]["module"], doc[k]["class"], doc[k]["config"]) for k in ("run_storage", "event_log_storage", "schedule_storage")} == {
-        "run_storage": ("dagster_postgres.run_storage", "PostgresRunStorage", url),
+        "run_storage": ("incsync.operations.dagster_compat", "PooledPostgresRunStorage", url),
         "event_log_storage": ("incsync.operations.dagster_compat", "CompactPostgresEventLogStorage", url),
         "schedule_storage": ("dagster_postgres.schedule_storage", "PostgresScheduleStorage", url),
     }
@@ -145,3 +147,43 @@ def test_a_dagster_yaml_naming_the_event_logs_old_home_still_loads(tmp_path: Pat
         assert type(instance.event_log_storage).__name__ == "BatchingSqliteEventLogStorage"
     finally:
         instance.dispose()
+
+
+def test_the_generated_postgres_instance_keeps_one_connection_per_storage(tmp_path: Path, monkeypatch) -> None:
+    """dagster-postgres opens a connection for every call (~3.5 ms each here); the storages `incsync
+    dagster-yaml` names keep one between calls: a run opens a few sessions instead of one per call."""
+    @dg.asset
+    def one() -> int:
+        return 1
+
+    config = load_config(lake_config(tmp_path))
+    home = tmp_path / "home"
+    home.mkdir()
+    with postgres_database() as dsn, psycopg.connect(dsn, autocommit=True) as stats:
+        name = stats.execute("SELECT current_database()").fetchone()[0]
+
+        def sessions() -> int:  # sessions ever opened to the database, this one's included
+            time.sleep(0.6)  # a backend reports its session when it ends
+            stats.execute("SELECT pg_stat_clear_snapshot()")
+            return int(stats.execute("SELECT sessions FROM pg_stat_database WHERE datname = %s", (name,)).fetchone()[0])
+
+        def opened_by_three_runs() -> int:
+            with dg.DagsterInstance.from_config(str(home)) as instance:
+                assert dg.materialize([one], instance=instance).success  # tables created, connections made
+                before = sessions()
+                for _ in range(3):
+                    assert dg.materialize([one], instance=instance).success
+                assert instance.get_latest_materialization_event(dg.AssetKey("one")) is not None
+                kinds = (type(instance.run_storage).__name__, type(instance.event_log_storage).__name__)
+            return sessions() - before, kinds  # the kept connections close with the instance
+
+        monkeypatch.setenv("INCSYNC_DAGSTER_PG_URL", "postgresql+psycopg2://" + dsn.split("://", 1)[1])
+        (home / "dagster.yaml").write_text(dagster_yaml(config, REPO / "deploy" / "dagster.yaml", dagster_home=home))
+        kept, kinds = opened_by_three_runs()
+        assert kinds == ("PooledPostgresRunStorage", "CompactPostgresEventLogStorage")
+        # dagster-postgres' own storages, as a hand-written dagster.yaml names them: a connection a call
+        (home / "dagster.yaml").write_text(yaml.safe_dump({"storage": {"postgres": {"postgres_url": {"env": "INCSYNC_DAGSTER_PG_URL"}}}}))
+        own, kinds = opened_by_three_runs()
+        assert kinds == ("PostgresRunStorage", "PostgresEventLogStorage")
+        print(f"sessions opened by three runs: {kept} kept, {own} dagster-postgres' own")
+        assert kept <= 4 and own >= 10 * kept, (kept, own)

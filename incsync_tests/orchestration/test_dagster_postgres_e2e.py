@@ -103,7 +103,7 @@ def test_sensor_schedule_and_backfill_through_the_daemon_on_postgres(
                                     stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
         try:
             with dg.DagsterInstance.from_config(str(home)) as instance:
-                assert type(instance.run_storage).__name__ == "PostgresRunStorage"
+                assert type(instance.run_storage).__name__ == "PooledPostgresRunStorage"
                 _wait("recipients registered by the sensor", lambda: sorted(instance.get_dynamic_partitions("recipients")) == ["acme", "globex"],
                       timeout=60, proc=proc, log=log)
                 backfill_id = _add_backfill(instance, config_file, [f"acme|{y_key}", f"globex|{y_key}"])

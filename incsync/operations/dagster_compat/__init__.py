@@ -267,6 +267,10 @@ def __getattr__(name: str) -> Any:
         from incsync.operations.dagster_compat.postgres import _compact_postgres_event_log_storage
 
         cls = _compact_postgres_event_log_storage()
+    elif name == "PooledPostgresRunStorage":
+        from incsync.operations.dagster_compat.postgres import _pooled_postgres_run_storage
+
+        cls = _pooled_postgres_run_storage()
     else:
         raise AttributeError(name)
     globals()[name] = cls
