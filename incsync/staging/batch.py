@@ -15,6 +15,10 @@ import pyarrow.parquet as pq
 from incsync.storage.files import StoragePath
 
 SCAN_ROWS = 65_536  # rows a read batch: 0.5 MB of an int64 column, ~13 MB of 200-byte rows
+# Staged files are read without Arrow's pre-buffering (``pre_buffer=False``): with it, a read of a file's row
+# groups one after the other holds every column chunk it will read, i.e. the whole file (a 3,000,000-row span
+# of 10 columns: 125 MB of Arrow memory against 33 MB, and slower on local files: 0.73-0.92 s against 0.54 s).
+# A big tenant's backfill reads its span once per commit, so its memory grew with the tenant (issue 46).
 
 
 @dataclass(frozen=True)
@@ -47,7 +51,7 @@ class StagedBatch:
         fs = self.filesystem
         for file in self.files:
             with fs.open_input_file(str(file)) as source:
-                parquet = pq.ParquetFile(source)
+                parquet = pq.ParquetFile(source, pre_buffer=False)  # see the note at SCAN_ROWS
                 present = set(parquet.schema_arrow.names)
                 names = [f.name for f in schema if f.name in present]
                 for part in parquet.iter_batches(batch_size=batch_size, columns=names):

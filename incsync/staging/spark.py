@@ -257,7 +257,7 @@ def _convert_files(files: tuple[Path, ...] | tuple[str, ...], plans: dict[str, C
     for file in files:
         converted = f"{file}.converting"
         with fs.open_input_file(str(file)) as source:
-            reader = pq.ParquetFile(source)
+            reader = pq.ParquetFile(source, pre_buffer=False)  # a row group at a time (the note at staging.batch.SCAN_ROWS)
             writer = None
             for batch in reader.iter_batches(batch_size=CONVERT_ROWS):
                 part = convert_table(pa.Table.from_batches([batch]), plans).replace_schema_metadata(None)  # Spark's schema is stale
