@@ -313,6 +313,8 @@ class Bench:
                         "max_transfer_time_window_seconds": 86400, "min_start_time_epoch": int(self.start.timestamp())}],
             "recipients": entries,
         }
+        if self.args.spark:  # a trial of Spark settings: labelled by the command line that ran it
+            config["spark"] = dict(kv.split("=", 1) for kv in self.args.spark)
         if connect:
             config["spark"] = {"spark.remote": f"sc://127.0.0.1:{self.args.port}"}
         path = folder / "incsync.yaml"
@@ -677,6 +679,8 @@ def main() -> None:
     parser.add_argument("--instance", default=",".join(INSTANCES),
                         help="Dagster instances for incsync's tools, each config in a fresh one: sqlite, postgres (instances.py)")
     parser.add_argument("--port", type=int, default=15077, help="Spark Connect port for worker-connect, warm, warm1p")
+    parser.add_argument("--spark", action="append", default=[], metavar="KEY=VALUE",
+                        help="a Spark setting in every incsync config (a trial, not the product's defaults; repeatable)")
     parser.add_argument("--workdir")
     parser.add_argument("--json", help="also write the machine's state and every sample here")
     args = parser.parse_args()

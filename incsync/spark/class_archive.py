@@ -72,7 +72,8 @@ def archive_path() -> Path | None:
     jars = Path(pyspark.__file__).parent / "jars"
     names = sorted(p.name for p in jars.glob("*.jar")) if jars.is_dir() else []
     stat = java.stat()
-    key = "\n".join([str(java), str(stat.st_size), str(stat.st_mtime_ns), pyspark.__version__, str(jars), *names])
+    # "gc=serial": archives made under G1 before the driver ran the serial collector (session.DRIVER_GC) are not reused
+    key = "\n".join([str(java), str(stat.st_size), str(stat.st_mtime_ns), pyspark.__version__, str(jars), "gc=serial", *names])
     return cache_dir() / "spark-classes" / f"driver-{hashlib.sha256(key.encode()).hexdigest()[:20]}.jsa"
 
 

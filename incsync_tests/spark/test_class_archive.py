@@ -127,3 +127,12 @@ def test_a_built_archive_is_mapped_by_the_next_local_session(cache: Path) -> Non
     assert "rows 7" in run.stdout
     shared = [line for line in run.stdout.splitlines() if "org.apache.spark.SparkContext " in line]
     assert shared and "source: shared objects file (top)" in shared[0], shared
+
+
+def test_the_local_driver_runs_the_serial_collector(spark) -> None:
+    """The driver JVM's collector is the serial one (session.DRIVER_GC): under G1 a long staging task grew
+    the heap toward its cap with the tenant's size (issue 46). A config's own extraJavaOptions replace it."""
+    assert "-XX:+UseSerialGC" in _java_options(spark_config())
+    assert "-XX:+UseSerialGC" not in _java_options(spark_config({"spark.driver.extraJavaOptions": "-Dx=1"}))
+    beans = spark._jvm.java.lang.management.ManagementFactory.getGarbageCollectorMXBeans()  # noqa: SLF001 - py4j
+    assert sorted(bean.getName() for bean in beans) == ["Copy", "MarkSweepCompact"]
