@@ -345,8 +345,11 @@ class Bench:
         return None
 
     def stop_auto(self, config: Path | None) -> None:
-        """End the config's automatic worker (its idle exit would take minutes) and its JVM."""
-        if config in self.auto and (automatic := self.auto_worker(config)):
+        """End every automatic worker of the config (its idle exit would take minutes) and their JVMs: a call
+        whose key differs (incsync's files edited between two calls) starts a worker of its own."""
+        for _ in range(8):  # a handful at most; a process that outlives SIGKILL is left to its idle exit
+            if config not in self.auto or not (automatic := self.auto_worker(config)):
+                return
             os.kill(automatic[0], signal.SIGTERM)
             deadline = time.monotonic() + 60
             while Path(f"/proc/{automatic[0]}").exists() and time.monotonic() < deadline:

@@ -142,10 +142,18 @@ def keep_connection(storage: Any) -> None:
     previous.dispose()  # a NullPool holds nothing; disposing it is for form
 
 
+def _from_config_value(cls: type, inst_data: Any, config_value: Any) -> Any:
+    """A dagster-postgres storage class's ``from_config_value``, for incsync's subclasses of them."""
+    from dagster_postgres.utils import get_token_provider_from_config, pg_url_from_config
+
+    return cls(inst_data=inst_data, postgres_url=pg_url_from_config(config_value),
+               should_autocreate_tables=config_value.get("should_autocreate_tables", True),
+               token_provider=get_token_provider_from_config(config_value))
+
+
 def _pooled_postgres_run_storage() -> type:
     """Build the class lazily: dagster-postgres is an optional dependency."""
     from dagster_postgres.run_storage import PostgresRunStorage
-    from dagster_postgres.utils import get_token_provider_from_config, pg_url_from_config
 
     class PooledPostgresRunStorage(PostgresRunStorage):
         """dagster-postgres' run storage keeping one connection between calls (``keep_connection``): what
@@ -155,11 +163,7 @@ def _pooled_postgres_run_storage() -> type:
             super().__init__(*args, **kwargs)
             keep_connection(self)
 
-        @classmethod
-        def from_config_value(cls, inst_data: Any, config_value: Any) -> Any:
-            return cls(inst_data=inst_data, postgres_url=pg_url_from_config(config_value),
-                       should_autocreate_tables=config_value.get("should_autocreate_tables", True),
-                       token_provider=get_token_provider_from_config(config_value))
+        from_config_value = classmethod(_from_config_value)
 
     PooledPostgresRunStorage.__module__ = "incsync.operations.dagster_compat"  # where dagster.yaml names it
     return PooledPostgresRunStorage
@@ -168,7 +172,6 @@ def _pooled_postgres_run_storage() -> type:
 def _compact_postgres_event_log_storage() -> type:
     """Build the class lazily: dagster-postgres is an optional dependency."""
     from dagster_postgres.event_log.event_log import PostgresEventLogStorage
-    from dagster_postgres.utils import get_token_provider_from_config, pg_url_from_config
 
     from incsync.operations.dagster_compat.check_state import CheckStateAnswers
     from incsync.operations.dagster_compat.compact import install_reader
@@ -187,11 +190,7 @@ def _compact_postgres_event_log_storage() -> type:
             super().__init__(*args, **kwargs)
             keep_connection(self)
 
-        @classmethod
-        def from_config_value(cls, inst_data: Any, config_value: Any) -> Any:
-            return cls(inst_data=inst_data, postgres_url=pg_url_from_config(config_value),
-                       should_autocreate_tables=config_value.get("should_autocreate_tables", True),
-                       token_provider=get_token_provider_from_config(config_value))
+        from_config_value = classmethod(_from_config_value)
 
     CompactPostgresEventLogStorage.__module__ = "incsync.operations.dagster_compat"  # where dagster.yaml names it
     return CompactPostgresEventLogStorage
