@@ -23,7 +23,7 @@ JDBC_DRIVER_JARS = tuple(dict.fromkeys(driver.os_jar for driver in DRIVERS.value
 # The driver JVM's collector: the serial one. Under G1 (the JVM's choice on 2+ cores) a long staging task
 # grows the heap toward its 1 GB cap as it reads (a 3,000,000-row tenant's JVM peaked at 754-934 MB against
 # 536-599 MB for one of 300,000); the serial collector keeps it to what the task holds (667 against 501 MB)
-# at the same speed, and C200's fan-out at ~950 MB against ~1,360 MB (benchmarks/README.md, issue 46). Local
+# at the same speed, and C200's fan-out at ~950 MB against ~1,360 MB (benchmarks/README.md). Local
 # mode runs its tasks in this JVM; a cluster's executors keep their own settings.
 DRIVER_GC = "-XX:+UseSerialGC"
 

@@ -18,7 +18,7 @@ SCAN_ROWS = 65_536  # rows a read batch: 0.5 MB of an int64 column, ~13 MB of 20
 # Staged files are read without Arrow's pre-buffering (``pre_buffer=False``): with it, a read of a file's row
 # groups one after the other holds every column chunk it will read, i.e. the whole file (a 3,000,000-row span
 # of 10 columns: 125 MB of Arrow memory against 33 MB, and slower on local files: 0.73-0.92 s against 0.54 s).
-# A big tenant's backfill reads its span once per commit, so its memory grew with the tenant (issue 46).
+# A big tenant's backfill reads its span once per commit, so its memory grew with the tenant.
 
 
 @dataclass(frozen=True)

@@ -138,7 +138,8 @@ def keep_connection(storage: Any) -> None:
     if options:
         kwargs["connect_args"] = {"options": options}
     previous = storage._engine  # noqa: SLF001 - see the module's docstring
-    storage._engine = create_pg_engine(storage.postgres_url, storage._token_provider, **kwargs)  # noqa: SLF001
+    token_provider = storage._token_provider  # noqa: SLF001 - see the module's docstring
+    storage._engine = create_pg_engine(storage.postgres_url, token_provider, **kwargs)  # noqa: SLF001 - likewise
     previous.dispose()  # a NullPool holds nothing; disposing it is for form
 
 
